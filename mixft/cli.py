@@ -1,0 +1,244 @@
+"""``scripts/finetune.py``: parse -> validate -> run. The logic lives in the library.
+
+Every bad input ends with one line on stderr and exit code 2, before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from collections.abc import Sequence
+
+from .config import RunConfig
+from .errors import UsageError
+from .log import logger
+from .precision import DEVICE_CHOICES, PRECISIONS, amp_precision_names, resolve_device
+from .registry import RECIPES
+from .trainer import Callback, StepInfo
+
+PROG = "finetune.py"
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage block before its error; the contract is one line.
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"must list at least one integer, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
+    p.add_argument("--recipe", required=True, help=f"one of: {', '.join(sorted(RECIPES))}")
+    prec = p.add_mutually_exclusive_group()
+    prec.add_argument("--amp", action="store_true", help="the device's best mixed precision (fp16 on CUDA, bf16 on CPU)")
+    prec.add_argument("--precision", choices=list(PRECISIONS), help="one precision (default fp32)")
+    prec.add_argument(
+        "--compare", nargs="?", const="default", metavar="LIST",
+        help="train each precision back to back, e.g. fp32,bf16 (default: fp32 plus the device's AMP precisions)",
+    )
+    p.add_argument("--model", help="model name or path (default: the recipe's, offline-first)")
+    p.add_argument("--data-dir", help="directory with GLUE-layout train.tsv and dev.tsv")
+    p.add_argument("--max-train-samples", type=_positive_int)
+    p.add_argument("--max-eval-samples", type=_positive_int)
+    p.add_argument("--epochs", type=_positive_int)
+    p.add_argument("--max-steps", type=_positive_int, help="optimizer steps; stops the run early")
+    p.add_argument("--batch-size", type=_positive_int, help="micro-batch size")
+    p.add_argument("--lr", type=_positive_float)
+    p.add_argument("--max-grad-norm", type=_non_negative_float, help="clip the unscaled gradient norm (0: off)")
+    p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--max-length", type=_positive_int, help="tokens per sentence (longer ones are truncated)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=None)
+    seeds.add_argument("--seeds", type=_int_list, help="repeat each precision per seed, e.g. 0,1,2 (mean ± std)")
+    p.add_argument("--device", choices=list(DEVICE_CHOICES), default="auto")
+    p.add_argument("--output-dir", default="outputs/run")
+    p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR's checkpoint")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    if args.compare is not None:
+        if args.compare == "default":
+            device = resolve_device(args.device)
+            precisions = ["fp32", *amp_precision_names(device)]
+        else:
+            precisions = [name.strip().lower() for name in args.compare.split(",") if name.strip()]
+            unknown = [name for name in precisions if name not in PRECISIONS]
+            if unknown:
+                raise UsageError(f"--compare: unknown precision {unknown[0]!r}; choose from {', '.join(PRECISIONS)}")
+    elif args.amp:
+        precisions = ["amp"]
+    else:
+        precisions = [args.precision or "fp32"]
+    seeds = args.seeds if args.seeds is not None else [args.seed if args.seed is not None else 0]
+    return RunConfig(
+        recipe=args.recipe,
+        precisions=precisions,
+        seeds=seeds,
+        model=args.model,
+        data_dir=args.data_dir,
+        max_train_samples=args.max_train_samples,
+        max_eval_samples=args.max_eval_samples,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_grad_norm=args.max_grad_norm,
+        grad_accum=args.grad_accum,
+        max_length=args.max_length,
+        device=args.device,
+        output_dir=args.output_dir,
+        resume=args.resume,
+        num_workers=args.num_workers,
+    )
+
+
+class ProgressBar(Callback):
+    """A tqdm bar per run; the loss is read (a host sync) only every ``every`` steps."""
+
+    def __init__(self, label: str, every: int = 10, enabled: bool = True):
+        self.label, self.every, self.enabled = label, every, enabled
+        self.bar = None
+
+    def on_train_begin(self, trainer) -> None:
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=trainer.total_steps, desc=self.label, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def on_step_end(self, trainer, info: StepInfo) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        if info.step % self.every == 0:
+            postfix = {"loss": f"{info.loss.item():.4f}", "lr": f"{info.lr:.2e}"}
+            if info.loss_scale is not None:
+                postfix["scale"] = f"{info.loss_scale:g}"
+            self.bar.set_postfix(postfix)
+
+    def on_train_end(self, trainer, result) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def print_plan(cfg: RunConfig, device, precisions, prepared_info: dict) -> None:
+    effective = cfg.batch_size * cfg.grad_accum
+    print("mixft run")
+    print(f"  recipe     {cfg.recipe}")
+    print(f"  model      {prepared_info.get('model', cfg.model)}")
+    print(f"  data       {prepared_info.get('dataset', cfg.data_dir)}")
+    print(f"  device     {device}")
+    print(f"  precision  {', '.join(p.name for p in precisions)}" + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))
+    print(f"  batch      {cfg.batch_size} x {cfg.grad_accum} accumulation = {effective} effective")
+    budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
+    print(f"  budget     {budget}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
+    print(f"  output     {cfg.output_dir}/results.json", flush=True)
+
+
+def print_result(result) -> None:
+    acc = result.eval.get("accuracy")
+    mem = result.peak_memory_bytes
+    mem_s = f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
+    scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
+    print(
+        f"[{result.precision}] accuracy {acc:.4f} | {result.train_samples_per_s:.1f} samples/s | "
+        f"train {result.train_time_s:.1f} s | peak memory {mem_s} | steps {result.steps}, "
+        f"skipped {result.skipped_steps}{scale}" if acc is not None else
+        f"[{result.precision}] eval loss {result.eval.get('loss', float('nan')):.4f} | "
+        f"{result.train_samples_per_s:.1f} samples/s | peak memory {mem_s} | steps {result.steps}",
+        flush=True,
+    )
+
+
+class ConsoleObserver:
+    """Prints the run summary, a progress bar per run, and one result line per run."""
+
+    def __init__(self, progress: bool = True):
+        self.progress = progress
+        self.n_seeds = 1
+
+    def on_plan(self, cfg, device, precisions, run_info) -> None:
+        self.n_seeds = len(cfg.seeds)
+        print_plan(cfg, device, precisions, run_info)
+
+    def callbacks(self, precision, seed):
+        label = precision.name + (f" seed {seed}" if self.n_seeds > 1 else "")
+        return [ProgressBar(label, enabled=self.progress), _ResultPrinter()]
+
+
+class _ResultPrinter(Callback):
+    def on_train_end(self, trainer, result) -> None:
+        print_result(result)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of scripts/finetune.py. Returns the exit code (2 for bad input)."""
+    _setup_logging()
+    try:
+        args = build_parser().parse_args(argv)
+        cfg = config_from_args(args)
+        from .run import plan, run
+
+        _, full_cfg, _, _ = plan(cfg)  # every cheap check, before any work
+        results = run(cfg, ConsoleObserver(progress=not args.no_progress))
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    if len(results) > 1:
+        print(f"comparison report: {full_cfg.output_dir}/report.md")
+    print(f"results: {full_cfg.output_dir}/results.json")
+    return 0
+
+
+def _setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    if not any(isinstance(h, logging.StreamHandler) and h.stream is sys.stderr for h in logger.handlers):
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)

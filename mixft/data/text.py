@@ -1,0 +1,80 @@
+"""Sentence rows -> tokenised examples -> padded batches, the way mixed precision likes them.
+
+Tokenisation runs once per process through `datasets` (batched, fast tokenizers);
+batches are padded dynamically, to a multiple of 8 under mixed precision (tensor cores
+want dimensions divisible by 8), and grouped by length so padding stays small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from .batching import LengthGroupedBatchSampler
+
+
+def tokenize_rows(rows: list[dict], tokenizer, max_length: int) -> list[dict[str, Any]]:
+    """Rows ``{"sentence", "label"}`` -> examples with ``input_ids``, ``attention_mask``, ``labels``.
+
+    Sentences longer than ``max_length`` tokens are truncated (a 100k-character line is
+    fine). Labels become floats: the loss is binary cross-entropy on one logit.
+
+    Usage: ``examples = tokenize_rows([{"sentence": "fine", "label": 1}], tok, 128)``
+    """
+    import datasets
+
+    datasets.disable_progress_bars()  # a bar per tokenisation pass is noise in the CLI output
+    ds = datasets.Dataset.from_dict(
+        {"sentence": [r["sentence"] for r in rows], "labels": [float(r["label"]) for r in rows]}
+    )
+    ds = ds.map(
+        lambda b: tokenizer(b["sentence"], truncation=True, max_length=max_length),
+        batched=True,
+        remove_columns=["sentence"],
+        desc=None,
+    )
+    # Plain dicts: indexing a list is much cheaper per example than an Arrow row lookup.
+    return ds.to_list()
+
+
+def make_loader(
+    examples: list[dict[str, Any]],
+    tokenizer,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int = 0,
+    pad_to_multiple_of: int | None = None,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+) -> DataLoader:
+    """A DataLoader of length-grouped, dynamically padded batches (see LengthGroupedBatchSampler)."""
+    from transformers import DataCollatorWithPadding
+
+    lengths = [len(e["input_ids"]) for e in examples]
+    sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, shuffle=shuffle)
+    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+    return DataLoader(
+        examples,
+        batch_sampler=sampler,
+        collate_fn=collator,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=num_workers > 0,
+    )
+
+
+def padding_efficiency(loader: DataLoader) -> float:
+    """Real tokens / padded tokens over one pass of ``loader`` (1.0 = no padding at all)."""
+    real = padded = 0
+    for batch in loader:
+        mask = batch["attention_mask"]
+        real += int(mask.sum())
+        padded += mask.numel()
+    return real / padded if padded else 1.0
+
+
+def labels_tensor(examples: list[dict[str, Any]]) -> torch.Tensor:
+    return torch.tensor([e["labels"] for e in examples])

@@ -1,0 +1,280 @@
+"""PNG charts of a results document (see :mod:`mixft.results`), for ``report.md``.
+
+Usage: ``write_plots(doc, "runs/cmp")`` -> ``[Path("runs/cmp/loss.png"), ...]``
+
+Charts (a chart whose data is entirely absent is skipped, not drawn empty):
+
+* ``loss.png``          training loss per optimizer step, one line per precision
+                        (mean over seeds with a shaded min-max band when there are several)
+* ``loss_scale.png``    GradScaler loss scale per step (log axis), one line per run that
+                        had a scaler, skipped steps marked with red ``x``
+* ``eval_accuracy.png`` eval accuracy per epoch per precision (mean, min-max band)
+* ``time_memory.png``   train time and peak memory per precision, speedup / memory
+                        ratio vs the baseline written on the bars
+
+Uses the non-interactive Agg backend: never opens a window, safe on headless machines.
+Every file is written atomically (:func:`mixft.atomic.atomic_path`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: no GUI backend, no windows, works without a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .atomic import atomic_path  # noqa: E402
+from .log import logger  # noqa: E402
+
+_DPI = 100
+_SKIP_COLOR = "red"
+
+
+# ---------------------------------------------------------------------------- data helpers
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _groups(doc: dict) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for run in doc.get("runs") or []:
+        groups.setdefault(str(run.get("precision", "?")), []).append(run)
+    return groups
+
+
+def _colors(doc: dict) -> dict[str, str]:
+    """One colour per precision, the same in every chart."""
+    return {p: f"C{i % 10}" for i, p in enumerate(_groups(doc))}
+
+
+def _series(pairs) -> dict[float, float]:
+    out = {}
+    for x, y in pairs:
+        x, y = _num(x), _num(y)
+        if x is not None and y is not None:
+            out[x] = y
+    return out
+
+
+def _loss_series(run: dict) -> dict[float, float]:
+    hist = run.get("history") or {}
+    loss = hist.get("loss") or []
+    steps = hist.get("step") or list(range(1, len(loss) + 1))
+    return _series(zip(steps, loss))
+
+
+def _eval_series(run: dict) -> dict[float, float]:
+    return _series((e.get("epoch"), e.get("accuracy")) for e in run.get("eval_history") or [])
+
+
+def _scale_points(run: dict) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(steps, scales, skipped steps, scales at skipped steps) of a run with a GradScaler."""
+    if not run.get("grad_scaler"):
+        return [], [], [], []
+    hist = run.get("history") or {}
+    scales = hist.get("loss_scale") or []
+    steps = hist.get("step") or list(range(1, len(scales) + 1))
+    skipped = hist.get("skipped") or [False] * len(scales)
+    xs, ys, sx, sy = [], [], [], []
+    for x, y, k in zip(steps, scales, skipped):
+        x, y = _num(x), _num(y)
+        if x is None or y is None or y <= 0:
+            continue
+        xs.append(x)
+        ys.append(y)
+        if k:
+            sx.append(x)
+            sy.append(y)
+    return xs, ys, sx, sy
+
+
+def _aggregate(series: list[dict[float, float]]) -> tuple[list[float], list[float], list[float], list[float]]:
+    """x, mean, min, max over the series that have each x."""
+    xs = sorted({x for s in series for x in s})
+    mean, lo, hi = [], [], []
+    for x in xs:
+        vals = [s[x] for s in series if x in s]
+        mean.append(sum(vals) / len(vals))
+        lo.append(min(vals))
+        hi.append(max(vals))
+    return xs, mean, lo, hi
+
+
+def _has_loss(doc: dict) -> bool:
+    return any(_loss_series(r) for r in doc.get("runs") or [])
+
+
+def _has_scale(doc: dict) -> bool:
+    return any(_scale_points(r)[0] for r in doc.get("runs") or [])
+
+
+def _has_eval(doc: dict) -> bool:
+    return any(_eval_series(r) for r in doc.get("runs") or [])
+
+
+def _has_time_memory(doc: dict) -> bool:
+    return any(
+        _num(r.get("train_time_s")) is not None or _num(r.get("peak_memory_bytes")) is not None
+        for r in doc.get("runs") or []
+    )
+
+
+# ---------------------------------------------------------------------------- charts
+
+
+def _plot_lines(ax, doc: dict, series_of: Callable[[dict], dict[float, float]]) -> None:
+    colors = _colors(doc)
+    for precision, runs in _groups(doc).items():
+        series = [s for s in (series_of(r) for r in runs) if s]
+        if not series:
+            continue
+        xs, mean, lo, hi = _aggregate(series)
+        label = precision if len(series) == 1 else f"{precision} (mean of {len(series)} seeds)"
+        marker = "o" if len(xs) <= 20 else None
+        ax.plot(xs, mean, color=colors[precision], label=label, marker=marker, markersize=3, linewidth=1.5)
+        if len(series) > 1:
+            ax.fill_between(xs, lo, hi, color=colors[precision], alpha=0.2, linewidth=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+
+
+def _loss_figure(doc: dict):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    _plot_lines(ax, doc, _loss_series)
+    ax.set_title("Training loss per step")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    if any(len(_groups(doc)[p]) > 1 for p in _groups(doc)):
+        ax.text(0.99, 0.98, "band: min–max over seeds", transform=ax.transAxes, ha="right", va="top",
+                fontsize=8, color="0.4")
+    return fig
+
+
+def _loss_scale_figure(doc: dict):
+    colors = _colors(doc)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    marked = False
+    for precision, runs in _groups(doc).items():
+        with_scaler = [r for r in runs if _scale_points(r)[0]]
+        for i, run in enumerate(with_scaler):
+            xs, ys, sx, sy = _scale_points(run)
+            label = precision if len(with_scaler) == 1 else f"{precision} seed {run.get('seed')}"
+            ax.plot(xs, ys, drawstyle="steps-post", color=colors[precision], label=label,
+                    linestyle=["-", "--", ":", "-."][i % 4], linewidth=1.5)
+            if sx:
+                ax.scatter(sx, sy, marker="x", color=_SKIP_COLOR, s=50, zorder=3,
+                           label=None if marked else "skipped step (inf/NaN grads)")
+                marked = True
+    ax.set_yscale("log", base=2)
+    ax.set_title("GradScaler loss scale (x = skipped step)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss scale (log₂)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(True, alpha=0.3, which="both")
+    handles, labels = ax.get_legend_handles_labels()  # runs first, the skip marker last
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("skipped step"))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order])
+    return fig
+
+
+def _eval_figure(doc: dict):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _plot_lines(ax, doc, _eval_series)
+    ax.set_title("Eval accuracy per epoch")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("accuracy")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    return fig
+
+
+def _bars(ax, rows: list[dict], colors: dict[str, str], value_key: str, std_key: str | None,
+          ratio_key: str, scale: float = 1.0) -> bool:
+    """Bars of ``row[value_key] * scale`` with the ratio written on top; False if no values."""
+    names = [r["precision"] for r in rows]
+    values = [r[value_key] * scale if r[value_key] is not None else 0.0 for r in rows]
+    errs = [r[std_key] * scale if std_key and r.get(std_key) is not None else 0.0 for r in rows]
+    bars = ax.bar(names, values, yerr=errs if any(errs) else None, capsize=4,
+                  color=[colors[n] for n in names])
+    top = max((v + e for v, e in zip(values, errs)), default=0.0)
+    for bar, row, v, e in zip(bars, rows, values, errs):
+        if row[value_key] is None:
+            text = "n/a"
+        elif row["is_baseline"]:
+            text = "baseline"
+        elif row[ratio_key] is not None:
+            text = f"{row[ratio_key]:.2f}×"
+        else:
+            text = ""
+        ax.text(bar.get_x() + bar.get_width() / 2, v + e + top * 0.01, text, ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    ax.grid(True, axis="y", alpha=0.3)
+    return any(r[value_key] is not None for r in rows)
+
+
+def _time_memory_figure(doc: dict, baseline: str):
+    from .report import MEMORY_KIND_LABELS, summarize
+
+    rows = summarize(doc, baseline)
+    colors = _colors(doc)
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4.5))
+    if not _bars(ax_t, rows, colors, "train_time_s_mean", "train_time_s_std", "speedup"):
+        ax_t.text(0.5, 0.5, "train time not recorded", transform=ax_t.transAxes, ha="center")
+    ax_t.set_title(f"Train time (s): speedup vs {baseline}")
+    ax_t.set_ylabel("seconds (mean over seeds)")
+    if not _bars(ax_m, rows, colors, "peak_memory_bytes_mean", None, "memory_ratio", scale=1 / 2**20):
+        ax_m.text(0.5, 0.5, "peak memory not measured", transform=ax_m.transAxes, ha="center")
+    kinds = {r["peak_memory_kind"] for r in rows if r["peak_memory_kind"]}
+    kind = MEMORY_KIND_LABELS.get(next(iter(kinds)), next(iter(kinds))) if len(kinds) == 1 else None
+    ax_m.set_title(f"Peak memory (MiB{', ' + kind if kind else ''}): ratio vs {baseline}")
+    ax_m.set_ylabel("MiB (mean over seeds)")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------- writing
+
+# name -> (has data?, figure builder). Order is the order the report shows them.
+_CHARTS: dict[str, tuple[Callable[[dict], bool], Callable[[dict, str], Any]]] = {
+    "loss.png": (_has_loss, lambda doc, base: _loss_figure(doc)),
+    # No run with a GradScaler (fp32/bf16 only) -> no loss_scale.png at all, rather than an
+    # empty chart: the report's notes already say no GradScaler was used.
+    "loss_scale.png": (_has_scale, lambda doc, base: _loss_scale_figure(doc)),
+    "eval_accuracy.png": (_has_eval, lambda doc, base: _eval_figure(doc)),
+    "time_memory.png": (_has_time_memory, _time_memory_figure),
+}
+
+
+def planned_plots(doc: dict) -> list[str]:
+    """File names :func:`write_plots` would write for ``doc`` (charts with some data)."""
+    return [name for name, (has_data, _) in _CHARTS.items() if has_data(doc)]
+
+
+def _save(fig, path: Path) -> None:
+    try:
+        with atomic_path(path) as tmp:  # tmp ends in .tmp: name the format explicitly
+            fig.savefig(tmp, format="png", dpi=_DPI, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+
+
+def write_plots(doc: dict, out_dir: str | Path, baseline: str = "fp32") -> list[Path]:
+    """Write the charts that have data into ``out_dir``; return their paths."""
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    for name in planned_plots(doc):
+        path = out_dir / name
+        _save(_CHARTS[name][1](doc, baseline), path)
+        written.append(path)
+    logger.debug("wrote charts: %s", ", ".join(p.name for p in written) or "none")
+    return written

@@ -1,0 +1,106 @@
+"""What a run measured, and the ``results.json`` file that carries it.
+
+Schema (DESIGN.md's keys are a contract; everything else is an extension)::
+
+    {"mixft_version": "0.1.0", "created": "2026-11-21T10:00:00+00:00",
+     "runs": [run, ...]}
+
+    run = {
+      "precision": "bf16",                 # policy name: fp32 | tf32 | fp16 | bf16
+      "autocast_dtype": "bfloat16",        # null for fp32/tf32
+      "grad_scaler": false,
+      "seed": 0,
+      "model": "...", "dataset": "...", "device": "cpu", "device_name": "...",
+      "eval": {"accuracy": 0.91, "loss": 0.25},      # final evaluation (may be {})
+      "eval_history": [{"epoch": 1, "step": 63, "accuracy": 0.88, "loss": 0.3}, ...],
+      "train_time_s": 41.2,                # wall time of the training loop, device synced
+      "train_samples_per_s": 97.1,
+      "train_tokens_per_s": 1630.0,        # null when batches have no attention_mask
+      "peak_memory_bytes": 123456789,      # null where the device cannot tell
+      "peak_memory_kind": "cpu_rss" | "cuda_max_allocated",
+      "skipped_steps": 0,                  # optimizer steps skipped for inf/NaN gradients
+      "steps": 63,                         # optimizer steps attempted
+      "final_loss_scale": null,            # null without a GradScaler
+      "history": {                         # one entry per optimizer step
+        "step": [1, 2, ...], "loss": [...], "lr": [...], "grad_norm": [...],
+        "loss_scale": [...],               # null entries without a scaler
+        "skipped": [false, ...]},
+      "config": {...}                      # the run's options, for reproduction
+    }
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .atomic import write_json
+
+
+@dataclass
+class RunResult:
+    """One training run's measurements. ``to_dict()`` gives the results.json ``run``.
+
+    Usage: ``result = trainer.fit(); print(result.eval["accuracy"], result.train_samples_per_s)``
+    """
+
+    precision: str
+    autocast_dtype: str | None
+    grad_scaler: bool
+    device: str
+    device_name: str
+    steps: int = 0
+    skipped_steps: int = 0
+    final_loss_scale: float | None = None
+    train_time_s: float = 0.0
+    train_samples_per_s: float = 0.0
+    train_tokens_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_memory_kind: str | None = None
+    eval: dict[str, float] = field(default_factory=dict)
+    eval_history: list[dict[str, Any]] = field(default_factory=list)
+    history: dict[str, list] = field(default_factory=dict)
+    seed: int | None = None
+    model: str | None = None
+    dataset: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    stopped_early: str | None = None  # why the run ended before its budget, if it did
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_frame(self):
+        """The per-step history as a pandas DataFrame (one row per optimizer step)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.history)
+
+    def __repr__(self) -> str:
+        acc = self.eval.get("accuracy")
+        acc_s = f"{acc:.4f}" if acc is not None else "n/a"
+        mem = f"{self.peak_memory_bytes / 2**20:.0f} MiB" if self.peak_memory_bytes else "n/a"
+        scale = f", loss_scale={self.final_loss_scale:g}" if self.final_loss_scale is not None else ""
+        return (
+            f"RunResult({self.precision} on {self.device}: accuracy={acc_s}, steps={self.steps}, "
+            f"skipped={self.skipped_steps}{scale}, {self.train_samples_per_s:.1f} samples/s, "
+            f"{self.train_time_s:.1f} s, peak {self.peak_memory_kind or 'memory'}={mem})"
+        )
+
+
+def results_document(runs: list[RunResult | dict]) -> dict[str, Any]:
+    """The whole results.json document for ``runs``."""
+    return {
+        "mixft_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "runs": [r.to_dict() if isinstance(r, RunResult) else r for r in runs],
+    }
+
+
+def write_results(path: str | Path, runs: list[RunResult | dict]) -> Path:
+    """Atomically write results.json: a kill at any moment leaves the old file or the new one."""
+    path = Path(path)
+    write_json(path, results_document(runs))
+    return path

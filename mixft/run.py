@@ -1,0 +1,111 @@
+"""Run a recipe at one or more precisions (and seeds), back to back, and write the results.
+
+This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it too::
+
+    results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import RunConfig
+from .errors import UsageError
+from .log import logger
+from .precision import Precision, precision_notice, resolve_device, resolve_precision
+from .registry import get_recipe
+from .results import RunResult, write_results
+from .trainer import Callback, Trainer
+
+
+
+class RunObserver:
+    """What a front end (the CLI, a notebook) wants to hear about a run. Override freely."""
+
+    def on_plan(self, cfg: RunConfig, device, precisions: list[Precision], run_info: dict) -> None:
+        """Called once, after data and model are resolved and before any training."""
+
+    def callbacks(self, precision: Precision, seed: int) -> Sequence[Callback]:
+        """Trainer callbacks for one (precision, seed) run."""
+        return ()
+
+
+def plan(cfg: RunConfig):
+    """Validate everything cheap before any work: (recipe, cfg with defaults, device, precisions)."""
+    recipe = get_recipe(cfg.recipe)
+    cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
+    device = resolve_device(cfg.device)
+    precisions = [resolve_precision(name, device) for name in cfg.precisions]
+    names = [p.name for p in precisions]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
+    check_writable(Path(cfg.output_dir))
+    return recipe, cfg, device, precisions
+
+
+def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
+    """Train every (seed, precision) pair; write results.json (and report.md when comparing)."""
+    observer = observer or RunObserver()
+    recipe, cfg, device, precisions = plan(cfg)
+    for precision in precisions:
+        notice = precision_notice(precision, device)
+        if notice:
+            logger.warning(notice)
+    # Data and model errors surface here, still before training; resolution logs its
+    # own one-line notices (offline fallbacks).
+    prepared = recipe.prepare(cfg)
+
+    out = Path(cfg.output_dir)
+    results: list[RunResult] = []
+    total = len(precisions) * len(cfg.seeds)
+    for seed in cfg.seeds:
+        for precision in precisions:
+            parts = recipe.build(cfg, prepared, precision, device, seed)
+            if not results:
+                observer.on_plan(cfg, device, precisions, parts.run_info)
+            trainer = Trainer(
+                parts.model,
+                parts.optimizer,
+                parts.loss_fn,
+                parts.train_loader,
+                eval_loader=parts.eval_loader,
+                precision=precision,
+                device=device,
+                lr_scheduler=parts.lr_scheduler,
+                grad_accum=cfg.grad_accum,
+                max_grad_norm=cfg.clip_norm,
+                epochs=cfg.epochs,
+                max_steps=cfg.max_steps,
+                predict_fn=parts.predict_fn,
+                metric=parts.metric,
+                seed=seed,
+                callbacks=list(observer.callbacks(precision, seed)),
+                run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
+            )
+            result = trainer.fit()
+            results.append(result)
+            # Rewritten after every run: a crash later still leaves the finished runs.
+            write_results(out / "results.json", results)
+            logger.debug("run %d/%d done: %r", len(results), total, result)
+    if total > 1:
+        from .report import write_report
+        from .results import results_document
+
+        write_report(results_document(results), out)
+    return results
+
+
+def check_writable(out: Path) -> None:
+    """Fail now, not after an hour of training, if results cannot be written."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output-dir {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".mixft-write-check-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"--output-dir {out}: not writable ({e.strerror or e})") from None

@@ -1,0 +1,519 @@
+"""The training loop: autocast + GradScaler with unscale-then-clip, written out in one place.
+
+Usage (any ``nn.Module``, loss and dataloaders; not only recipes)::
+
+    trainer = Trainer(model, torch.optim.AdamW(model.parameters(), lr=2e-5),
+                      nn.BCEWithLogitsLoss(), train_loader, eval_loader=eval_loader,
+                      precision="bf16", epochs=2)
+    result = trainer.fit()          # RunResult: accuracy, time, memory, skipped steps...
+
+Batches are either a mapping with a ``labels`` key (the rest is passed to
+``model(**inputs)``, as Hugging Face collators produce) or an ``(inputs, labels)`` pair
+(passed as ``model(inputs)``).
+
+The loop (one code path for fp32/tf32/fp16/bf16: the switches are ``enabled=`` flags)::
+
+    with autocast(device_type, dtype, enabled):          # forward + loss only
+        loss = loss_fn(model(**batch), labels) / window
+    scaler.scale(loss).backward()                          # outside autocast
+    if end of accumulation window:
+        scaler.unscale_(optimizer)                         # real gradient values from here on
+        grad_norm = clip(params, max_norm)                 # clip the *unscaled* gradients
+        scaler.step(optimizer)                             # skipped if any grad is inf/NaN
+        scaler.update()
+        if the step was not skipped: lr_scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import UsageError
+from .log import logger
+from .measure import PeakMemory, Stopwatch, device_name, synchronize
+from .precision import Precision, configure_matmul, resolve_device, resolve_precision
+from .results import RunResult
+
+OptimizerLike = torch.optim.Optimizer | Callable[..., torch.optim.Optimizer]
+
+
+class StopTraining(Exception):
+    """Raised by a callback to end training early; the message becomes ``stopped_early``."""
+
+
+class Callback:
+    """Hooks into the loop. Override what you need; every hook gets the trainer.
+
+    ``on_before_optimizer_step`` runs when a window's gradients are accumulated and still
+    *scaled* (before ``unscale_``): the place to inspect or inject into raw gradients.
+    ``on_step_end`` gets a ``StepInfo`` whose tensors are still on the device: reading
+    them (``.item()``) is a host sync, so do it only every N steps.
+    """
+
+    def on_train_begin(self, trainer: "Trainer") -> None: ...
+    def on_before_optimizer_step(self, trainer: "Trainer") -> None: ...
+    def on_step_end(self, trainer: "Trainer", info: "StepInfo") -> None: ...
+    def on_epoch_end(self, trainer: "Trainer", metrics: dict[str, float]) -> None: ...
+    def on_train_end(self, trainer: "Trainer", result: RunResult) -> None: ...
+
+
+@dataclass
+class StepInfo:
+    step: int  # 1-based optimizer step
+    epoch: int  # 0-based epoch the step belongs to
+    loss: torch.Tensor  # mean loss over the window, on the device
+    grad_norm: torch.Tensor  # unscaled total gradient norm (inf/NaN when the step was skipped)
+    lr: float  # learning rate the step used
+    loss_scale: float | None  # GradScaler scale after update(); None without a scaler
+    skipped: bool
+
+
+@dataclass
+class TrainState:
+    """Everything about the loop's progress; a checkpoint saves this with the weights."""
+
+    epoch: int = 0  # epochs completed
+    batch_in_epoch: int = 0  # micro-batches consumed in the current epoch
+    step: int = 0  # optimizer steps attempted
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+    samples: int = 0
+    tokens: int = 0
+    train_time_s: float = 0.0
+    history: dict[str, list] = field(
+        default_factory=lambda: {"step": [], "loss": [], "lr": [], "grad_norm": [], "loss_scale": [], "skipped": []}
+    )
+    eval_history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    """Fine-tune ``model`` under a precision policy and measure what it cost.
+
+    Args:
+        model: any ``nn.Module``; moved to ``device`` here.
+        optimizer: an optimizer, a list of optimizers (one GradScaler serves all), or a
+            factory ``f(params) -> optimizer`` called after the model is on the device.
+        loss_fn: ``loss_fn(outputs, labels) -> scalar``; runs inside autocast, so it must
+            be autocast-safe (e.g. ``BCEWithLogitsLoss``, not sigmoid + ``BCELoss``).
+        train_loader / eval_loader: iterables of batches (see module docstring).
+        precision: "fp32", "tf32", "fp16", "bf16", "amp" or a ``Precision``.
+        device: "auto", "cpu", "cuda" or a ``torch.device``.
+        lr_scheduler: a scheduler (or list matching the optimizers), or a factory
+            ``f(optimizer, total_steps) -> scheduler``. Stepped only after real steps.
+        grad_accum: micro-batches per optimizer step.
+        max_grad_norm: clip the unscaled total gradient norm to this; None: no clipping.
+        epochs / max_steps: the budget; ``max_steps`` (optimizer steps) wins when reached.
+        predict_fn: ``outputs -> predicted labels`` for metrics at evaluation.
+        metric: an ``evaluate`` metric (``add_batch`` / ``compute``) used with predict_fn.
+        seed: seeds torch at the start of ``fit`` so dropout draws match across precisions.
+        skip_nonfinite_steps: without a GradScaler (fp32/bf16), skip an optimizer step
+            whose gradient norm is inf/NaN instead of writing NaN into the weights. Costs
+            one host sync per optimizer step (not per micro-step).
+        scaler_kwargs: passed to ``torch.amp.GradScaler`` (e.g. ``init_scale``).
+        callbacks: ``Callback`` instances.
+        run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerLike | Sequence[torch.optim.Optimizer],
+        loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+        train_loader,
+        *,
+        eval_loader=None,
+        precision: str | Precision = "fp32",
+        device: str | torch.device = "auto",
+        lr_scheduler=None,
+        grad_accum: int = 1,
+        max_grad_norm: float | None = 1.0,
+        epochs: int = 1,
+        max_steps: int | None = None,
+        predict_fn: Callable[[Any], torch.Tensor] | None = None,
+        metric=None,
+        seed: int | None = None,
+        skip_nonfinite_steps: bool = True,
+        scaler_kwargs: dict[str, Any] | None = None,
+        callbacks: Sequence[Callback] = (),
+        run_info: dict[str, Any] | None = None,
+    ):
+        _check_positive_int("grad_accum", grad_accum)
+        _check_positive_int("epochs", epochs)
+        if max_steps is not None:
+            _check_positive_int("max_steps", max_steps)
+        if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
+            raise ValueError(f"max_grad_norm must be a positive finite number or None, got {max_grad_norm}")
+
+        self.device = resolve_device(device)
+        self.precision = resolve_precision(precision, self.device)
+        # The model must be on its device before a factory builds the optimizer, or the
+        # optimizer's state would be created for the wrong tensors.
+        self.model = model.to(self.device)
+        if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = optimizer(self.model.parameters())
+        self.optimizers: list[torch.optim.Optimizer] = (
+            list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+        )
+        self.loss_fn = loss_fn
+        self.train_loader = train_loader
+        self.eval_loader = eval_loader
+        self.grad_accum = grad_accum
+        self.max_grad_norm = max_grad_norm
+        self.epochs = epochs
+        self.max_steps = max_steps
+        self.predict_fn = predict_fn
+        self.metric = metric
+        self.seed = seed
+        self.skip_nonfinite_steps = skip_nonfinite_steps
+        self.callbacks = list(callbacks)
+        self.run_info = dict(run_info or {})
+        self._check_parameter_dtypes()
+
+        # enabled=False makes the scaler a no-op: scale() returns the loss, step() just steps.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.grad_scaler, **(scaler_kwargs or {}))
+        self.total_steps = self._planned_steps()
+        self.lr_schedulers = self._build_schedulers(lr_scheduler)
+        self.state = TrainState()
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The (first) optimizer."""
+        return self.optimizers[0]
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        """Every parameter the optimizers update (what clipping and the norm see)."""
+        return [p for opt in self.optimizers for group in opt.param_groups for p in group["params"]]
+
+    def autocast(self):
+        """The autocast context for this run's precision (a no-op for fp32/tf32)."""
+        dtype = self.precision.autocast_dtype or torch.float32
+        return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision.autocast_enabled)
+
+    # ------------------------------------------------------------------ training
+    def fit(self) -> RunResult:
+        """Train for the budget, evaluating after every epoch; returns the run's RunResult."""
+        configure_matmul(self.precision, self.device)
+        if self.seed is not None:
+            torch.manual_seed(self.seed)
+        for cb in self.callbacks:
+            cb.on_train_begin(self)
+
+        state = self.state
+        stopped_early: str | None = None
+        clock = Stopwatch(self.device)
+        memory = PeakMemory(self.device)
+        # Running sums stay on the device: reading them every micro-step would stall
+        # the GPU queue (a host sync). They are read once, at the end.
+        tokens_seen = torch.zeros((), dtype=torch.int64, device=self.device)
+        # The scale before this step's update(): a lower scale after update() means the
+        # scaler found inf/NaN and skipped the step (the only signal that also holds for
+        # fused optimizers, whose step() is always called).
+        prev_scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+
+        memory.start()
+        try:
+            while state.epoch < self.epochs and not self._budget_spent():
+                self.model.train()
+                n_batches = _len_or_none(self.train_loader)
+                window_start = state.batch_in_epoch  # a resumed epoch restarts at a window boundary
+                window_loss = torch.zeros((), device=self.device)
+                with clock:
+                    for batch_index, batch in enumerate(self._epoch_batches(state.epoch)):
+                        if batch_index < state.batch_in_epoch:
+                            continue  # resuming: these micro-batches were trained before the stop
+                        # Divide by the window's true size so a short last window still
+                        # averages (and k micro-batches equal one k-times-larger batch).
+                        window = self._window_size(window_start, n_batches)
+                        inputs, labels = self._split(batch)
+                        with self.autocast():
+                            outputs = self._forward(inputs)
+                            loss = self.loss_fn(outputs, labels) / window
+                        # backward outside autocast: its ops take the forward's dtypes.
+                        self.scaler.scale(loss).backward()
+                        window_loss += loss.detach()
+                        state.samples += _batch_size(labels)
+                        if isinstance(inputs, Mapping) and "attention_mask" in inputs:
+                            tokens_seen += inputs["attention_mask"].sum()
+                        state.batch_in_epoch = batch_index + 1
+
+                        # (batch_index + 1): the window closes *after* its last micro-batch,
+                        # not at batch 0 as `batch_index % accum == 0` would have it.
+                        end_of_window = (batch_index + 1) % self.grad_accum == 0 or batch_index + 1 == n_batches
+                        if not end_of_window:
+                            continue
+                        info, prev_scale = self._optimizer_step(window_loss, prev_scale)
+                        window_start = batch_index + 1
+                        window_loss = torch.zeros((), device=self.device)
+                        for cb in self.callbacks:
+                            cb.on_step_end(self, info)
+                        if self._budget_spent():
+                            break
+                epoch_done = n_batches is None or state.batch_in_epoch >= n_batches
+                if epoch_done:
+                    state.epoch += 1
+                    state.batch_in_epoch = 0
+                metrics = self._evaluate_epoch(state.epoch if epoch_done else state.epoch + 1)
+                for cb in self.callbacks:
+                    cb.on_epoch_end(self, metrics)
+        except StopTraining as stop:
+            stopped_early = str(stop) or "stopped by a callback"
+            logger.warning("training stopped early: %s", stopped_early)
+        finally:
+            memory.stop()
+            state.train_time_s += clock.elapsed_s
+        state.tokens += int(tokens_seen.item())
+
+        result = self._result(memory, stopped_early)
+        for cb in self.callbacks:
+            cb.on_train_end(self, result)
+        return result
+
+    def _optimizer_step(self, window_loss: torch.Tensor, prev_scale: float | None) -> tuple[StepInfo, float | None]:
+        """Close an accumulation window: unscale, clip, step, update. Returns (info, scale)."""
+        state = self.state
+        for cb in self.callbacks:
+            cb.on_before_optimizer_step(self)
+        lr = self.optimizer.param_groups[0]["lr"]
+
+        # Unscale first: from here on .grad holds real gradient values, so the norm and
+        # the clipping threshold mean what they say. unscale_ also records inf/NaN.
+        for opt in self.optimizers:
+            self.scaler.unscale_(opt)
+        grad_norm = self._clip_gradients()
+
+        if self.scaler.is_enabled():
+            for opt in self.optimizers:
+                self.scaler.step(opt)  # skipped internally if this optimizer saw inf/NaN
+            self.scaler.update()  # once per iteration, however many optimizers
+            new_scale = self.scaler.get_scale()  # host sync, once per optimizer step
+            skipped = new_scale < prev_scale
+        else:
+            new_scale = None
+            # One sync per optimizer step; without it a single NaN would poison the weights.
+            skipped = self.skip_nonfinite_steps and not bool(torch.isfinite(grad_norm))
+            if not skipped:
+                for opt in self.optimizers:
+                    opt.step()
+
+        # A skipped step must not advance the schedule, or the LR runs ahead of the
+        # weights (torch warns about this; Accelerate gets it wrong for fused optimizers).
+        if not skipped:
+            for sched in self.lr_schedulers:
+                sched.step()
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+
+        state.step += 1
+        state.skipped_steps += int(skipped)
+        state.consecutive_skips = state.consecutive_skips + 1 if skipped else 0
+        hist = state.history
+        hist["step"].append(state.step)
+        hist["loss"].append(window_loss)  # tensors until the end of fit: no sync here
+        hist["lr"].append(lr)
+        hist["grad_norm"].append(grad_norm.detach())
+        hist["loss_scale"].append(new_scale)
+        hist["skipped"].append(bool(skipped))
+        info = StepInfo(state.step, state.epoch, window_loss, grad_norm, lr, new_scale, bool(skipped))
+        return info, new_scale
+
+    def _clip_gradients(self) -> torch.Tensor:
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.device)
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.max_grad_norm, norm)
+        return norm
+
+    # ---------------------------------------------------------------- evaluation
+    @torch.inference_mode()
+    def evaluate(self, loader=None) -> dict[str, float]:
+        """Mean loss (and the metric, with ``predict_fn``) over ``loader``, under autocast.
+
+        Usage: ``trainer.evaluate()["accuracy"]``
+        """
+        loader = self.eval_loader if loader is None else loader
+        if loader is None:
+            return {}
+        was_training = self.model.training
+        self.model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = 0
+        predictions, references = [], []
+        try:
+            for batch in loader:
+                inputs, labels = self._split(batch)
+                with self.autocast():
+                    outputs = self._forward(inputs)
+                    loss = self.loss_fn(outputs, labels)
+                n = _batch_size(labels)
+                loss_sum += loss.double() * n
+                count += n
+                if self.predict_fn is not None:
+                    predictions.append(self.predict_fn(outputs).detach())
+                    references.append(labels.detach())
+        finally:
+            self.model.train(was_training)
+        metrics = {"loss": float(loss_sum.item() / max(count, 1))}
+        if predictions:
+            preds = torch.cat(predictions).reshape(-1).long().cpu()
+            refs = torch.cat(references).reshape(-1).long().cpu()
+            if self.metric is not None:
+                metrics.update(self.metric.compute(predictions=preds.tolist(), references=refs.tolist()))
+            else:
+                metrics["accuracy"] = float((preds == refs).double().mean())
+        return metrics
+
+    @torch.inference_mode()
+    def predict(self, loader) -> torch.Tensor:
+        """Model outputs for every batch of ``loader``, computed under autocast, returned fp32 on CPU."""
+        was_training = self.model.training
+        self.model.eval()
+        outs = []
+        try:
+            for batch in loader:
+                inputs, _ = self._split(batch)
+                with self.autocast():
+                    outputs = self._forward(inputs)
+                outs.append(outputs.float().cpu())
+        finally:
+            self.model.train(was_training)
+        return torch.cat(outs) if outs else torch.empty(0)
+
+    def _evaluate_epoch(self, epoch: int) -> dict[str, float]:
+        if self.eval_loader is None:
+            return {}
+        metrics = self.evaluate()
+        self.state.eval_history.append({"epoch": epoch, "step": self.state.step, **metrics})
+        return metrics
+
+    # ------------------------------------------------------------------- helpers
+    def _epoch_batches(self, epoch: int):
+        # Samplers with set_epoch (distributed, length-grouped) reshuffle per epoch from
+        # (seed, epoch): the order is reproducible, which resuming relies on.
+        for obj in (getattr(self.train_loader, "sampler", None), getattr(self.train_loader, "batch_sampler", None)):
+            if hasattr(obj, "set_epoch"):
+                obj.set_epoch(epoch)
+        return iter(self.train_loader)
+
+    def _split(self, batch):
+        """(inputs, labels) on the device. Copies are non-blocking: pinned memory overlaps them."""
+        if isinstance(batch, Mapping):
+            batch = {k: _to(v, self.device) for k, v in batch.items()}
+            labels = batch.pop("labels")
+            return batch, labels
+        if isinstance(batch, (list, tuple)) and len(batch) == 2:
+            return _to(batch[0], self.device), _to(batch[1], self.device)
+        raise TypeError(
+            "a batch must be a mapping with a 'labels' key or an (inputs, labels) pair, "
+            f"got {type(batch).__name__}"
+        )
+
+    def _forward(self, inputs):
+        return self.model(**inputs) if isinstance(inputs, Mapping) else self.model(inputs)
+
+    def _window_size(self, window_start: int, n_batches: int | None) -> int:
+        if n_batches is None:
+            return self.grad_accum
+        return min(self.grad_accum, n_batches - window_start)
+
+    def _budget_spent(self) -> bool:
+        return self.max_steps is not None and self.state.step >= self.max_steps
+
+    def _planned_steps(self) -> int | None:
+        n_batches = _len_or_none(self.train_loader)
+        if n_batches is None:
+            return self.max_steps
+        per_epoch = math.ceil(n_batches / self.grad_accum)
+        total = per_epoch * self.epochs
+        return min(total, self.max_steps) if self.max_steps is not None else total
+
+    def _build_schedulers(self, lr_scheduler) -> list:
+        if lr_scheduler is None:
+            return []
+        if isinstance(lr_scheduler, (list, tuple)):
+            return list(lr_scheduler)
+        if callable(lr_scheduler) and not hasattr(lr_scheduler, "step"):
+            if self.total_steps is None:
+                raise ValueError("a scheduler factory needs a sized train_loader or max_steps")
+            return [lr_scheduler(opt, self.total_steps) for opt in self.optimizers]
+        return [lr_scheduler]
+
+    def _check_parameter_dtypes(self) -> None:
+        # GradScaler refuses to unscale fp16 gradients ("Attempting to unscale FP16
+        # gradients") — but only at the first step. Say so now, with the fix.
+        if not self.precision.grad_scaler:
+            return
+        half = sorted({str(p.dtype).removeprefix("torch.") for p in self.params if p.dtype in (torch.float16, torch.bfloat16)})
+        if half:
+            raise UsageError(
+                f"precision {self.precision.name} with a GradScaler needs fp32 master weights, but the model has "
+                f"{'/'.join(half)} parameters; load it in float32 (e.g. model.float() or torch_dtype=torch.float32) "
+                "and let autocast run the half-precision math"
+            )
+
+    def _result(self, memory: PeakMemory, stopped_early: str | None) -> RunResult:
+        state = self.state
+        hist = state.history
+        if hist["loss"] and isinstance(hist["loss"][0], torch.Tensor):
+            # One transfer for the whole history instead of one sync per step.
+            hist["loss"] = torch.stack([t.float() for t in hist["loss"]]).tolist()
+            hist["grad_norm"] = torch.stack([t.float() for t in hist["grad_norm"]]).tolist()
+        final_eval = dict(state.eval_history[-1]) if state.eval_history else {}
+        for key in ("epoch", "step"):
+            final_eval.pop(key, None)
+        time_s = state.train_time_s
+        return RunResult(
+            precision=self.precision.name,
+            autocast_dtype=self.precision.autocast_dtype_name,
+            grad_scaler=self.precision.grad_scaler,
+            device=self.device.type,
+            device_name=device_name(self.device),
+            steps=state.step,
+            skipped_steps=state.skipped_steps,
+            final_loss_scale=self.scaler.get_scale() if self.scaler.is_enabled() else None,
+            train_time_s=time_s,
+            train_samples_per_s=state.samples / time_s if time_s > 0 else 0.0,
+            train_tokens_per_s=(state.tokens / time_s if time_s > 0 and state.tokens else None),
+            peak_memory_bytes=memory.peak_bytes,
+            peak_memory_kind=memory.kind,
+            eval=final_eval,
+            eval_history=list(state.eval_history),
+            history=hist,
+            seed=self.seed,
+            model=self.run_info.get("model"),
+            dataset=self.run_info.get("dataset"),
+            config=dict(self.run_info.get("config", {})),
+            stopped_early=stopped_early,
+        )
+
+
+def _to(value, device: torch.device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    return value
+
+
+def _batch_size(labels) -> int:
+    return int(labels.shape[0]) if isinstance(labels, torch.Tensor) and labels.dim() > 0 else 1
+
+
+def _len_or_none(loader) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+

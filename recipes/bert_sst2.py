@@ -1,0 +1,144 @@
+"""bert-sst2: the classic BERT sentence classifier fine-tuned on SST-2 sentiment.
+
+Model: BERT encoder (``AutoModel``) -> dropout 0.1 -> Linear(hidden_size, 1) -> sigmoid,
+trained with binary cross-entropy and AdamW (lr 2e-5, linear warm-up then decay).
+
+Features: offline-first model and data (hub, cache, --data-dir, or the shipped MiniLM
+BERT and mixft's generated sentiment set), length-grouped dynamic padding (multiples
+of 8 under mixed precision), accuracy through a shipped `evaluate` metric.
+
+Raises UsageError (before any training) for missing/malformed data or a bad model path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mixft.config import RunConfig
+from mixft.data.text import make_loader, tokenize_rows
+from mixft.log import logger
+from mixft.metrics import load_metric
+from mixft.models import BertClassifier, logits_to_labels
+from mixft.precision import Precision
+from mixft.recipe import TrainerParts
+
+NAME = "bert-sst2"
+# The default budget finishes in a few minutes on a 2-core CPU (see README).
+DEFAULTS = {
+    "model": "bert-base-uncased",
+    "epochs": 2,
+    "batch_size": 32,
+    "lr": 2e-5,
+    "max_grad_norm": 1.0,
+    "max_length": 128,
+    "max_train_samples": 2000,
+    "max_eval_samples": 872,
+}
+WARMUP_FRACTION = 0.1
+WEIGHT_DECAY = 0.01
+
+
+@dataclass
+class Prepared:
+    model_path: str
+    model_description: str
+    dataset_description: str
+    tokenizer: object
+    train_examples: list
+    eval_examples: list
+    notices: list
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """Resolve model and data, read and tokenise everything once, before any training."""
+    from transformers import AutoTokenizer
+
+    from mixft.data.sources import load_sentiment_data
+    from mixft.hub import resolve_model
+
+    resolved = resolve_model(cfg.model)
+    data = load_sentiment_data(
+        cfg.data_dir,
+        seed=cfg.seeds[0],
+        generated_train_size=cfg.max_train_samples,
+        generated_eval_size=cfg.max_eval_samples,
+    )
+    train_rows = data.train[: cfg.max_train_samples]
+    eval_rows = data.eval[: cfg.max_eval_samples]
+    tokenizer = AutoTokenizer.from_pretrained(resolved.path)
+    notices = [n for n in (resolved.notice, data.notice) if n]
+    return Prepared(
+        model_path=resolved.path,
+        model_description=resolved.description,
+        dataset_description=f"{data.name} ({len(train_rows)} train / {len(eval_rows)} eval)",
+        tokenizer=tokenizer,
+        train_examples=tokenize_rows(train_rows, tokenizer, cfg.max_length),
+        eval_examples=tokenize_rows(eval_rows, tokenizer, cfg.max_length),
+        notices=notices,
+    )
+
+
+def build_model(model_path: str, seed: int) -> BertClassifier:
+    """The README's classifier on the resolved encoder; the head's init depends on ``seed`` only."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar
+    encoder = AutoModel.from_pretrained(model_path, dtype=torch.float32)  # fp32 master weights
+    torch.manual_seed(seed)
+    return BertClassifier(encoder, dropout=0.1)
+
+
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    # Not sigmoid + BCELoss: autocast refuses that pair because in fp16 the sigmoid
+    # saturates to exactly 0 or 1 and BCELoss then takes log(0). BCEWithLogitsLoss fuses
+    # the two into a stable log-sum-exp and autocast runs it in fp32. Same maths.
+    return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
+def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
+    from transformers import get_linear_schedule_with_warmup
+
+    model = build_model(prepared.model_path, seed)
+    pad8 = 8 if precision.autocast_enabled else None  # tensor cores want multiples of 8
+    pin = device.type == "cuda"
+    train_loader = make_loader(
+        prepared.train_examples, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
+        pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
+    )
+    eval_loader = make_loader(
+        prepared.eval_examples, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
+        pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
+    )
+
+    def optimizer(params):
+        # fused AdamW where the device has it (CUDA, and CPU in recent torch); the
+        # trainer's skipped-step detection does not depend on optimizer.step() internals.
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=WEIGHT_DECAY, fused=_fused_ok(device))
+
+    def scheduler(opt, total_steps):
+        return get_linear_schedule_with_warmup(opt, int(WARMUP_FRACTION * total_steps), total_steps)
+
+    logger.debug("bert-sst2: %d train / %d eval examples", len(prepared.train_examples), len(prepared.eval_examples))
+    return TrainerParts(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=loss_fn,
+        train_loader=train_loader,
+        eval_loader=eval_loader,
+        lr_scheduler=scheduler,
+        predict_fn=logits_to_labels,
+        metric=load_metric("accuracy"),
+        run_info={"model": prepared.model_description, "dataset": prepared.dataset_description},
+    )
+
+
+def _fused_ok(device: torch.device) -> bool:
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+        return True
+    except (RuntimeError, ValueError):
+        return False

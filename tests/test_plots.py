@@ -1,0 +1,104 @@
+"""mixft.plots: which charts are written, that they are real PNGs, and that writes are atomic."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+from mixft import plots
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results_compare.json"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ALL = ["loss.png", "loss_scale.png", "eval_accuracy.png", "time_memory.png"]
+
+
+@pytest.fixture(scope="module")
+def base_doc() -> dict:
+    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture()
+def doc(base_doc) -> dict:
+    return copy.deepcopy(base_doc)
+
+
+@pytest.fixture(scope="module")
+def written(base_doc, tmp_path_factory) -> list[Path]:
+    return plots.write_plots(base_doc, tmp_path_factory.mktemp("plots"))
+
+
+def test_uses_agg_backend():
+    assert matplotlib.get_backend().lower() == "agg"
+
+
+def test_writes_four_valid_pngs(written):
+    assert [p.name for p in written] == ALL
+    import matplotlib.image as mpimg
+
+    for p in written:
+        data = p.read_bytes()
+        assert data[:8] == PNG_SIGNATURE, p
+        img = mpimg.imread(p)
+        h, w = img.shape[:2]
+        assert w >= 400 and h >= 250, (p.name, w, h)
+        assert img.std() > 0.01  # not a blank canvas
+    assert not [q for q in written[0].parent.iterdir() if q.name.endswith(".tmp")]
+
+
+def test_figures_are_closed(written):
+    import matplotlib.pyplot as plt
+
+    assert plt.get_fignums() == []
+
+
+def test_planned_plots_matches_data(doc):
+    assert plots.planned_plots(doc) == ALL
+    no_scaler = {**doc, "runs": [r for r in doc["runs"] if not r["grad_scaler"]]}
+    assert plots.planned_plots(no_scaler) == ["loss.png", "eval_accuracy.png", "time_memory.png"]
+    for r in doc["runs"]:
+        r["history"] = {}
+        r["eval_history"] = []
+    assert plots.planned_plots(doc) == ["time_memory.png"]
+    assert plots.planned_plots({"runs": []}) == []
+
+
+def test_missing_data_skips_charts_and_tolerates_nulls(doc, tmp_path):
+    # No GradScaler runs, no eval history, all memory unknown, a NaN-turned-null loss.
+    doc["runs"] = [r for r in doc["runs"] if not r["grad_scaler"]]
+    for r in doc["runs"]:
+        r["eval_history"] = []
+        r["peak_memory_bytes"] = None
+    doc["runs"][0]["history"]["loss"][3] = None
+    out = plots.write_plots(doc, tmp_path)
+    assert [p.name for p in out] == ["loss.png", "time_memory.png"]
+    for p in out:
+        assert p.read_bytes()[:8] == PNG_SIGNATURE
+    assert not (tmp_path / "loss_scale.png").exists()
+
+
+def test_single_seed_and_no_baseline(doc, tmp_path):
+    doc["runs"] = [r for r in doc["runs"] if r["seed"] == 0 and r["precision"] != "fp32"]
+    out = plots.write_plots(doc, tmp_path)
+    assert [p.name for p in out] == ALL
+
+
+def test_failed_save_keeps_old_file(doc, tmp_path, monkeypatch):
+    target = tmp_path / "loss.png"
+    target.write_bytes(b"old")
+
+    def boom(self, *a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", boom)
+    monkeypatch.setattr(plots, "planned_plots", lambda d: ["loss.png"])
+    with pytest.raises(RuntimeError):
+        plots.write_plots(doc, tmp_path)
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["loss.png"]
+    import matplotlib.pyplot as plt
+
+    assert plt.get_fignums() == []
