@@ -1,3 +1,86 @@
 """mixft: fine-tune Hugging Face models with automatic mixed precision, in a loop you can read."""
 
 __version__ = "0.1.0"
+
+# Public API, imported on first use (PEP 562): ``import mixft`` stays light (no torch,
+# no transformers) and the pure-Python data modules stay importable on their own.
+#
+# Usage::
+#
+#     import mixft
+#     trainer = mixft.Trainer(model, optimizer, loss_fn, train_loader, precision="amp")
+#     results = mixft.run(mixft.RunConfig(precisions=["fp32", "bf16"], max_train_samples=500))
+#     mixft.results_frame(results)
+_EXPORTS = {
+    # the loop
+    "Trainer": "mixft.trainer",
+    "Callback": "mixft.trainer",
+    "StepInfo": "mixft.trainer",
+    "StopTraining": "mixft.trainer",
+    # results
+    "RunResult": "mixft.results",
+    "results_frame": "mixft.results",
+    "compare_frame": "mixft.results",
+    "write_results": "mixft.results",
+    "results_document": "mixft.results",
+    # running recipes
+    "RunConfig": "mixft.config",
+    "run": "mixft.run",
+    # precision policy
+    "Precision": "mixft.precision",
+    "resolve_precision": "mixft.precision",
+    "resolve_device": "mixft.precision",
+    # models, data, metrics
+    "BertClassifier": "mixft.models",
+    "logits_to_labels": "mixft.models",
+    "resolve_model": "mixft.hub",
+    "load_sentiment_data": "mixft.data.sources",
+    "load_metric": "mixft.metrics",
+    # reports
+    "summarize": "mixft.report",
+    "render_markdown": "mixft.report",
+    "write_report": "mixft.report",
+    "write_plots": "mixft.plots",
+    # errors
+    "UsageError": "mixft.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'mixft' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # cache: later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _keep_exported_functions() -> None:
+    # `mixft.run` is both a submodule and the exported function run(cfg). Importing the
+    # submodule (`from mixft.run import RunObserver`, or the CLI doing so) makes Python
+    # bind it over the package attribute, after which `mixft.run(cfg)` would be a module.
+    # Refuse that one binding; `sys.modules["mixft.run"]` and `from mixft.run import ...`
+    # are unaffected.
+    import sys
+    import types
+
+    clashing = {"run"}
+
+    class _Package(types.ModuleType):
+        def __setattr__(self, name, value):
+            if name in clashing and isinstance(value, types.ModuleType):
+                return
+            super().__setattr__(name, value)
+
+    sys.modules[__name__].__class__ = _Package
+
+
+_keep_exported_functions()

@@ -1,6 +1,10 @@
 """``scripts/finetune.py``: parse -> validate -> run. The logic lives in the library.
 
 Every bad input ends with one line on stderr and exit code 2, before any work starts.
+
+Exit codes: 0 done; 2 bad input (nothing written); 3 a run collapsed (results and the
+last good checkpoint kept, diagnosis on stderr); 130 / 143 stopped by SIGINT / SIGTERM
+(checkpoint saved: rerun with --resume). See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -8,20 +12,31 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .config import RunConfig
 from .errors import UsageError
+from .faults import is_collapse
+from .interrupt import SignalHandler, StopOnSignal
 from .log import logger
 from .precision import DEVICE_CHOICES, PRECISIONS, amp_precision_names, resolve_device
 from .registry import RECIPES
 from .trainer import Callback, StepInfo
 
 PROG = "finetune.py"
+EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # argparse takes "-2e-5" for an option ("--lr: expected one argument"); it is a
+        # (negative, so refused) number. Its own pattern misses exponents.
+        self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
     # argparse prints the whole usage block before its error; the contract is one line.
     def error(self, message: str):
         raise UsageError(message)
@@ -54,6 +69,26 @@ def _non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a probability between 0 and 1, got {text!r}") from None
+    if not 0 <= value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a probability between 0 and 1, got {text!r}")
     return value
 
 
@@ -94,6 +129,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=list(DEVICE_CHOICES), default="auto")
     p.add_argument("--output-dir", default="outputs/run")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR's checkpoint")
+    rel = p.add_argument_group("reliability (docs/reliability.md)")
+    rel.add_argument("--checkpoint-every", type=_non_negative_int, default=20, metavar="N",
+                     help="save OUTPUT_DIR/checkpoint.pt every N optimizer steps and at epoch ends (0: epoch ends only)")
+    rel.add_argument("--inject-nonfinite", type=_probability, default=0.0, metavar="RATE",
+                     help="diagnostic: put an inf into one gradient element at this fraction of optimizer steps")
+    rel.add_argument("--no-collapse-check", action="store_true",
+                     help="do not stop (exit code 3) when the loss scale, skipped steps or loss show a collapse")
+    rel.add_argument("--min-loss-scale", type=_non_negative_float, default=1.0, metavar="F",
+                     help="collapse when the fp16 loss scale falls below F (default 1)")
+    rel.add_argument("--max-consecutive-skips", type=_positive_int, default=10, metavar="N",
+                     help="collapse after N skipped optimizer steps in a row (default 10)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -132,6 +178,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         device=args.device,
         output_dir=args.output_dir,
         resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        inject_nonfinite=args.inject_nonfinite,
+        detect_collapse=not args.no_collapse_check,
+        min_loss_scale=args.min_loss_scale,
+        max_consecutive_skips=args.max_consecutive_skips,
         num_workers=args.num_workers,
     )
 
@@ -147,7 +198,7 @@ class ProgressBar(Callback):
         if self.enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=trainer.total_steps, desc=self.label, unit="step", file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=self.label, unit="step", file=sys.stderr, dynamic_ncols=True)
 
     def on_step_end(self, trainer, info: StepInfo) -> None:
         if self.bar is None:
@@ -196,17 +247,36 @@ def print_result(result) -> None:
 class ConsoleObserver:
     """Prints the run summary, a progress bar per run, and one result line per run."""
 
-    def __init__(self, progress: bool = True):
-        self.progress = progress
+    def __init__(self, progress: bool = True, signals: SignalHandler | None = None):
+        from .distributed import is_main_process
+
+        self.signals = signals  # Ctrl-C / SIGTERM: stop at the next step, save, exit 130 / 143
+        self.stoppers: list[StopOnSignal] = []
+
+        self.main = is_main_process()  # under data parallelism only rank 0 talks
+        self.progress = progress and self.main
         self.n_seeds = 1
 
     def on_plan(self, cfg, device, precisions, run_info) -> None:
         self.n_seeds = len(cfg.seeds)
-        print_plan(cfg, device, precisions, run_info)
+        if self.main:
+            from .distributed import world_size
+
+            print_plan(cfg, device, precisions, run_info)
+            if world_size() > 1:
+                print(f"  parallel   {world_size()} processes (DistributedDataParallel), "
+                      f"global batch {cfg.batch_size * cfg.grad_accum * world_size()}", flush=True)
 
     def callbacks(self, precision, seed):
         label = precision.name + (f" seed {seed}" if self.n_seeds > 1 else "")
-        return [ProgressBar(label, enabled=self.progress), _ResultPrinter()]
+        callbacks = [ProgressBar(label, enabled=self.progress)] + ([_ResultPrinter()] if self.main else [])
+        if self.signals is not None:
+            self.stoppers.append(StopOnSignal(self.signals))
+            callbacks.append(self.stoppers[-1])
+        return callbacks
+
+    def stop_requested(self) -> bool:
+        return self.signals is not None and self.signals.signum is not None
 
 
 class _ResultPrinter(Callback):
@@ -217,28 +287,63 @@ class _ResultPrinter(Callback):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of scripts/finetune.py. Returns the exit code (2 for bad input)."""
     _setup_logging()
+    full_cfg = None
     try:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
         from .run import plan, run
 
         _, full_cfg, _, _ = plan(cfg)  # every cheap check, before any work
-        results = run(cfg, ConsoleObserver(progress=not args.no_progress))
+        with SignalHandler() as signals:
+            observer = ConsoleObserver(progress=not args.no_progress, signals=signals)
+            results = run(cfg, observer)
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    if len(results) > 1:
-        print(f"comparison report: {full_cfg.output_dir}/report.md")
-    print(f"results: {full_cfg.output_dir}/results.json")
+    except KeyboardInterrupt as e:  # a second Ctrl-C, or one outside training
+        out = Path(full_cfg.output_dir) if full_cfg is not None else None
+        if out is not None and any(out.glob("checkpoint*.pt")):
+            print(f"{PROG}: interrupted; rerun the same command with --resume to continue from the last checkpoint "
+                  f"in {out}", file=sys.stderr)
+        else:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
+    if signals.signum is not None:
+        saved = next((s.checkpoint for s in reversed(observer.stoppers) if s.checkpoint), None)
+        where = f"checkpoint saved to {saved}" if saved else f"results so far in {full_cfg.output_dir}"
+        print(f"{PROG}: interrupted ({signals.signal_name}); {where}; rerun the same command with --resume to continue",
+              file=sys.stderr)
+        return signals.exit_code
+    collapsed = [r.precision + (f" seed {r.seed}" if len(full_cfg.seeds) > 1 else "")
+                 for r in results if is_collapse(r.stopped_early)]
+    if collapsed:  # the diagnosis itself was logged above, when the run stopped
+        print(f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
+              f"{full_cfg.output_dir}/results.json; any checkpoint from before the collapse is kept", file=sys.stderr)
+        return EXIT_COLLAPSE
+    from .distributed import is_main_process
+
+    if is_main_process():
+        if len(results) > 1:
+            print(f"comparison report: {full_cfg.output_dir}/report.md")
+        print(f"results: {full_cfg.output_dir}/results.json")
     return 0
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is *now* (tests and notebooks swap it)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
 def _setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    if not any(isinstance(h, logging.StreamHandler) and h.stream is sys.stderr for h in logger.handlers):
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)

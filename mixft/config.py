@@ -35,6 +35,12 @@ class RunConfig:
     resume: bool = False
     num_workers: int = 0  # DataLoader workers; 0 keeps tokenised data in this process
     extra: dict[str, Any] = field(default_factory=dict)  # recipe-specific options
+    # Reliability (docs/reliability.md): checkpoints, fault injection, collapse detection.
+    checkpoint_every: int = 20  # optimizer steps between checkpoints; 0: only at epoch ends
+    inject_nonfinite: float = 0.0  # diagnostic: probability an optimizer step gets an inf gradient
+    detect_collapse: bool = True  # stop (with a diagnosis) a run that can no longer learn
+    min_loss_scale: float = 1.0  # collapsed when the GradScaler's scale falls below this
+    max_consecutive_skips: int = 10  # collapsed after this many skipped optimizer steps in a row
 
     def with_defaults(self, defaults: dict[str, Any]) -> "RunConfig":
         """A copy where every None field takes the recipe's default; unknown keys are a bug."""
@@ -68,6 +74,13 @@ class RunConfig:
             raise UsageError(f"--compare lists a precision twice: {','.join(self.precisions)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds must list distinct integers, got {self.seeds}")
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
+            raise UsageError(f"--checkpoint-every must be an integer >= 0 (0: epoch ends only), got {self.checkpoint_every!r}")
+        if not (isinstance(self.inject_nonfinite, (int, float)) and 0 <= self.inject_nonfinite <= 1):
+            raise UsageError(f"--inject-nonfinite must be a probability between 0 and 1, got {self.inject_nonfinite!r}")
+        if not (isinstance(self.min_loss_scale, (int, float)) and math.isfinite(self.min_loss_scale) and self.min_loss_scale >= 0):
+            raise UsageError(f"--min-loss-scale must be a finite number >= 0, got {self.min_loss_scale!r}")
+        _positive_int("--max-consecutive-skips", self.max_consecutive_skips)
         if self.num_workers < 0:
             raise UsageError(f"--num-workers must be >= 0, got {self.num_workers}")
         out = Path(self.output_dir)

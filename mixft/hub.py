@@ -292,5 +292,5 @@ def resolve_model(name_or_path: str, *, hub_timeout: float = 3.0) -> ResolvedMod
         f"notice: {why} and '{requested}' is not in the local cache; using the pretrained BERT shipped in "
         f"{SHIPPED_PACKAGE} ({_SHIPPED_ARCH}, bert-base-uncased vocabulary)"
     )
-    logger.info(notice)
+    logger.debug(notice)  # returned to the caller, who decides when the user sees it
     return _shipped(requested, notice)

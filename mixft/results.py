@@ -104,3 +104,68 @@ def write_results(path: str | Path, runs: list[RunResult | dict]) -> Path:
     path = Path(path)
     write_json(path, results_document(runs))
     return path
+
+
+#: Columns of :func:`results_frame`, in order.
+RESULTS_FRAME_COLUMNS = (
+    "precision", "seed", "accuracy", "eval_loss", "train_time_s", "train_samples_per_s",
+    "peak_memory_mib", "peak_memory_kind", "steps", "skipped_steps", "final_loss_scale",
+    "device", "model", "dataset",
+)
+
+
+def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is imported lazily)
+    """Several runs as a pandas DataFrame, one row per run (columns: ``RESULTS_FRAME_COLUMNS``).
+
+    ``results``: RunResults, ``results.json`` run dicts, or a whole results document
+    (``{"runs": [...]}``). Values are the runs' own; nothing is aggregated (see
+    :func:`compare_frame` for one row per precision with speedups).
+
+    Usage: ``results_frame([fp32_result, bf16_result]).set_index("precision")``
+    """
+    import pandas as pd
+
+    from .report import run_accuracy
+
+    if isinstance(results, dict):
+        results = results.get("runs") or []
+    rows = []
+    for run in results:
+        run = run.to_dict() if isinstance(run, RunResult) else dict(run)
+        mem = run.get("peak_memory_bytes")
+        rows.append(
+            {
+                "precision": run.get("precision"),
+                "seed": run.get("seed"),
+                "accuracy": run_accuracy(run),
+                "eval_loss": (run.get("eval") or {}).get("loss"),
+                "train_time_s": run.get("train_time_s"),
+                "train_samples_per_s": run.get("train_samples_per_s"),
+                "peak_memory_mib": mem / 2**20 if mem is not None else None,
+                "peak_memory_kind": run.get("peak_memory_kind"),
+                "steps": run.get("steps"),
+                "skipped_steps": run.get("skipped_steps"),
+                "final_loss_scale": run.get("final_loss_scale"),
+                "device": run.get("device_name") or run.get("device"),
+                "model": run.get("model"),
+                "dataset": run.get("dataset"),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(RESULTS_FRAME_COLUMNS))
+
+
+def compare_frame(results, baseline: str = "fp32") -> "pandas.DataFrame":  # noqa: F821
+    """One row per precision, aggregated over seeds, with Δaccuracy, speedup and memory ratio
+    against ``baseline`` (the rows of :func:`mixft.report.summarize`), indexed by precision.
+
+    Usage: ``compare_frame(results)[["accuracy_mean", "speedup", "memory_ratio"]]``
+    """
+    import pandas as pd
+
+    from .report import summarize
+
+    doc = results if isinstance(results, dict) else results_document(list(results))
+    rows = summarize(doc, baseline)
+    if not rows:
+        return pd.DataFrame(index=pd.Index([], name="precision"))
+    return pd.DataFrame(rows).set_index("precision")

@@ -12,8 +12,13 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
+from . import distributed
+from .checkpoint import Checkpointer, checkpoint_name, finished_runs, resume, resume_plan, run_meta
 from .config import RunConfig
 from .errors import UsageError
+from .faults import CollapseDetector, InjectNonFinite
 from .log import logger
 from .precision import Precision, precision_notice, resolve_device, resolve_precision
 from .registry import get_recipe
@@ -32,17 +37,26 @@ class RunObserver:
         """Trainer callbacks for one (precision, seed) run."""
         return ()
 
+    def stop_requested(self) -> bool:
+        """True to end the whole run after the current (precision, seed) run (e.g. Ctrl-C)."""
+        return False
+
 
 def plan(cfg: RunConfig):
     """Validate everything cheap before any work: (recipe, cfg with defaults, device, precisions)."""
     recipe = get_recipe(cfg.recipe)
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
     device = resolve_device(cfg.device)
+    if distributed.init_from_env() and device.type == "cuda":
+        device = torch.device(distributed.local_device("cuda"))  # one GPU per rank
     precisions = [resolve_precision(name, device) for name in cfg.precisions]
     names = [p.name for p in precisions]
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
-    check_writable(Path(cfg.output_dir))
+    if distributed.is_main_process():
+        check_writable(Path(cfg.output_dir))
+    if cfg.resume:
+        resume_plan(cfg, names)  # checkpoints intact and from these options, or UsageError
     return recipe, cfg, device, precisions
 
 
@@ -54,18 +68,30 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
         notice = precision_notice(precision, device)
         if notice:
             logger.warning(notice)
-    # Data and model errors surface here, still before training; resolution logs its
-    # own one-line notices (offline fallbacks).
+    # Data and model errors surface here, still before training. Notices (offline
+    # fallbacks) are shown only once everything resolved, so an error stays one line.
     prepared = recipe.prepare(cfg)
+    for notice in getattr(prepared, "notices", ()):
+        logger.warning(notice)
 
     out = Path(cfg.output_dir)
     results: list[RunResult] = []
     total = len(precisions) * len(cfg.seeds)
+    # --resume: runs that already ended keep their results; the others continue from
+    # their checkpoint (or start, if they never got one).
+    finished = finished_runs(cfg, [p.name for p in precisions]) if cfg.resume else {}
+    planned = False
     for seed in cfg.seeds:
         for precision in precisions:
+            if (precision.name, seed) in finished:
+                results.append(finished[(precision.name, seed)])
+                continue
             parts = recipe.build(cfg, prepared, precision, device, seed)
-            if not results:
+            if not planned:
                 observer.on_plan(cfg, device, precisions, parts.run_info)
+                planned = True
+            checkpoint = out / checkpoint_name(precision.name, seed, single=total == 1)
+            meta = run_meta(cfg, precision.name, seed)
             trainer = Trainer(
                 parts.model,
                 parts.optimizer,
@@ -82,20 +108,41 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
                 predict_fn=parts.predict_fn,
                 metric=parts.metric,
                 seed=seed,
-                callbacks=list(observer.callbacks(precision, seed)),
+                callbacks=[*observer.callbacks(precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)],
                 run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
             )
+            if cfg.resume and checkpoint.exists():
+                resume(trainer, checkpoint, meta, verify=False)  # plan() has verified it
             result = trainer.fit()
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
-            write_results(out / "results.json", results)
+            if distributed.is_main_process():
+                write_results(out / "results.json", results)
             logger.debug("run %d/%d done: %r", len(results), total, result)
-    if total > 1:
+            if observer.stop_requested():
+                return results  # results.json holds the runs so far; --resume goes on from there
+    if total > 1 and distributed.is_main_process():
         from .report import write_report
         from .results import results_document
 
         write_report(results_document(results), out)
     return results
+
+
+def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dict) -> list[Callback]:
+    """Fault injection, collapse detection and checkpoints for one run (docs/reliability.md).
+
+    The detector comes before the checkpointer: a collapsed state is never saved over
+    the last good checkpoint.
+    """
+    callbacks: list[Callback] = []
+    if cfg.inject_nonfinite > 0:
+        callbacks.append(InjectNonFinite(cfg.inject_nonfinite, seed=seed))
+    if cfg.detect_collapse:
+        callbacks.append(CollapseDetector(cfg.min_loss_scale, cfg.max_consecutive_skips))
+    if distributed.is_main_process():  # one writer per file
+        callbacks.append(Checkpointer(checkpoint, every=cfg.checkpoint_every, meta=meta))
+    return callbacks
 
 
 def check_writable(out: Path) -> None:

@@ -27,14 +27,17 @@ The loop (one code path for fp32/tf32/fp16/bf16: the switches are ``enabled=`` f
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 from torch import nn
 
+from . import distributed
 from .errors import UsageError
 from .log import logger
 from .measure import PeakMemory, Stopwatch, device_name, synchronize
@@ -118,6 +121,9 @@ class Trainer:
             one host sync per optimizer step (not per micro-step).
         scaler_kwargs: passed to ``torch.amp.GradScaler`` (e.g. ``init_scale``).
         callbacks: ``Callback`` instances.
+        loss_hook: ``f(trainer, loss, outputs, inputs) -> loss`` called after the forward
+            pass (outside autocast, before scaling): adds terms such as a gradient
+            penalty (see ``mixft.penalties.gradient_penalty``, which unscales by hand).
         run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
     """
 
@@ -142,6 +148,7 @@ class Trainer:
         skip_nonfinite_steps: bool = True,
         scaler_kwargs: dict[str, Any] | None = None,
         callbacks: Sequence[Callback] = (),
+        loss_hook: Callable[["Trainer", torch.Tensor, Any, Any], torch.Tensor] | None = None,
         run_info: dict[str, Any] | None = None,
     ):
         _check_positive_int("grad_accum", grad_accum)
@@ -156,6 +163,9 @@ class Trainer:
         # The model must be on its device before a factory builds the optimizer, or the
         # optimizer's state would be created for the wrong tensors.
         self.model = model.to(self.device)
+        # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
+        # module stays reachable as ``self.module`` (saving, evaluation).
+        self.model = distributed.wrap_model(self.model, self.device)
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(self.model.parameters())
         self.optimizers: list[torch.optim.Optimizer] = (
@@ -173,6 +183,7 @@ class Trainer:
         self.seed = seed
         self.skip_nonfinite_steps = skip_nonfinite_steps
         self.callbacks = list(callbacks)
+        self.loss_hook = loss_hook
         self.run_info = dict(run_info or {})
         self._check_parameter_dtypes()
 
@@ -181,6 +192,17 @@ class Trainer:
         self.total_steps = self._planned_steps()
         self.lr_schedulers = self._build_schedulers(lr_scheduler)
         self.state = TrainState()
+        # Checkpoints (mixft.checkpoint): RNG states to resume from, the RNG at the start of
+        # the current epoch, and this fit's clock and token counter, read mid-run.
+        self._resume_rng: dict[str, Any] | None = None
+        self._epoch_rng: dict[str, Any] | None = None
+        self._clock: Stopwatch | None = None
+        self._tokens_seen: torch.Tensor | None = None
+
+    @property
+    def module(self) -> nn.Module:
+        """The model without its DistributedDataParallel wrapper (what to save or export)."""
+        return getattr(self.model, "module", self.model)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -218,10 +240,13 @@ class Trainer:
         # fused optimizers, whose step() is always called).
         prev_scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
 
+        samples_before = state.samples
         memory.start()
+        self._clock, self._tokens_seen = clock, tokens_seen  # state_dict() reads them mid-run
         try:
             while state.epoch < self.epochs and not self._budget_spent():
                 self.model.train()
+                self._start_epoch_rng()
                 n_batches = _len_or_none(self.train_loader)
                 window_start = state.batch_in_epoch  # a resumed epoch restarts at a window boundary
                 window_loss = torch.zeros((), device=self.device)
@@ -229,24 +254,28 @@ class Trainer:
                     for batch_index, batch in enumerate(self._epoch_batches(state.epoch)):
                         if batch_index < state.batch_in_epoch:
                             continue  # resuming: these micro-batches were trained before the stop
+                        self._finish_resume_rng()
                         # Divide by the window's true size so a short last window still
                         # averages (and k micro-batches equal one k-times-larger batch).
                         window = self._window_size(window_start, n_batches)
+                        # (batch_index + 1): the window closes *after* its last micro-batch,
+                        # not at batch 0 as `batch_index % accum == 0` would have it.
+                        end_of_window = (batch_index + 1) % self.grad_accum == 0 or batch_index + 1 == n_batches
                         inputs, labels = self._split(batch)
-                        with self.autocast():
-                            outputs = self._forward(inputs)
-                            loss = self.loss_fn(outputs, labels) / window
-                        # backward outside autocast: its ops take the forward's dtypes.
-                        self.scaler.scale(loss).backward()
+                        # Under DDP, all-reduce gradients once per window, not per micro-batch.
+                        with self._no_sync(not end_of_window):
+                            with self.autocast():
+                                outputs = self._forward(inputs)
+                                loss = self.loss_fn(outputs, labels) / window
+                            if self.loss_hook is not None:
+                                loss = self.loss_hook(self, loss, outputs, inputs)
+                            # backward outside autocast: its ops take the forward's dtypes.
+                            self.scaler.scale(loss).backward()
                         window_loss += loss.detach()
                         state.samples += _batch_size(labels)
                         if isinstance(inputs, Mapping) and "attention_mask" in inputs:
                             tokens_seen += inputs["attention_mask"].sum()
                         state.batch_in_epoch = batch_index + 1
-
-                        # (batch_index + 1): the window closes *after* its last micro-batch,
-                        # not at batch 0 as `batch_index % accum == 0` would have it.
-                        end_of_window = (batch_index + 1) % self.grad_accum == 0 or batch_index + 1 == n_batches
                         if not end_of_window:
                             continue
                         info, prev_scale = self._optimizer_step(window_loss, prev_scale)
@@ -256,6 +285,7 @@ class Trainer:
                             cb.on_step_end(self, info)
                         if self._budget_spent():
                             break
+                self._finish_resume_rng()  # resumed at the end of an epoch: no batch left to train
                 epoch_done = n_batches is None or state.batch_in_epoch >= n_batches
                 if epoch_done:
                     state.epoch += 1
@@ -269,7 +299,12 @@ class Trainer:
         finally:
             memory.stop()
             state.train_time_s += clock.elapsed_s
-        state.tokens += int(tokens_seen.item())
+            self._clock = None
+        # Under data parallelism each rank counted its own shard; report the global rate.
+        state.tokens += int(distributed.all_reduce_sum(tokens_seen).item())
+        local_samples = torch.tensor(state.samples - samples_before, device=self.device)
+        state.samples = samples_before + int(distributed.all_reduce_sum(local_samples).item())
+        self._tokens_seen = None
 
         result = self._result(memory, stopped_early)
         for cb in self.callbacks:
@@ -345,6 +380,9 @@ class Trainer:
             return {}
         was_training = self.model.training
         self.model.eval()
+        # The bare module: DDP's forward may broadcast buffers, a collective that would
+        # hang when ranks hold different numbers of evaluation batches.
+        module = self.module
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         count = 0
         predictions, references = [], []
@@ -352,7 +390,7 @@ class Trainer:
             for batch in loader:
                 inputs, labels = self._split(batch)
                 with self.autocast():
-                    outputs = self._forward(inputs)
+                    outputs = self._forward(inputs, module)
                     loss = self.loss_fn(outputs, labels)
                 n = _batch_size(labels)
                 loss_sum += loss.double() * n
@@ -362,10 +400,15 @@ class Trainer:
                     references.append(labels.detach())
         finally:
             self.model.train(was_training)
+        # Every rank evaluated its shard: sum the losses, gather the predictions.
+        loss_sum = distributed.all_reduce_sum(loss_sum)
+        count = int(distributed.all_reduce_sum(torch.tensor(count, device=self.device)).item())
         metrics = {"loss": float(loss_sum.item() / max(count, 1))}
-        if predictions:
-            preds = torch.cat(predictions).reshape(-1).long().cpu()
-            refs = torch.cat(references).reshape(-1).long().cpu()
+        if self.predict_fn is not None:
+            local_preds = torch.cat(predictions).reshape(-1).long().cpu() if predictions else torch.empty(0, dtype=torch.long)
+            local_refs = torch.cat(references).reshape(-1).long().cpu() if references else torch.empty(0, dtype=torch.long)
+            preds = torch.cat(distributed.all_gather_objects(local_preds))
+            refs = torch.cat(distributed.all_gather_objects(local_refs))
             if self.metric is not None:
                 metrics.update(self.metric.compute(predictions=preds.tolist(), references=refs.tolist()))
             else:
@@ -395,6 +438,86 @@ class Trainer:
         self.state.eval_history.append({"epoch": epoch, "step": self.state.step, **metrics})
         return metrics
 
+    # --------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the rest of the run depends on (what ``mixft.checkpoint`` saves).
+
+        Model, optimizers, LR schedulers, GradScaler, the ``TrainState`` as plain Python
+        (history tensors read back as floats: a host sync) and the RNG states, now and at
+        the start of the current epoch. Take it between optimizer steps (``on_step_end``,
+        ``on_epoch_end``); the tensors are the live ones, so save them at once.
+
+        Usage: ``torch.save(trainer.state_dict(), "ckpt.pt")``
+        """
+        from .checkpoint import capture_rng_state  # that module imports this one
+
+        state = self.state
+        loop = {f.name: getattr(state, f.name) for f in fields(TrainState)}
+        loop["history"] = {k: _floats(v) if k in ("loss", "grad_norm") else list(v) for k, v in state.history.items()}
+        loop["eval_history"] = [{k: _plain(v) for k, v in e.items()} for e in state.eval_history]
+        if self._clock is not None:  # mid-fit: this fit's time and tokens are not in state yet
+            clock = self._clock
+            # The Stopwatch adds an open `with` block only when it closes.
+            running = time.perf_counter() - clock._t0 if clock._t0 is not None else 0.0
+            loop["train_time_s"] = state.train_time_s + clock.elapsed_s + running
+            loop["tokens"] = state.tokens + int(self._tokens_seen.item())
+        return {
+            "model": self.module.state_dict(),  # without a DDP wrapper's "module." prefix
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            "lr_schedulers": [sched.state_dict() for sched in self.lr_schedulers],
+            "scaler": self.scaler.state_dict(),  # {} without a scaler
+            "loop": loop,
+            "rng": {"now": capture_rng_state(), "epoch_start": self._epoch_rng},
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict()``: the next ``fit()`` picks up where it was taken.
+
+        Build the trainer exactly as before (same model, optimizer, scheduler, loader,
+        precision); ``fit`` then skips the micro-batches already trained and restores the
+        RNGs, so the run ends with the weights it would have had without the stop.
+
+        Usage: ``trainer.load_state_dict(torch.load("ckpt.pt")); trainer.fit()``
+        """
+        sd = state_dict
+        if len(sd["optimizers"]) != len(self.optimizers) or len(sd["lr_schedulers"]) != len(self.lr_schedulers):
+            raise ValueError(
+                f"the state has {len(sd['optimizers'])} optimizer(s) and {len(sd['lr_schedulers'])} scheduler(s), "
+                f"this trainer {len(self.optimizers)} and {len(self.lr_schedulers)}"
+            )
+        if bool(sd["scaler"]) != self.scaler.is_enabled():
+            raise ValueError("the state's GradScaler does not match this trainer's precision")
+        self.module.load_state_dict(sd["model"])
+        for opt, opt_state in zip(self.optimizers, sd["optimizers"]):
+            opt.load_state_dict(opt_state)
+        for sched, sched_state in zip(self.lr_schedulers, sd["lr_schedulers"]):
+            sched.load_state_dict(sched_state)
+        if sd["scaler"]:
+            self.scaler.load_state_dict(sd["scaler"])
+        self.state = TrainState(**sd["loop"])
+        self._resume_rng = sd.get("rng")  # fit() puts the RNGs back at the right moments
+
+    def _start_epoch_rng(self) -> None:
+        # The epoch's loader draws from the global RNG as it starts (sampler and worker
+        # seeds). Resuming mid-epoch replays that from the epoch's start state; the state
+        # of the checkpoint takes over once the trained micro-batches are skipped.
+        from .checkpoint import capture_rng_state, restore_rng_state
+
+        pending = self._resume_rng
+        if pending is not None:
+            if self.state.batch_in_epoch and pending.get("epoch_start") is not None:
+                restore_rng_state(pending["epoch_start"])
+            else:
+                self._finish_resume_rng()
+        self._epoch_rng = capture_rng_state()
+
+    def _finish_resume_rng(self) -> None:
+        if self._resume_rng is not None:
+            from .checkpoint import restore_rng_state
+
+            restore_rng_state(self._resume_rng["now"])
+            self._resume_rng = None
+
     # ------------------------------------------------------------------- helpers
     def _epoch_batches(self, epoch: int):
         # Samplers with set_epoch (distributed, length-grouped) reshuffle per epoch from
@@ -417,8 +540,14 @@ class Trainer:
             f"got {type(batch).__name__}"
         )
 
-    def _forward(self, inputs):
-        return self.model(**inputs) if isinstance(inputs, Mapping) else self.model(inputs)
+    def _forward(self, inputs, model: nn.Module | None = None):
+        model = self.model if model is None else model
+        return model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+
+    def _no_sync(self, skip_sync: bool):
+        if skip_sync and hasattr(self.model, "no_sync"):
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def _window_size(self, window_start: int, n_batches: int | None) -> int:
         if n_batches is None:
@@ -463,10 +592,9 @@ class Trainer:
     def _result(self, memory: PeakMemory, stopped_early: str | None) -> RunResult:
         state = self.state
         hist = state.history
-        if hist["loss"] and isinstance(hist["loss"][0], torch.Tensor):
-            # One transfer for the whole history instead of one sync per step.
-            hist["loss"] = torch.stack([t.float() for t in hist["loss"]]).tolist()
-            hist["grad_norm"] = torch.stack([t.float() for t in hist["grad_norm"]]).tolist()
+        # One transfer for the whole history instead of one sync per step (a resumed run's
+        # history starts with the floats its checkpoint held).
+        hist["loss"], hist["grad_norm"] = _floats(hist["loss"]), _floats(hist["grad_norm"])
         final_eval = dict(state.eval_history[-1]) if state.eval_history else {}
         for key in ("epoch", "step"):
             final_eval.pop(key, None)
@@ -494,6 +622,20 @@ class Trainer:
             config=dict(self.run_info.get("config", {})),
             stopped_early=stopped_early,
         )
+
+
+def _floats(values: list) -> list:
+    """Device scalars -> Python floats in one transfer; floats pass through."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return list(values)
+    read = iter(torch.stack([t.float() for t in tensors]).tolist())
+    return [next(read) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _plain(value):
+    # Metrics may hand back numpy or torch scalars; checkpoints hold plain Python.
+    return value.item() if hasattr(value, "item") and not isinstance(value, (list, dict)) else value
 
 
 def _to(value, device: torch.device):

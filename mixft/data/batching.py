@@ -21,32 +21,55 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     and shuffle the batch order. ``set_epoch(e)`` makes the order a pure function of
     (seed, e), which is what resuming a run relies on.
 
+    Under data parallelism each of ``num_replicas`` processes takes every
+    ``num_replicas``-th batch of the same global order (rank ``rank`` starting at its
+    index), so together they see every example once. For training (``shuffle=True``)
+    the batch count is cut to a multiple of ``num_replicas``: every rank must take the
+    same number of optimizer steps, or the gradient all-reduce would wait forever.
+
     Usage: ``DataLoader(ds, batch_sampler=LengthGroupedBatchSampler(lengths, 32, seed=0))``
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, group_factor: int = 50, shuffle: bool = True):
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, group_factor: int = 50,
+                 shuffle: bool = True, num_replicas: int | None = None, rank: int | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        from ..distributed import rank as current_rank, world_size
+
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.seed = seed
         self.group_factor = group_factor
         self.shuffle = shuffle
+        self.num_replicas = num_replicas if num_replicas is not None else world_size()
+        self.rank = rank if rank is not None else current_rank()
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+        total = (len(self.lengths) + self.batch_size - 1) // self.batch_size
+        if self.num_replicas == 1:
+            return total
+        if self.shuffle:
+            return total // self.num_replicas
+        return len(range(self.rank, total, self.num_replicas))
 
     def __iter__(self) -> Iterator[list[int]]:
+        batches = self._global_batches()
+        if self.num_replicas > 1:
+            if self.shuffle:
+                batches = batches[: len(batches) - len(batches) % self.num_replicas]
+            batches = batches[self.rank :: self.num_replicas]
+        yield from batches
+
+    def _global_batches(self) -> list[list[int]]:
         indices = list(range(len(self.lengths)))
         if not self.shuffle:
             # Deterministic evaluation order, longest first: any out-of-memory shows at once.
             indices.sort(key=lambda i: -self.lengths[i])
-            yield from _chunks(indices, self.batch_size)
-            return
+            return list(_chunks(indices, self.batch_size))
         rng = random.Random(self.seed * 100_003 + self.epoch)
         rng.shuffle(indices)
         group = self.group_factor * self.batch_size
@@ -55,7 +78,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
             mega = sorted(indices[start : start + group], key=lambda i: self.lengths[i])
             batches.extend(_chunks(mega, self.batch_size))
         rng.shuffle(batches)
-        yield from batches
+        return batches
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:

@@ -91,5 +91,5 @@ def load_sentiment_data(
         f"notice: GLUE SST-2 is not reachable or cached; using mixft's generated sentiment set "
         f"({len(train)} train / {len(evaluation)} eval, seed {seed})"
     )
-    logger.info(notice)
+    logger.debug(notice)  # returned to the caller, who decides when the user sees it
     return SentimentData(train=train, eval=evaluation, name=DATASET_NAME, source="generated", notice=notice)

@@ -1,0 +1,14 @@
+"""Benchmarks: what mixed precision buys on this device, measured side by side in one run.
+
+Modules, one job each:
+
+- ``timing``  clocks and gauges shared by the benchmarks (timed regions, step timer,
+  measured matmul peak, tables)
+- ``mlp``     the seed notebook's MLP benchmark: default / autocast / autocast+GradScaler
+- ``steps``   bert-sst2 median step time, fp32 vs the device's AMP precision
+- ``peers``   the same BERT fine-tune in mixft, ``transformers.Trainer`` and an ``accelerate`` loop
+- ``scaling`` throughput vs batch size and sequence length, memory vs batch size
+- ``cli``     ``scripts/benchmark.py``
+
+The library never prints; ``cli`` owns the terminal.
+"""

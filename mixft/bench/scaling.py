@@ -1,0 +1,214 @@
+"""How bert-sst2 throughput and memory scale: batch size, sequence length and padding, per precision.
+
+Two small grids, every point a fresh model (same seed) in mixft's Trainer for
+``warmup + steps`` optimizer steps, timed per step by a ``StepTimer`` (median step time
+after warm-up; samples/s and real tokens/s over the timed steps):
+
+* **batch grid**: ``batch_sizes`` x precisions at the recipe's ``max_length``, dynamic padding.
+  Memory per point: the peak over the run (CUDA: ``max_memory_allocated``; CPU: the
+  process's peak RSS, which only grows across points in one process, so read it with
+  care) and, on every device, the bytes autograd saves for backward in one forward
+  pass (activations: tensors saved by ``saved_tensors_hooks``, deduplicated by storage,
+  parameters excluded). The latter is exact and shows what a half-precision dtype saves.
+* **length grid**: ``max_lengths`` x {``max_length`` padding, ``dynamic`` length-grouped
+  padding} x precisions at one batch size. ``max_length`` pads every batch to the cap
+  (what a fixed-shape pipeline does); ``dynamic`` pads each length-grouped batch to its
+  longest member (x8 under AMP). Sentences longer than the cap are truncated in both, so
+  both see the same real tokens; ``padding efficiency`` = real / computed tokens.
+
+Usage::
+
+    report = run_scaling(ScalingConfig(setup=BertSetup(), batch_sizes=[8, 16, 32]))
+    print(scaling_tables(report))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from mixft.data.batching import LengthGroupedBatchSampler
+from mixft.data.text import tokenize_rows
+from mixft.measure import device_name
+from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
+from mixft.trainer import Trainer
+
+from .bert import BertSetup, PreparedBert, WorkCounter, prepare_bert
+from .timing import StepTimer, TimedRegion, markdown_table, mib
+
+PADDINGS = ("max_length", "dynamic")
+
+
+@dataclass
+class ScalingConfig:
+    setup: BertSetup = field(default_factory=BertSetup)
+    precisions: list[str] = field(default_factory=lambda: ["fp32", "amp"])
+    batch_sizes: list[int] = field(default_factory=lambda: [8, 16, 32, 64])
+    max_lengths: list[int] = field(default_factory=lambda: [32, 64, 128])
+    length_batch_size: int = 16
+    steps: int = 6
+    warmup: int = 2
+
+
+@dataclass
+class ScalingPoint:
+    grid: str  # "batch" | "length"
+    precision: str
+    batch_size: int
+    max_length: int
+    padding: str
+    median_step_s: float
+    samples_per_s: float
+    tokens_per_s: float | None  # real tokens
+    padding_efficiency: float | None  # real / computed tokens over the timed run
+    peak_memory_bytes: int | None
+    peak_memory_kind: str
+    saved_activation_bytes: int | None = None  # batch grid only
+
+
+@dataclass
+class ScalingReport:
+    device: str
+    device_name: str
+    model: str
+    dataset: str
+    steps: int
+    warmup: int
+    points: list[ScalingPoint] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def saved_activation_bytes(model: torch.nn.Module, batch: dict, precision: Precision, device: torch.device, loss_fn) -> int:
+    """Bytes autograd keeps for backward after one forward + loss (parameters excluded, storages counted once)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in params and ptr != 0:
+            seen[ptr] = storage.nbytes()
+        return t
+
+    batch = {k: v.to(device) for k, v in batch.items()}
+    labels = batch.pop("labels")
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast(device.type, dtype=precision.autocast_dtype or torch.float32,
+                            enabled=precision.autocast_enabled):
+            loss = loss_fn(model(**batch), labels)
+    del loss  # frees the graph and its saved tensors
+    return sum(seen.values())
+
+
+def _fixed_length_loader(examples, tokenizer, batch_size: int, max_length: int, seed: int) -> DataLoader:
+    from transformers import DataCollatorWithPadding
+
+    lengths = [len(e["input_ids"]) for e in examples]
+    sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, shuffle=True)  # same order as dynamic
+    collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=max_length, return_tensors="pt")
+    return DataLoader(examples, batch_sampler=sampler, collate_fn=collator)
+
+
+def _measure(bert: PreparedBert, precision: Precision, dev, cfg: ScalingConfig, *, batch_size: int,
+             examples: list | None = None, fixed_length: int | None = None) -> dict[str, Any]:
+    """One grid point: the recipe's parts at ``batch_size`` (optionally other examples / fixed padding)."""
+    seed = cfg.setup.seed
+    run_cfg = dataclasses.replace(bert.cfg, batch_size=batch_size)
+    prepared = bert.prepared if examples is None else dataclasses.replace(bert.prepared, train_examples=examples)
+    parts = bert.recipe.build(run_cfg, prepared, precision, dev, seed)
+    loader = parts.train_loader
+    if fixed_length is not None:
+        loader = _fixed_length_loader(prepared.train_examples, prepared.tokenizer, batch_size, fixed_length, seed)
+    timer = StepTimer()
+    trainer = Trainer(
+        parts.model, parts.optimizer, parts.loss_fn, loader, precision=precision, device=dev,
+        lr_scheduler=parts.lr_scheduler, max_grad_norm=run_cfg.clip_norm, epochs=1,
+        max_steps=cfg.warmup + cfg.steps, seed=seed, callbacks=[timer],
+    )
+    with WorkCounter(parts.model) as work, TimedRegion(dev) as region:
+        trainer.fit()
+    s = timer.summary(cfg.warmup)
+    counts = work.totals()
+    return {
+        "median_step_s": s["median_step_s"], "samples_per_s": s["samples_per_s"], "tokens_per_s": s["tokens_per_s"],
+        "padding_efficiency": counts["real_tokens"] / counts["padded_tokens"] if counts["padded_tokens"] else None,
+        "peak_memory_bytes": region.peak_bytes, "peak_memory_kind": region.memory_kind,
+        "model": parts.model, "loader": loader, "loss_fn": parts.loss_fn,
+    }
+
+
+def run_scaling(cfg: ScalingConfig) -> ScalingReport:
+    """Both grids, smallest point first (CPU RSS peaks only grow within a process)."""
+    setup = cfg.setup
+    dev = resolve_device(setup.device)
+    names = [amp_precision_names(dev)[0] if n == "amp" else n for n in cfg.precisions]
+    precisions = [resolve_precision(n, dev) for n in dict.fromkeys(names)]
+    need = max(max(cfg.batch_sizes), cfg.length_batch_size) * (cfg.steps + cfg.warmup)
+    bert = prepare_bert(setup, max_train_samples=max(setup.train_samples, need), device=str(dev))
+    p = bert.prepared
+    report = ScalingReport(device=str(dev), device_name=device_name(dev), model=p.model_description,
+                           dataset=p.dataset_description, steps=cfg.steps, warmup=cfg.warmup)
+
+    for batch_size in sorted(cfg.batch_sizes):
+        for precision in precisions:
+            m = _measure(bert, precision, dev, cfg, batch_size=batch_size)
+            model, loader, loss_fn = m.pop("model"), m.pop("loader"), m.pop("loss_fn")
+            saved = saved_activation_bytes(model, next(iter(loader)), precision, dev, loss_fn)
+            report.points.append(ScalingPoint("batch", precision.name, batch_size, bert.cfg.max_length, "dynamic",
+                                              saved_activation_bytes=saved, **m))
+            del model, loader
+
+    # Re-tokenise the same rows per cap (the recipe's tokenisation: truncation keeps [SEP]).
+    rows = _train_rows(bert)
+    for max_length in sorted(cfg.max_lengths):
+        examples = tokenize_rows(rows, p.tokenizer, max_length)
+        for padding in PADDINGS:
+            for precision in precisions:
+                m = _measure(bert, precision, dev, cfg, batch_size=cfg.length_batch_size, examples=examples,
+                             fixed_length=max_length if padding == "max_length" else None)
+                for key in ("model", "loader", "loss_fn"):
+                    m.pop(key)
+                report.points.append(ScalingPoint("length", precision.name, cfg.length_batch_size, max_length,
+                                                  padding, **m))
+    return report
+
+
+def _train_rows(bert: PreparedBert) -> list[dict]:
+    """The training rows the recipe tokenised (same source, seed and cap as its ``prepare``)."""
+    from mixft.data.sources import load_sentiment_data
+
+    cfg = bert.cfg
+    data = load_sentiment_data(cfg.data_dir, seed=cfg.seeds[0], generated_train_size=cfg.max_train_samples,
+                               generated_eval_size=cfg.max_eval_samples)
+    return data.train[: cfg.max_train_samples]
+
+
+def scaling_tables(report: ScalingReport) -> str:
+    head = (f"Scaling on {report.device_name} [{report.device}]: {report.model}, {report.dataset}; "
+            f"median of {report.steps} steps after {report.warmup} warm-up")
+    batch = [pt for pt in report.points if pt.grid == "batch"]
+    length = [pt for pt in report.points if pt.grid == "length"]
+    t1 = markdown_table(
+        ["batch", "precision", "median step (ms)", "samples/s", "tokens/s (real)", "padding eff.",
+         "saved for backward (1 fwd)", "peak memory"],
+        [[pt.batch_size, pt.precision, f"{pt.median_step_s * 1e3:.0f}", f"{pt.samples_per_s:.1f}",
+          f"{pt.tokens_per_s:.0f}" if pt.tokens_per_s else "n/a",
+          f"{pt.padding_efficiency:.2f}" if pt.padding_efficiency else "n/a",
+          mib(pt.saved_activation_bytes), f"{mib(pt.peak_memory_bytes)} ({pt.peak_memory_kind})"] for pt in batch],
+    )
+    t2 = markdown_table(
+        ["max length", "padding", "precision", "batch", "median step (ms)", "samples/s", "tokens/s (real)",
+         "padding eff."],
+        [[pt.max_length, pt.padding, pt.precision, pt.batch_size, f"{pt.median_step_s * 1e3:.0f}",
+          f"{pt.samples_per_s:.1f}", f"{pt.tokens_per_s:.0f}" if pt.tokens_per_s else "n/a",
+          f"{pt.padding_efficiency:.2f}" if pt.padding_efficiency else "n/a"] for pt in length],
+    )
+    return f"{head}\n\nThroughput and memory vs batch size (dynamic padding)\n\n{t1}\n\n" \
+           f"Throughput vs sequence cap and padding (batch {length[0].batch_size if length else '-'})\n\n{t2}"

@@ -1,0 +1,126 @@
+"""bert-sst2 step time: fp32 against the device's AMP precision, side by side in one process.
+
+Each precision trains a fresh model (same seed: same initial weights, same batches) in
+mixft's Trainer for ``warmup + steps`` optimizer steps; a ``StepTimer`` reads the
+synchronised clock after every step. With ``rounds > 1`` this repeats, the precisions
+in a rotated order each round, so load from other processes on a shared machine falls
+on both alike. Reported per precision: the median (and the minimum) step time over every
+timed step of every round, samples/s and real (unpadded) tokens/s over those steps, and
+the ratio of the medians to fp32's. Under AMP the recipe pads to multiples of 8, so an AMP batch may
+hold a few more padded tokens than the fp32 one; tokens/s counts real tokens only.
+
+Usage::
+
+    report = run_step_benchmark(BertSetup(train_samples=512), steps=20, warmup=3)
+    print(steps_table(report))
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mixft.measure import device_name
+from mixft.precision import amp_precision_names, resolve_device, resolve_precision
+from mixft.trainer import Trainer
+
+from .bert import BertSetup, prepare_bert
+from .timing import StepTimer, TimedRegion, markdown_table, mib, ratio
+
+
+@dataclass
+class StepRow:
+    precision: str
+    measured_steps: int
+    warmup_steps: int
+    median_step_s: float
+    min_step_s: float
+    rounds: int
+    samples_per_s: float
+    tokens_per_s: float | None
+    peak_memory_bytes: int | None
+    peak_memory_kind: str
+    step_times_s: list[float]
+    speedup_vs_fp32: float | None = None  # fp32 median step time / this one
+
+
+@dataclass
+class StepReport:
+    device: str
+    device_name: str
+    model: str
+    dataset: str
+    batch_size: int
+    max_length: int
+    rows: list[StepRow] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, precisions: list[str] | None = None,
+                       rounds: int = 1) -> StepReport:
+    """Median step time of bert-sst2 per precision (default: fp32 and the device's AMP)."""
+    if steps < 1 or warmup < 0 or rounds < 1:
+        raise ValueError(f"need steps >= 1, warmup >= 0, rounds >= 1; got {steps}, {warmup}, {rounds}")
+    dev = resolve_device(setup.device)
+    names = precisions or ["fp32", amp_precision_names(dev)[0]]
+    # Enough examples for every step in one epoch: no epoch boundary inside the timing.
+    need = setup.batch_size * (steps + warmup)
+    bert = prepare_bert(setup, max_train_samples=need, max_eval_samples=min(setup.eval_samples, 8), device=str(dev))
+    report = StepReport(
+        device=str(dev), device_name=device_name(dev), model=bert.prepared.model_description,
+        dataset=bert.prepared.dataset_description, batch_size=setup.batch_size, max_length=bert.cfg.max_length,
+    )
+    timers: dict[str, list[StepTimer]] = {name: [] for name in names}
+    peaks: dict[str, list] = {name: [] for name in names}
+    kind = "n/a"
+    for rnd in range(rounds):
+        k = rnd % len(names)
+        for name in names[k:] + names[:k]:
+            precision = resolve_precision(name, dev)
+            parts = bert.recipe.build(bert.cfg, bert.prepared, precision, dev, setup.seed)
+            timer = StepTimer()
+            trainer = Trainer(
+                parts.model, parts.optimizer, parts.loss_fn, parts.train_loader, eval_loader=None,
+                precision=precision, device=dev, lr_scheduler=parts.lr_scheduler, max_grad_norm=bert.cfg.clip_norm,
+                epochs=1, max_steps=steps + warmup, seed=setup.seed, callbacks=[timer],
+            )
+            with TimedRegion(dev) as region:
+                trainer.fit()
+            timers[name].append(timer)
+            peaks[name].append(region.peak_bytes)
+            kind = region.memory_kind
+            del trainer, parts
+    for name in names:
+        merged = StepTimer()
+        for t in timers[name]:  # every round's timed steps, warm-up dropped per round
+            merged.step_times_s += t.step_times_s[warmup:]
+            merged.step_samples += t.step_samples[warmup:]
+            merged.step_tokens += t.step_tokens[warmup:]
+        s = merged.summary(0)
+        known = [b for b in peaks[name] if b is not None]
+        report.rows.append(StepRow(
+            precision=resolve_precision(name, dev).name, warmup_steps=warmup, rounds=rounds,
+            min_step_s=min(merged.step_times_s), peak_memory_bytes=max(known) if known else None,
+            peak_memory_kind=kind, step_times_s=[x for t in timers[name] for x in t.step_times_s], **s,
+        ))
+    base = next((r for r in report.rows if r.precision == "fp32"), None)
+    for r in report.rows:
+        r.speedup_vs_fp32 = ratio(base.median_step_s, r.median_step_s) if base else None
+    return report
+
+
+def steps_table(report: StepReport) -> str:
+    headers = ["precision", "median step (ms)", "min step (ms)", "samples/s", "tokens/s (real)", "speedup vs fp32",
+               "peak memory", "steps timed"]
+    rows = [[
+        r.precision, f"{r.median_step_s * 1e3:.1f}", f"{r.min_step_s * 1e3:.1f}", f"{r.samples_per_s:.1f}",
+        f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "n/a",
+        f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 else "n/a",
+        f"{mib(r.peak_memory_bytes)} ({r.peak_memory_kind})",
+        f"{r.measured_steps} ({r.rounds} round(s) x {r.measured_steps // r.rounds}, +{r.warmup_steps} warm-up each)",
+    ] for r in report.rows]
+    head = (f"bert-sst2 step time on {report.device_name} [{report.device}]: {report.model}, {report.dataset}, "
+            f"batch {report.batch_size}, max length {report.max_length}")
+    return head + "\n\n" + markdown_table(headers, rows)

@@ -1,0 +1,109 @@
+"""bert-sst2 through the real CLI, in-process, on a tiny model and tiny data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from mixft.cli import main
+from recipes import bert_sst2
+
+CONTRACT_KEYS = {
+    "precision", "eval", "train_time_s", "train_samples_per_s", "peak_memory_bytes",
+    "skipped_steps", "steps", "final_loss_scale", "model", "dataset", "device",
+}
+
+
+def run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *extra):
+    out = tmp_path / "out"
+    code = main([
+        "--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
+        "--batch-size", "4", "--epochs", "1", "--max-steps", "2", "--output-dir", str(out), "--no-progress", *extra,
+    ])
+    return code, out
+
+
+@pytest.mark.parametrize("flags,precision", [([], "fp32"), (["--amp"], "bf16"), (["--precision", "fp16"], "fp16")])
+def test_cli_trains_two_steps_and_writes_the_contract(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, flags, precision):
+    code, out = run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *flags)
+    assert code == 0
+    doc = json.loads((out / "results.json").read_text())
+    (run,) = doc["runs"]
+    assert CONTRACT_KEYS <= set(run)
+    assert run["precision"] == precision
+    assert run["steps"] == 2 and len(run["history"]["loss"]) == 2
+    assert all(0.1 < loss < 2.0 for loss in run["history"]["loss"])  # BCE near log(2) at start
+    assert 0.0 <= run["eval"]["accuracy"] <= 1.0
+    assert run["device"] == "cpu"
+    assert (run["final_loss_scale"] is not None) == (precision == "fp16")
+    printed = capsys.readouterr().out
+    assert "accuracy" in printed and "samples/s" in printed and "peak memory" in printed
+    assert "4 x 1 accumulation = 4 effective" in printed
+
+
+def test_same_seed_same_initial_weights(tiny_bert_dir):
+    a = bert_sst2.build_model(str(tiny_bert_dir), seed=3)
+    b = bert_sst2.build_model(str(tiny_bert_dir), seed=3)
+    for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(pa, pb), name
+
+
+def test_recipe_loss_is_autocast_safe_where_sigmoid_bce_saturates():
+    # Confident logits from an fp16 forward pass: the README's sigmoid saturates to exactly
+    # 1.0 in fp16, so BCELoss for label 0 takes log(1 - 1) and clamps it to 100.
+    logits = torch.tensor([12.0, -12.0, 0.5], dtype=torch.float16, requires_grad=True)
+    labels = torch.tensor([0.0, 1.0, 1.0])
+    exact = nn.functional.binary_cross_entropy_with_logits(logits.double(), labels.double())
+    with torch.autocast("cpu", dtype=torch.float16):
+        readme = nn.BCELoss()(torch.sigmoid(logits), labels)
+        recipe = bert_sst2.loss_fn(logits, labels)
+    assert abs(readme.item() - exact.item()) > 20  # saturated: 100-clamped terms
+    assert recipe.item() == pytest.approx(exact.item(), rel=1e-3)
+    recipe.backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA autocast's refusal needs a GPU")
+def test_cuda_autocast_refuses_sigmoid_bce_and_accepts_recipe_loss():
+    logits = torch.randn(8, device="cuda", requires_grad=True)
+    labels = torch.randint(0, 2, (8,), device="cuda").float()
+    with pytest.raises(RuntimeError, match="unsafe to autocast"):
+        with torch.autocast("cuda", dtype=torch.float16):
+            nn.BCELoss()(torch.sigmoid(logits), labels)
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = bert_sst2.loss_fn(logits, labels)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["--recipe", "nope"], "unknown recipe 'nope'"),
+        (["--recipe", "bert-sst2", "--batch-size", "0"], "--batch-size"),
+        (["--recipe", "bert-sst2", "--data-dir", "/does/not/exist"], "--data-dir"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, fragment, capsys, tmp_path):
+    code = main([*argv, "--output-dir", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and fragment in err
+
+
+def test_malformed_labels_exit_2_before_training(tmp_path, tiny_bert_dir, capsys):
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "train.tsv").write_text("sentence\tlabel\na fine film\t2\n", encoding="utf-8")
+    (d / "dev.tsv").write_text("sentence\tlabel\na dull film\t0\n", encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"runs": ["good"]}')
+    code = main(["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(d),
+                 "--output-dir", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "label must be 0 or 1" in err
+    assert (out / "results.json").read_text() == '{"runs": ["good"]}'

@@ -1,0 +1,183 @@
+"""A catalogue of bad inputs: each ends with exit code 2, one stderr line naming it, nothing touched.
+
+Every case runs the real CLI in-process (``mixft.cli.main``) against an output directory
+that already holds a results.json; afterwards that file must be byte-for-byte the same
+and no other file may have appeared. The budget (8 samples, 1 step, a 1-layer BERT)
+keeps a case that wrongly got as far as training cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from mixft.cli import main
+
+SENTINEL = b'{"runs": [], "note": "an earlier run; must survive every bad input"}\n'
+HEADER = "sentence\tlabel\n"
+GOOD_ROWS = "a gripping , heartfelt film\t1\nflat and lifeless\t0\n"
+
+
+@dataclass
+class Ctx:
+    tmp: Path
+    model: Path
+    data: Path  # a good GLUE-layout directory
+    out: Path  # holds results.json = SENTINEL
+
+    def data_dir(self, train: bytes | str | None, dev: bytes | str | None = HEADER + GOOD_ROWS) -> Path:
+        d = self.tmp / "bad-data"
+        d.mkdir(exist_ok=True)
+        for name, content in (("train.tsv", train), ("dev.tsv", dev)):
+            if content is not None:
+                (d / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+        return d
+
+    def checkpoint(self, precision="fp32", damage=None) -> Path:
+        """A real mixft checkpoint in OUTPUT_DIR (from a tiny Trainer), optionally damaged."""
+        from torch import nn
+
+        from mixft.checkpoint import run_meta, save_checkpoint
+        from mixft.cli import build_parser, config_from_args
+        from mixft.registry import get_recipe
+        from mixft.trainer import Trainer
+
+        cfg = config_from_args(build_parser().parse_args(base_args(self)))
+        cfg = cfg.with_defaults(get_recipe(cfg.recipe).DEFAULTS)
+        trainer = Trainer(nn.Linear(2, 1), lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), [], precision=precision)
+        path = self.out / "checkpoint.pt"
+        save_checkpoint(trainer, path, run_meta(cfg, precision, 0))
+        if damage == "truncate":
+            path.write_bytes(path.read_bytes()[:-200])
+        elif damage == "garbage":
+            path.write_bytes(os.urandom(4096))
+        return path
+
+
+def base_args(ctx: Ctx) -> list[str]:
+    return ["--recipe", "bert-sst2", "--model", str(ctx.model), "--data-dir", str(ctx.data),
+            "--max-train-samples", "8", "--max-eval-samples", "8", "--max-steps", "1",
+            "--output-dir", str(ctx.out), "--no-progress"]
+
+
+# id -> setup(ctx) returning (extra args appended after the base ones, a fragment the error must name).
+# argparse keeps the last value of a repeated option, so appending overrides the base.
+CASES = {
+    "unknown-recipe": lambda c: (["--recipe", "bert-sst3"], "bert-sst3"),
+    "unknown-precision": lambda c: (["--precision", "fp8"], "fp8"),
+    "unknown-device": lambda c: (["--device", "tpu"], "tpu"),
+    "data-dir-missing": lambda c: (["--data-dir", str(c.tmp / "nowhere")], "nowhere"),
+    "data-dir-is-a-file": lambda c: (["--data-dir", str(c.data / "train.tsv")], "not a directory"),
+    "data-dir-empty": lambda c: (["--data-dir", str(c.data_dir(None, None))], "missing train.tsv and dev.tsv"),
+    "dev-tsv-missing": lambda c: (["--data-dir", str(c.data_dir(HEADER + GOOD_ROWS, None))], "missing dev.tsv"),
+    "no-header": lambda c: (["--data-dir", str(c.data_dir(GOOD_ROWS))], "train.tsv line 1: header has no"),
+    "wrong-columns": lambda c: (["--data-dir", str(c.data_dir("text\ttarget\n" + GOOD_ROWS))], "'sentence' or 'label'"),
+    "label-2": lambda c: (["--data-dir", str(c.data_dir(HEADER + "fine\t2\n"))], "train.tsv line 2: label must be 0 or 1"),
+    "label-not-numeric": lambda c: (["--data-dir", str(c.data_dir(HEADER + "fine\tpos\n"))], "got 'pos'"),
+    "blank-line": lambda c: (["--data-dir", str(c.data_dir(HEADER + "fine\t1\n\nbad\t0\n"))], "line 3: blank line"),
+    "not-utf8": lambda c: (["--data-dir", str(c.data_dir(HEADER.encode() + b"caf\xe9\t1\n"))], "line 2: invalid UTF-8"),
+    "utf16-file": lambda c: (["--data-dir", str(c.data_dir((HEADER + GOOD_ROWS).encode("utf-16")))], "NUL byte"),
+    "empty-sentence": lambda c: (["--data-dir", str(c.data_dir(HEADER + " \t1\n"))], "sentence is empty"),
+    "wrong-field-count": lambda c: (["--data-dir", str(c.data_dir(HEADER + "a\tb\t1\n"))], "expected 2 tab-separated"),
+    "batch-size-0": lambda c: (["--batch-size", "0"], "--batch-size"),
+    "batch-size-negative": lambda c: (["--batch-size", "-4"], "--batch-size"),
+    "epochs-0": lambda c: (["--epochs", "0"], "--epochs"),
+    "epochs-not-a-number": lambda c: (["--epochs", "two"], "--epochs"),
+    "lr-0": lambda c: (["--lr", "0"], "--lr"),
+    "lr-negative": lambda c: (["--lr", "-2e-5"], "--lr: must be a positive finite number, got '-2e-5'"),
+    "lr-nan": lambda c: (["--lr", "nan"], "--lr"),
+    "grad-accum-0": lambda c: (["--grad-accum", "0"], "--grad-accum"),
+    "max-steps-0": lambda c: (["--max-steps", "0"], "--max-steps"),
+    "max-steps-negative": lambda c: (["--max-steps", "-1"], "--max-steps"),
+    "max-train-samples-0": lambda c: (["--max-train-samples", "0"], "--max-train-samples"),
+    "max-length-4": lambda c: (["--max-length", "4"], "--max-length"),
+    "tf32-on-cpu": lambda c: (["--precision", "tf32", "--device", "cpu"], "tf32"),
+    "resume-without-checkpoint": lambda c: (["--resume"], "no checkpoint"),
+    "resume-corrupted-checkpoint": lambda c: _with_checkpoint(c, ["--resume"], "corrupted", damage="garbage"),
+    "resume-truncated-checkpoint": lambda c: _with_checkpoint(c, ["--resume"], "truncated", damage="truncate"),
+    "resume-other-precision": lambda c: _with_checkpoint(
+        c, ["--resume", "--precision", "bf16"], "--precision 'fp32', this run has 'bf16'"),
+    "output-dir-under-a-file": lambda c: (["--output-dir", str(c.out / "results.json" / "sub")], "--output-dir"),
+    "model-without-weights": lambda c: (["--model", str(_config_only(c))], "no model weights"),
+    "model-path-missing": lambda c: (["--model", str(c.tmp / "no-such-model")], "no-such-model"),
+    "model-is-a-file": lambda c: (["--model", str(c.out / "results.json")], "is a file"),
+    "compare-twice": lambda c: (["--compare", "fp32,fp32"], "fp32,fp32"),
+    "compare-unknown": lambda c: (["--compare", "fp32,xx"], "'xx'"),
+    "inject-nonfinite-2": lambda c: (["--inject-nonfinite", "2"], "--inject-nonfinite"),
+    "inject-nonfinite-negative": lambda c: (["--inject-nonfinite", "-0.1"], "--inject-nonfinite"),
+    "checkpoint-every-negative": lambda c: (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    "max-consecutive-skips-0": lambda c: (["--max-consecutive-skips", "0"], "--max-consecutive-skips"),
+    "amp-and-precision": lambda c: (["--amp", "--precision", "fp32"], "not allowed with"),
+    "unknown-option": lambda c: (["--learning-rate", "1e-5"], "--learning-rate"),
+}
+
+
+def _with_checkpoint(c: Ctx, args: list[str], fragment: str, damage: str | None = None):
+    c.checkpoint("fp32", damage=damage)
+    return args, fragment
+
+
+def _config_only(c: Ctx) -> Path:
+    d = c.tmp / "config-only-model"
+    d.mkdir()
+    (d / "config.json").write_text((c.model / "config.json").read_text())
+    return d
+
+
+@pytest.fixture
+def ctx(tmp_path, tiny_bert_dir, tiny_data_dir) -> Ctx:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_bytes(SENTINEL)
+    return Ctx(tmp_path, tiny_bert_dir, tiny_data_dir, out)
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_exits_2_with_one_line_and_touches_nothing(case, ctx, capsys):
+    extra, fragment = CASES[case](ctx)
+    before = _snapshot(ctx.out)
+    code = main(base_args(ctx) + extra)
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert code == 2, captured.err
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("finetune.py: error: ") and fragment in lines[0], lines[0]
+    assert _snapshot(ctx.out) == before  # results.json (and any checkpoint) byte-for-byte intact
+    assert captured.out == ""  # failed before printing a run summary: no work started
+
+
+def test_output_dir_that_is_a_file_is_refused_and_left_alone(ctx, capsys):
+    target = ctx.out / "results.json"
+    code = main(base_args(ctx) + ["--output-dir", str(target)])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and str(target) in lines[0] and "not a directory" in lines[0]
+    assert target.read_bytes() == SENTINEL
+
+
+def test_device_cuda_without_cuda(ctx, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the case needs a machine without it")
+    before = _snapshot(ctx.out)
+    code = main(base_args(ctx) + ["--device", "cuda"])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and "--device cuda" in lines[0]
+    assert _snapshot(ctx.out) == before
+
+
+def test_a_100k_character_sentence_is_truncated_and_trains(ctx, capsys):
+    long_sentence = ("a long , winding and rather wonderful film " * 2400)[:100_000]
+    data = ctx.data_dir(HEADER + f"{long_sentence}\t1\n" + GOOD_ROWS)
+    code = main(base_args(ctx) + ["--data-dir", str(data), "--max-length", "64"])
+    assert code == 0, capsys.readouterr().err
+    run = json.loads((ctx.out / "results.json").read_text())["runs"][0]
+    assert run["steps"] == 1 and run["skipped_steps"] == 0 and run["history"]["loss"][0] > 0
+    assert len(CASES) + 2 >= 25  # the catalogue above, plus the two special cases

@@ -1,0 +1,201 @@
+"""mixft.bench and scripts/benchmark.py on tiny sizes: the machinery, not the figures."""
+
+import json
+
+import pytest
+import torch
+
+from mixft.bench import cli
+from mixft.bench.bert import BertSetup, WorkCounter
+from mixft.bench.mlp import CPU_FP16_SKIP, MLPSizes, mlp_table, run_mlp_benchmark
+from mixft.bench.peers import LossOutputModel, PeersConfig, peers_table, run_peers, same_state, state_fingerprint
+from mixft.bench.scaling import ScalingConfig, run_scaling, saved_activation_bytes, scaling_tables
+from mixft.bench.steps import run_step_benchmark
+from mixft.bench.timing import StepTimer, markdown_table, matmul_peak
+from mixft.data.generated import generated_splits
+from mixft.precision import PRECISIONS
+
+TINY_MLP = MLPSizes(width=64, layers=3, batch_size=16, batches=2, epochs=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A config-built BERT (hidden 32, 1 layer) with the shipped tokenizer, and a tiny GLUE-layout data dir."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from mixft.hub import shipped_model_dir
+
+    root = tmp_path_factory.mktemp("tiny-bert")
+    model_dir, data_dir = root / "model", root / "data"
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=128)
+    BertModel(config).save_pretrained(model_dir)
+    AutoTokenizer.from_pretrained(str(shipped_model_dir())).save_pretrained(model_dir)
+    data_dir.mkdir()
+    train, dev = generated_splits(48, 24, seed=0)
+    for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
+        lines = ["sentence\tlabel"] + [f"{r['sentence']}\t{r['label']}" for r in rows]
+        (data_dir / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return BertSetup(model=str(model_dir), data_dir=str(data_dir), train_samples=48, eval_samples=24,
+                     batch_size=8, max_length=32, device="cpu")
+
+
+# ------------------------------------------------------------------------------------ MLP
+def test_mlp_three_modes_side_by_side():
+    report = run_mlp_benchmark(TINY_MLP, device="cpu", include_cpu_fp16=True, peak_n=128, peak_repeats=2, rounds=3)
+    assert [m.mode for m in report.modes] == ["default", "autocast", "autocast+scaler"]
+    assert [m.precision for m in report.modes] == ["fp32", "bf16", "fp16"]
+    base = report.mode("default")
+    for m in report.modes:
+        assert m.status == "ran" and m.time_s > 0
+        assert len(m.rounds_time_s) == 3 and m.time_s == sorted(m.rounds_time_s)[1]  # the median round
+        assert m.speedup == pytest.approx(base.time_s / m.time_s, rel=1e-12)
+        assert m.samples == 2 * 16 and m.steps == 2
+        assert m.achieved_flops_per_s == pytest.approx(6 * 3 * 64 * 64 * 32 / m.time_s)
+        assert m.matmul_peak["flops_per_s"] > 0 and m.fraction_of_peak == pytest.approx(
+            m.achieved_flops_per_s / m.matmul_peak["flops_per_s"])
+        assert m.peak_memory_kind == "cpu_rss" and m.peak_memory_bytes > 0
+    assert base.speedup == 1.0 and base.memory_ratio == 1.0
+    assert report.mode("autocast+scaler").matmul_peak["dtype"] == "float16"
+    table = mlp_table(report)
+    for row in ("| default | fp32 |", "| autocast | bf16 |", "| autocast+scaler | fp16 |"):
+        assert row in table
+    assert "scaled down" in table
+
+
+def test_mlp_cpu_fp16_is_skipped_by_default_with_a_reason():
+    report = run_mlp_benchmark(TINY_MLP, device="cpu", peak_n=64, peak_repeats=1)
+    scaler = report.mode("autocast+scaler")
+    assert scaler.status == "skipped" and scaler.time_s is None and scaler.reason == CPU_FP16_SKIP
+    assert "emulated" in mlp_table(report)
+    assert report.mode("autocast").status == "ran"
+
+
+def test_matmul_peak_counts_2n3_flops_per_repeat():
+    peak = matmul_peak(torch.device("cpu"), torch.float32, 64, repeats=3, warmup=0)
+    assert len(peak.times_s) == 3 and all(t > 0 for t in peak.times_s)
+    assert peak.flops_per_s == pytest.approx(2 * 64**3 / sorted(peak.times_s)[1])
+
+
+# ----------------------------------------------------------------------------------- BERT
+def test_step_benchmark_ratio_is_of_the_medians(tiny_bert):
+    report = run_step_benchmark(tiny_bert, steps=2, warmup=1, rounds=2)
+    fp32, bf16 = report.rows
+    assert (fp32.precision, bf16.precision) == ("fp32", "bf16")
+    for r in report.rows:
+        assert len(r.step_times_s) == 2 * 3 and r.measured_steps == 2 * 2 and r.median_step_s > 0
+        timed = r.step_times_s[1:3] + r.step_times_s[4:6]  # warm-up dropped in each round
+        assert r.median_step_s == pytest.approx(sorted(timed)[1] / 2 + sorted(timed)[2] / 2)
+        assert r.min_step_s == min(timed)
+        assert r.tokens_per_s > 0 and r.samples_per_s > 0
+    assert bf16.speedup_vs_fp32 == pytest.approx(fp32.median_step_s / bf16.median_step_s)
+
+
+def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert):
+    report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32", "bf16"], max_steps=2))
+    rows = report.summary()
+    assert [(r["precision"], r["framework"]) for r in rows] == [
+        (p, f) for p in ("fp32", "bf16") for f in ("mixft", "hf-trainer", "accelerate")]
+    mixft = {r["precision"]: r for r in rows if r["framework"] == "mixft"}
+    for r in rows:
+        assert r["initial_weights_identical"] is True
+        assert r["extra"]["steps"] == 2  # every framework ran the same budget...
+        assert r["samples"] == 2 * 8  # ...on the same batch size (counted at the model's forward)
+        assert r["time_s"] > 0 and 0 <= r["accuracy"] <= 1
+        assert r["mixft_ratio"] == pytest.approx(mixft[r["precision"]]["samples_per_s"] / r["samples_per_s"])
+    bf16_hf = next(r for r in rows if r["precision"] == "bf16" and r["framework"] == "hf-trainer")
+    assert "bf16=True" in bf16_hf["settings"] and "group_by_length" in bf16_hf["settings"]
+    table = peers_table(report)
+    assert table.count("| yes |") == 6 and "hf-trainer" in table and "accelerate" in table
+
+
+def test_same_state_detects_a_changed_weight(tiny_bert):
+    from recipes.bert_sst2 import build_model
+
+    a, b = build_model(tiny_bert.model, 0), build_model(tiny_bert.model, 0)
+    ref = state_fingerprint(a)
+    assert same_state(b, ref)
+    with torch.no_grad():
+        b.classifier.weight[0, 0] += 1e-3
+    assert not same_state(b, ref)
+
+
+def test_hf_wrapper_returns_the_recipe_loss(tiny_bert):
+    from recipes.bert_sst2 import build_model, loss_fn
+
+    model = build_model(tiny_bert.model, 0).eval()
+    ids = torch.tensor([[101, 2307, 102], [101, 2919, 102]])
+    labels = torch.tensor([1.0, 0.0])
+    out = LossOutputModel(model, loss_fn)(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+    assert torch.allclose(out["loss"], loss_fn(out["logits"], labels))
+    assert "loss" not in LossOutputModel(model, loss_fn)(input_ids=ids)
+
+
+def test_work_counter_counts_real_and_padded_tokens(tiny_bert):
+    from recipes.bert_sst2 import build_model
+
+    model = build_model(tiny_bert.model, 0).train()
+    ids = torch.tensor([[101, 2307, 102, 0], [101, 2919, 2307, 102]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    with WorkCounter(model) as work:
+        model(input_ids=ids, attention_mask=mask)
+        model.eval()
+        model(input_ids=ids, attention_mask=mask)  # evaluation forwards are not training work
+    assert work.totals() == {"forwards": 1, "samples": 2, "real_tokens": 7, "padded_tokens": 8}
+
+
+def test_saved_activations_shrink_under_bf16(tiny_bert):
+    from recipes.bert_sst2 import build_model, loss_fn
+
+    model = build_model(tiny_bert.model, 0)
+    batch = {"input_ids": torch.randint(1000, 2000, (8, 32)), "attention_mask": torch.ones(8, 32, dtype=torch.long),
+             "labels": torch.ones(8)}
+    cpu = torch.device("cpu")
+    fp32 = saved_activation_bytes(model, batch, PRECISIONS["fp32"], cpu, loss_fn)
+    bf16 = saved_activation_bytes(model, batch, PRECISIONS["bf16"], cpu, loss_fn)
+    assert 0 < bf16 < fp32
+
+
+def test_scaling_grid_covers_every_point(tiny_bert):
+    cfg = ScalingConfig(setup=tiny_bert, precisions=["fp32"], batch_sizes=[4], max_lengths=[64],
+                        length_batch_size=4, steps=1, warmup=0)
+    report = run_scaling(cfg)
+    kinds = [(p.grid, p.padding, p.max_length) for p in report.points]
+    assert kinds == [("batch", "dynamic", 32), ("length", "max_length", 64), ("length", "dynamic", 64)]
+    fixed, dynamic = report.points[1], report.points[2]
+    assert fixed.padding_efficiency < dynamic.padding_efficiency <= 1  # padding to the cap computes more
+    assert report.points[0].saved_activation_bytes > 0
+    assert "max_length" in scaling_tables(report)
+
+
+def test_step_timer_summary_skips_warmup():
+    timer = StepTimer()
+    timer.step_times_s, timer.step_samples, timer.step_tokens = [9.0, 1.0, 3.0, 2.0], [4, 4, 4, 4], [10, 20, 30, 40]
+    s = timer.summary(warmup=1)
+    assert s == {"measured_steps": 3, "median_step_s": 2.0, "samples_per_s": 12 / 6.0, "tokens_per_s": 90 / 6.0}
+    with pytest.raises(ValueError):
+        timer.summary(warmup=4)
+
+
+def test_markdown_table_shape():
+    assert markdown_table(["a", "b"], [[1, 2]]).splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |"]
+
+
+# ------------------------------------------------------------------------------------ CLI
+def test_cli_writes_json_with_the_mlp_modes(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = cli.main(["--width", "64", "--batches", "2", "--mlp-batch-size", "16", "--mlp-epochs", "1",
+                     "--include-cpu-fp16", "--peak-size", "128", "--no-steps", "--device", "cpu", "--out", str(out)])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert [m["mode"] for m in doc["mlp"]["modes"]] == ["default", "autocast", "autocast+scaler"]
+    assert doc["device_name"] and doc["command"].startswith("python scripts/benchmark.py")
+    assert "## (a) MLP benchmark" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--out", "."], ["--frameworks", "mixft,nope"], ["--steps", "0"], ["--device", "tpu"]])
+def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
+    assert cli.main(argv + ["--no-mlp", "--no-steps"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("benchmark.py: error:") and "\n" not in err
