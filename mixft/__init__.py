@@ -25,7 +25,7 @@ _EXPORTS = {
     "results_document": "mixft.results",
     # running recipes
     "RunConfig": "mixft.config",
-    "run": "mixft.run",
+    "run": "mixft.runner",
     # precision policy
     "Precision": "mixft.precision",
     "resolve_precision": "mixft.precision",
@@ -61,26 +61,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-def _keep_exported_functions() -> None:
-    # `mixft.run` is both a submodule and the exported function run(cfg). Importing the
-    # submodule (`from mixft.run import RunObserver`, or the CLI doing so) makes Python
-    # bind it over the package attribute, after which `mixft.run(cfg)` would be a module.
-    # Refuse that one binding; `sys.modules["mixft.run"]` and `from mixft.run import ...`
-    # are unaffected.
-    import sys
-    import types
-
-    clashing = {"run"}
-
-    class _Package(types.ModuleType):
-        def __setattr__(self, name, value):
-            if name in clashing and isinstance(value, types.ModuleType):
-                return
-            super().__setattr__(name, value)
-
-    sys.modules[__name__].__class__ = _Package
-
-
-_keep_exported_functions()

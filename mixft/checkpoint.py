@@ -304,7 +304,8 @@ class Checkpointer(Callback):
     def save(self, trainer: Trainer) -> Path:
         if self.saved_step is None:
             _remove_stale_temporaries(self.path)
-        save_checkpoint(trainer, self.path, self.meta)
+        with trainer.untimed():  # disk writes are not training speed
+            save_checkpoint(trainer, self.path, self.meta)
         self.saved_step = trainer.state.step
         return self.path
 

@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=list(DEVICE_CHOICES), default="auto")
     p.add_argument("--output-dir", default="outputs/run")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR's checkpoint")
+    p.add_argument("--save-model", action="store_true", help="save the fine-tuned model under OUTPUT_DIR")
+    p.add_argument("--eval-only", action="store_true",
+                   help="no training: evaluate --model (e.g. a --save-model directory) at each precision")
     rel = p.add_argument_group("reliability (docs/reliability.md)")
     rel.add_argument("--checkpoint-every", type=_non_negative_int, default=20, metavar="N",
                      help="save OUTPUT_DIR/checkpoint.pt every N optimizer steps and at epoch ends (0: epoch ends only)")
@@ -178,6 +181,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         device=args.device,
         output_dir=args.output_dir,
         resume=args.resume,
+        save_model=args.save_model,
+        eval_only=args.eval_only,
         checkpoint_every=args.checkpoint_every,
         inject_nonfinite=args.inject_nonfinite,
         detect_collapse=not args.no_collapse_check,
@@ -230,16 +235,20 @@ def print_plan(cfg: RunConfig, device, precisions, prepared_info: dict) -> None:
 
 
 def print_result(result) -> None:
-    acc = result.eval.get("accuracy")
+    """One line per run: the figures a user came for."""
     mem = result.peak_memory_bytes
     mem_s = f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
+    if "accuracy" in result.eval:
+        quality = f"accuracy {result.eval['accuracy']:.4f}"
+    elif "loss" in result.eval:
+        quality = f"eval loss {result.eval['loss']:.4f}"
+    else:
+        quality = "not evaluated"  # stopped before the first evaluation
     scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
     print(
-        f"[{result.precision}] accuracy {acc:.4f} | {result.train_samples_per_s:.1f} samples/s | "
+        f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
         f"train {result.train_time_s:.1f} s | peak memory {mem_s} | steps {result.steps}, "
-        f"skipped {result.skipped_steps}{scale}" if acc is not None else
-        f"[{result.precision}] eval loss {result.eval.get('loss', float('nan')):.4f} | "
-        f"{result.train_samples_per_s:.1f} samples/s | peak memory {mem_s} | steps {result.steps}",
+        f"skipped {result.skipped_steps}{scale}",
         flush=True,
     )
 
@@ -291,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
-        from .run import plan, run
+        from .runner import plan, run
 
         _, full_cfg, _, _ = plan(cfg)  # every cheap check, before any work
         with SignalHandler() as signals:

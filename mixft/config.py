@@ -33,6 +33,8 @@ class RunConfig:
     device: str = "auto"
     output_dir: str = "outputs/run"
     resume: bool = False
+    eval_only: bool = False  # evaluate --model at each precision, no training (inference speed)
+    save_model: bool = False  # save each fine-tuned model under OUTPUT_DIR (see recipe.save_model)
     num_workers: int = 0  # DataLoader workers; 0 keeps tokenised data in this process
     extra: dict[str, Any] = field(default_factory=dict)  # recipe-specific options
     # Reliability (docs/reliability.md): checkpoints, fault injection, collapse detection.
@@ -83,6 +85,8 @@ class RunConfig:
         _positive_int("--max-consecutive-skips", self.max_consecutive_skips)
         if self.num_workers < 0:
             raise UsageError(f"--num-workers must be >= 0, got {self.num_workers}")
+        if self.eval_only and (self.resume or self.save_model):
+            raise UsageError("--eval-only trains nothing: it cannot be combined with --resume or --save-model")
         out = Path(self.output_dir)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {self.output_dir}: exists and is not a directory")

@@ -12,6 +12,7 @@ import os
 import platform
 import threading
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -116,3 +117,15 @@ class Stopwatch:
         synchronize(self.device)
         self.elapsed_s += time.perf_counter() - self._t0
         self._t0 = None
+
+    @contextmanager
+    def paused(self):
+        """Leave a stretch out of the measurement (e.g. writing a checkpoint mid-epoch)."""
+        if self._t0 is None:
+            yield
+            return
+        self.__exit__()
+        try:
+            yield
+        finally:
+            self.__enter__()

@@ -4,7 +4,7 @@
 |------|----------------|------------|----------------------------------------------------|
 | fp32 | none           | off        | everywhere (TF32 matmuls off: the true baseline)   |
 | tf32 | none           | off        | CUDA Ampere+ (TF32 matmuls on)                     |
-| fp16 | float16        | on         | CUDA; CPU works but is emulated (very slow): tests |
+| fp16 | float16        | on         | CUDA; on CPU it runs, at a speed that depends on the CPU |
 | bf16 | bfloat16       | off        | CUDA Ampere+, CPU                                  |
 
 ``--amp`` means the device's best mixed precision: fp16 on CUDA, bf16 on CPU.
@@ -118,8 +118,9 @@ def precision_notice(precision: Precision, device: torch.device) -> str | None:
     """A one-line caution for combinations that run but that users rarely want."""
     if precision.name == "fp16" and device.type == "cpu":
         return (
-            "notice: fp16 on CPU is emulated and far slower than fp32; it is here for tests. "
-            "Use bf16 (--amp) for speed on CPU"
+            "notice: fp16 on CPU runs through autocast, but its speed depends on the CPU (native only "
+            "with AVX512-FP16/AMX-FP16, emulated elsewhere); GPUs are where fp16 pays. "
+            "Measure it with --compare"
         )
     return None
 

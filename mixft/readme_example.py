@@ -733,7 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args).validate()
         if args.output_dir:
-            from .run import check_writable
+            from .runner import check_writable
 
             check_writable(Path(args.output_dir))
         prepared = prepare(cfg)  # model, data, device, precisions: every check before any work

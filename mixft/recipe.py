@@ -7,6 +7,7 @@ A recipe module (``recipes/<name>.py``) defines::
     def prepare(cfg: RunConfig) -> Any                 # load + validate data, tokenise: runs once,
                                                        # before any training; bad input -> UsageError
     def build(cfg, prepared, precision, device, seed) -> TrainerParts   # fresh model per run
+    def save_model(model, prepared, directory) -> None  # what --save-model writes; --model reads it
 
 ``build`` must give identical initial weights and data order for the same seed, so runs
 at different precisions are comparable.

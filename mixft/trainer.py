@@ -214,6 +214,10 @@ class Trainer:
         """Every parameter the optimizers update (what clipping and the norm see)."""
         return [p for opt in self.optimizers for group in opt.param_groups for p in group["params"]]
 
+    def untimed(self):
+        """Context that leaves its body out of ``train_time_s`` (checkpoint writes, diagnostics)."""
+        return self._clock.paused() if self._clock is not None else contextlib.nullcontext()
+
     def autocast(self):
         """The autocast context for this run's precision (a no-op for fp32/tf32)."""
         dtype = self.precision.autocast_dtype or torch.float32
@@ -373,6 +377,9 @@ class Trainer:
     def evaluate(self, loader=None) -> dict[str, float]:
         """Mean loss (and the metric, with ``predict_fn``) over ``loader``, under autocast.
 
+        Also times itself (device-synchronised): ``time_s`` and ``samples_per_s`` are the
+        inference speed at this precision, so runs at two precisions give its speedup.
+
         Usage: ``trainer.evaluate()["accuracy"]``
         """
         loader = self.eval_loader if loader is None else loader
@@ -386,24 +393,29 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         count = 0
         predictions, references = [], []
+        clock = Stopwatch(self.device)
         try:
-            for batch in loader:
-                inputs, labels = self._split(batch)
-                with self.autocast():
-                    outputs = self._forward(inputs, module)
-                    loss = self.loss_fn(outputs, labels)
-                n = _batch_size(labels)
-                loss_sum += loss.double() * n
-                count += n
-                if self.predict_fn is not None:
-                    predictions.append(self.predict_fn(outputs).detach())
-                    references.append(labels.detach())
+            with clock:
+                for batch in loader:
+                    inputs, labels = self._split(batch)
+                    with self.autocast():
+                        outputs = self._forward(inputs, module)
+                        loss = self.loss_fn(outputs, labels)
+                    n = _batch_size(labels)
+                    loss_sum += loss.double() * n
+                    count += n
+                    if self.predict_fn is not None:
+                        predictions.append(self.predict_fn(outputs).detach())
+                        references.append(labels.detach())
         finally:
             self.model.train(was_training)
         # Every rank evaluated its shard: sum the losses, gather the predictions.
         loss_sum = distributed.all_reduce_sum(loss_sum)
         count = int(distributed.all_reduce_sum(torch.tensor(count, device=self.device)).item())
         metrics = {"loss": float(loss_sum.item() / max(count, 1))}
+        elapsed = max(float(distributed.all_reduce_sum(torch.tensor(clock.elapsed_s, device=self.device)).item()) / distributed.world_size(), 1e-9)
+        metrics["time_s"] = elapsed
+        metrics["samples_per_s"] = count / elapsed
         if self.predict_fn is not None:
             local_preds = torch.cat(predictions).reshape(-1).long().cpu() if predictions else torch.empty(0, dtype=torch.long)
             local_refs = torch.cat(references).reshape(-1).long().cpu() if references else torch.empty(0, dtype=torch.long)
@@ -414,6 +426,20 @@ class Trainer:
             else:
                 metrics["accuracy"] = float((preds == refs).double().mean())
         return metrics
+
+    def evaluate_only(self) -> RunResult:
+        """Evaluate without training (e.g. a saved model at this precision).
+
+        Returns a RunResult with ``steps == 0``; its ``eval`` holds the metrics and the
+        inference speed, its peak memory is that of inference alone.
+
+        Usage: ``Trainer(model, opt, loss_fn, [], eval_loader=test, precision="bf16").evaluate_only()``
+        """
+        memory = PeakMemory(self.device)
+        with memory:
+            metrics = self.evaluate()
+        self.state.eval_history.append({"epoch": 0, "step": 0, **metrics})
+        return self._result(memory, None)
 
     @torch.inference_mode()
     def predict(self, loader) -> torch.Tensor:

@@ -19,25 +19,14 @@ TINY_MLP = MLPSizes(width=64, layers=3, batch_size=16, batches=2, epochs=1)
 
 
 @pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory):
-    """A config-built BERT (hidden 32, 1 layer) with the shipped tokenizer, and a tiny GLUE-layout data dir."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from mixft.hub import shipped_model_dir
-
-    root = tmp_path_factory.mktemp("tiny-bert")
-    model_dir, data_dir = root / "model", root / "data"
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=128)
-    BertModel(config).save_pretrained(model_dir)
-    AutoTokenizer.from_pretrained(str(shipped_model_dir())).save_pretrained(model_dir)
-    data_dir.mkdir()
+def tiny_bert(tiny_bert_dir, tmp_path_factory):
+    """conftest's config-built BERT (hidden 32, 1 layer) and a tiny GLUE-layout data dir (no hub probe)."""
+    data_dir = tmp_path_factory.mktemp("bench-data")
     train, dev = generated_splits(48, 24, seed=0)
     for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
         lines = ["sentence\tlabel"] + [f"{r['sentence']}\t{r['label']}" for r in rows]
         (data_dir / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return BertSetup(model=str(model_dir), data_dir=str(data_dir), train_samples=48, eval_samples=24,
+    return BertSetup(model=str(tiny_bert_dir), data_dir=str(data_dir), train_samples=48, eval_samples=24,
                      batch_size=8, max_length=32, device="cpu")
 
 
@@ -194,7 +183,8 @@ def test_cli_writes_json_with_the_mlp_modes(tmp_path, capsys):
     assert "## (a) MLP benchmark" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["--out", "."], ["--frameworks", "mixft,nope"], ["--steps", "0"], ["--device", "tpu"]])
+@pytest.mark.parametrize("argv", [["--out", "."], ["--frameworks", "mixft,nope"], ["--steps", "0"],
+                                  ["--device", "tpu"], ["--precisions", "tf32"]])
 def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
     assert cli.main(argv + ["--no-mlp", "--no-steps"]) == 2
     err = capsys.readouterr().err.strip()

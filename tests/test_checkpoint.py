@@ -214,7 +214,7 @@ def test_stale_temporary_from_a_killed_write_is_removed(tmp_path):
 # SIGKILLed. (tests/test_interrupt.py runs scripts/finetune.py itself in a subprocess.)
 ZYGOTE = r"""
 import json, os, sys
-import mixft.cli, mixft.run, recipes.bert_sst2, transformers, datasets, evaluate  # warm imports only
+import mixft.cli, mixft.runner, recipes.bert_sst2, transformers, datasets, evaluate  # warm imports only
 from transformers import AutoModel, AutoTokenizer, DataCollatorWithPadding
 for line in sys.stdin:
     argv = json.loads(line)

@@ -352,7 +352,7 @@ def test_public_exports():
 def test_run_stays_the_function_after_importing_its_module():
     code = (
         "import sys, mixft; assert 'torch' not in sys.modules, 'import mixft pulled in torch'\n"
-        "import mixft.run\nfrom mixft.run import RunObserver\n"
+        "import mixft.runner\nfrom mixft.runner import RunObserver\n"
         "import inspect; assert inspect.isfunction(mixft.run), mixft.run\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Measure what mixed precision buys here (and mixft against its peers).")
     p.add_argument("--small", action="store_true", help="CPU-friendly sizes (minutes on 2 cores)")
     p.add_argument("--device", choices=list(DEVICE_CHOICES), default="auto")
-    p.add_argument("--steps", type=_positive_int, help="timed optimizer steps per precision for bert step time")
+    p.add_argument("--steps", type=_positive_int, help="timed optimizer steps per run (step time) or per grid point (scaling)")
     p.add_argument("--warmup", type=_non_negative_int, help="untimed steps before those")
     p.add_argument("--out", help="write every measurement to this JSON file (atomically)")
     p.add_argument("--peers", action="store_true", help="also: mixft vs transformers.Trainer vs accelerate")
@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive_int, default=1,
                    help="repeat every measurement (MLP, step time, peers) in a rotated order; report the median")
     bert.add_argument("--frameworks", default="mixft,hf-trainer,accelerate", help="peers: which, comma-separated")
+    bert.add_argument("--precisions", default="fp32,amp",
+                      help="step time and peers: precisions to compare (amp: the device's; default fp32,amp)")
     bert.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive_int,
                    help="torch intra-op threads (default: torch's choice); recorded in the output")
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 
     from mixft.atomic import write_json
     from mixft.measure import device_name
-    from mixft.precision import resolve_device
+    from mixft.precision import resolve_device, resolve_precision
 
     from .bert import BertSetup
     from .peers import check_frameworks
@@ -146,6 +148,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     _check_out(args.out)
     frameworks = check_frameworks(args.frameworks)
     dev = resolve_device(args.device)
+    # Every precision is validated for this device now, not after the MLP has run.
+    precisions = list(dict.fromkeys(
+        resolve_precision(_amp(name, dev), dev).name for name in _check_precisions(args.precisions)
+    ))
     if args.threads:
         torch.set_num_threads(args.threads)
     size = SIZES["small" if args.small else "full"]
@@ -191,7 +197,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     if not args.no_steps:
         from .steps import run_step_benchmark, steps_table
 
-        report = run_step_benchmark(setup, steps=steps, warmup=warmup, rounds=args.rounds)
+        report = run_step_benchmark(setup, steps=steps, warmup=warmup, rounds=args.rounds,
+                                    precisions=precisions)
         doc["steps"] = report.to_dict()
         print("## (b) bert-sst2 step time, fp32 vs AMP\n")
         print(steps_table(report) + "\n", flush=True)
@@ -207,6 +214,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                 p[key] = value
         peer_setup = BertSetup(**{**setup.__dict__, **p})
         report = run_peers(PeersConfig(setup=peer_setup, frameworks=frameworks, max_steps=args.max_steps,
+                                       precisions=precisions,
                                        rounds=args.rounds))
         doc["peers"] = report.to_dict()
         print("## mixft vs transformers.Trainer vs accelerate\n")
@@ -229,6 +237,21 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     print(f"load average at the end: {_fmt_load(doc['load_avg_at_end'])}")
     save()
     return doc
+
+
+def _check_precisions(text: str) -> list[str]:
+    from mixft.precision import PRECISIONS
+
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if not names or any(n not in (*PRECISIONS, "amp") for n in names):
+        raise UsageError(f"--precisions must list some of {', '.join((*PRECISIONS, 'amp'))}, got {text!r}")
+    return list(dict.fromkeys(names))
+
+
+def _amp(name: str, dev) -> str:
+    from mixft.precision import amp_precision_names
+
+    return amp_precision_names(dev)[0] if name == "amp" else name
 
 
 def _load_avg() -> list[float] | None:

@@ -4,14 +4,17 @@
 |-----------------|-------------------------------|-----------------------------------------|
 | default         | fp32 (TF32 off)               | fp32                                    |
 | autocast        | fp16 autocast, no GradScaler  | bf16 autocast (no scaler needed)        |
-| autocast+scaler | fp16 autocast + GradScaler    | fp16 + scaler: emulated, skipped unless |
-|                 |                               | ``include_cpu_fp16`` (tiny sizes only)  |
+| autocast+scaler | fp16 autocast + GradScaler    | fp16 + scaler: skipped unless           |
+|                 |                               | ``include_cpu_fp16`` (see below)        |
+
+CPU fp16 is treated as emulated (mixft's precision policy says so); on CPUs with
+AVX512-FP16 it is not, and ``include_cpu_fp16`` measures what it really costs.
 
 Each mode is timed like the seed's ``start_timer``/``end_timer_and_print``: build the
 model and optimizer, then ``gc.collect()``, empty the CUDA cache and reset its peak,
 synchronise, time the *whole* training (every epoch, no evaluation), synchronise, read
 the peak memory. Like the seed there is no warm-up run per mode; the matmul-peak
-measurement that precedes the modes initialises the BLAS library once. ``rounds`` > 1
+measurement that precedes each mode warms up the BLAS library for its dtype. ``rounds`` > 1
 repeats all modes in a rotated order and reports each mode's median round (a shared,
 noisy machine then weighs on every mode alike).
 
@@ -21,8 +24,10 @@ weight gradient, 2 for the input gradient. Autograd skips the first layer's inpu
 gradient (the data needs none), so with 3 equal layers the matmuls really do 16/18 of
 that; the convention (as in "model FLOPs utilisation") makes figures comparable
 across tools. The time also covers the optimizer, the loss and the loop.
-The fraction of peak divides by the device's matmul rate *measured in this run*:
-the median of ``peak_repeats`` square ``n x n`` matmuls in the mode's compute dtype.
+The fraction of peak divides by the device's matmul rate *measured in this run*, right
+before the mode trains: the median of ``peak_repeats`` square ``n x n`` matmuls in the
+mode's compute dtype. Because of the convention above (and because a 2048^2 matmul is
+not the fastest shape), the fraction can exceed 100% on a CPU.
 
 Usage::
 
@@ -47,7 +52,7 @@ from .timing import MatmulPeak, TimedRegion, flops, fmt, markdown_table, matmul_
 
 RECIPE = "mlp-synthetic"
 MODES = ("default", "autocast", "autocast+scaler")
-CPU_FP16_SKIP = "skipped: fp16 on CPU is emulated (pass --include-cpu-fp16 to run it anyway)"
+CPU_FP16_SKIP = "skipped: fp16 on CPU is slow or emulated on most CPUs (pass --include-cpu-fp16 to run it anyway)"
 FLOP_RULE = (
     "achieved FLOP/s = 6 x Linear weights x samples / wall time (fwd 2 + weight-grad 2 + input-grad 2 per "
     "weight per sample; biases excluded; the first layer's input gradient, which autograd skips, is counted)"
@@ -144,13 +149,9 @@ def run_mlp_benchmark(
     precisions = {name: resolve_precision(p, dev) for name, p in mode_precisions(dev).items()}
     to_run = [m for m in MODES if not (m == "autocast+scaler" and dev.type == "cpu" and not include_cpu_fp16)]
 
-    # The device's matmul peak, once per compute dtype, measured here and now.
+    # The device's matmul peak in the mode's dtype, measured right before each of its
+    # rounds (a shared machine's load drifts; the fraction compares like with like).
     n = peak_n or (8192 if dev.type == "cuda" else 2048)
-    peaks: dict[torch.dtype, MatmulPeak] = {}
-    for m in to_run:
-        dtype = precisions[m].autocast_dtype or torch.float32
-        if dtype not in peaks:
-            peaks[dtype] = matmul_peak(dev, dtype, n, repeats=peak_repeats)
 
     weights = recipe.linear_weight_count(recipe.build_model(sizes.width, sizes.layers, seed))
     report = MLPReport(
@@ -161,8 +162,8 @@ def run_mlp_benchmark(
     for rnd in range(rounds):
         k = rnd % len(to_run)
         for m in to_run[k:] + to_run[:k]:  # rotated: no mode always runs first (or right after another)
-            runs[m].append(_train_mode(recipe, cfg, prepared, m, precisions[m], dev, seed, weights,
-                                       peaks[precisions[m].autocast_dtype or torch.float32]))
+            peak = matmul_peak(dev, precisions[m].autocast_dtype or torch.float32, n, repeats=peak_repeats)
+            runs[m].append(_train_mode(recipe, cfg, prepared, m, precisions[m], dev, seed, weights, peak))
     for m in MODES:
         if m not in to_run:
             report.modes.append(ModeResult(m, precisions[m].name, "skipped", reason=CPU_FP16_SKIP))
@@ -214,7 +215,8 @@ def mlp_table(report: MLPReport) -> str:
         pk = m.matmul_peak or {}
         rounds = f" (rounds: {', '.join(f'{t:.2f}' for t in m.rounds_time_s)})" if len(m.rounds_time_s) > 1 else ""
         rows.append([
-            m.mode, m.precision, f"{m.time_s:.2f}{rounds}", f"{m.speedup:.2f}x", f"{mib(m.peak_memory_bytes)} ({m.peak_memory_kind})",
+            m.mode, m.precision, f"{m.time_s:.2f}{rounds}", f"{m.speedup:.2f}x",
+            f"{mib(m.peak_memory_bytes)} ({m.peak_memory_kind})",
             f"{m.memory_ratio:.2f}" if m.memory_ratio is not None else "n/a", mib(m.peak_above_start_bytes),
             flops(m.achieved_flops_per_s),
             f"{flops(pk.get('flops_per_s'))} ({pk.get('dtype')} {pk.get('n')}^2, median of {pk.get('repeats')})",

@@ -84,7 +84,8 @@ class ScalingReport:
         return asdict(self)
 
 
-def saved_activation_bytes(model: torch.nn.Module, batch: dict, precision: Precision, device: torch.device, loss_fn) -> int:
+def saved_activation_bytes(model: torch.nn.Module, batch: dict, precision: Precision, device: torch.device,
+                           loss_fn) -> int:
     """Bytes autograd keeps for backward after one forward + loss (parameters excluded, storages counted once)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}

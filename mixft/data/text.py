@@ -7,6 +7,7 @@ want dimensions divisible by 8), and grouped by length so padding stays small.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import torch
@@ -33,7 +34,9 @@ def tokenize_rows(rows: list[dict], tokenizer, max_length: int) -> list[dict[str
         lambda b: tokenizer(b["sentence"], truncation=True, max_length=max_length),
         batched=True,
         remove_columns=["sentence"],
-        desc=None,
+        # An explicit fingerprint: otherwise datasets hashes the tokenizer (~2 s) to name
+        # a cache entry that an in-memory dataset never writes.
+        new_fingerprint=f"mixft-tokenize-{uuid.uuid4().hex}",
     )
     # Plain dicts: indexing a list is much cheaper per example than an Arrow row lookup.
     return ds.to_list()

@@ -45,6 +45,10 @@ class RunObserver:
 def plan(cfg: RunConfig):
     """Validate everything cheap before any work: (recipe, cfg with defaults, device, precisions)."""
     recipe = get_recipe(cfg.recipe)
+    if (cfg.save_model or cfg.eval_only) and not hasattr(recipe, "save_model"):
+        raise UsageError(f"recipe {cfg.recipe} has no saved-model format: --save-model and --eval-only need one")
+    if cfg.eval_only and cfg.model is None:
+        raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
     device = resolve_device(cfg.device)
     if distributed.init_from_env() and device.type == "cuda":
@@ -111,9 +115,16 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
                 callbacks=[*observer.callbacks(precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)],
                 run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
             )
-            if cfg.resume and checkpoint.exists():
-                resume(trainer, checkpoint, meta, verify=False)  # plan() has verified it
-            result = trainer.fit()
+            if cfg.eval_only:
+                result = trainer.evaluate_only()
+            else:
+                if cfg.resume and checkpoint.exists():
+                    resume(trainer, checkpoint, meta, verify=False)  # plan() has verified it
+                result = trainer.fit()
+                if cfg.save_model and distributed.is_main_process() and not result.stopped_early:
+                    target = out / saved_model_name(precision.name, seed, single=total == 1)
+                    recipe.save_model(trainer.module, prepared, target)
+                    logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
@@ -127,6 +138,10 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
 
         write_report(results_document(results), out)
     return results
+
+
+def saved_model_name(precision: str, seed: int, single: bool) -> str:
+    return "model" if single else f"model-{precision}-seed{seed}"
 
 
 def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dict) -> list[Callback]:
