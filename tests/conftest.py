@@ -51,3 +51,17 @@ def tiny_data_dir(tmp_path) -> Path:
     write_tsv(d / "train.tsv", [(r["sentence"], r["label"]) for r in train])
     write_tsv(d / "dev.tsv", [(r["sentence"], r["label"]) for r in dev])
     return d
+
+
+# What may differ between two runs of the same computation: clocks and memory gauges.
+TIMING_KEYS = {"train_time_s", "train_samples_per_s", "train_tokens_per_s", "peak_memory_bytes", "config",
+               "time_s", "samples_per_s"}
+
+
+def without_timings(value):
+    """A results.json run (or any part of it) with every timing/memory figure removed."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in TIMING_KEYS}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
