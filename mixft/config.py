@@ -16,6 +16,11 @@ from .errors import UsageError
 
 @dataclass
 class RunConfig:
+    """Options of one ``mixft.run`` (what the CLI flags fill in).
+
+    Usage: ``mixft.run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))``
+    """
+
     recipe: str = "bert-sst2"  # registry name, see mixft.registry
     precisions: list[str] = field(default_factory=lambda: ["fp32"])  # names or "amp"; several = a comparison
     seeds: list[int] = field(default_factory=lambda: [0])  # each precision is trained once per seed

@@ -1,8 +1,8 @@
 """Data-parallel training across processes: set up from the launcher's environment.
 
-Launch with ``torchrun --nproc_per_node N scripts/finetune.py ...`` or
-``accelerate launch --num_processes N scripts/finetune.py ...``: both set ``RANK`` and
-``WORLD_SIZE``. mixft then wraps the model in ``DistributedDataParallel`` (gloo on CPU,
+Launch with ``torchrun --nproc_per_node N scripts/finetune.py ...`` (CPU or GPUs) or
+``accelerate launch --multi_gpu --num_processes N scripts/finetune.py ...`` (GPUs): both
+set ``RANK`` and ``WORLD_SIZE``. mixft then wraps the model in ``DistributedDataParallel`` (gloo on CPU,
 NCCL on CUDA), shards the batches, keeps its own autocast + GradScaler (DDP averages the
 *scaled* gradients, so every rank unscales and skips identically), gathers evaluation
 metrics from every rank, and writes files from rank 0 only.

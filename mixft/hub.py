@@ -251,6 +251,8 @@ def resolve_model(name_or_path: str, *, hub_timeout: float = 3.0) -> ResolvedMod
     Whenever the hub is unreachable, :func:`go_offline` is called so that the later
     load does not retry the network. Raises :class:`UsageError` for a missing or
     incomplete local path, a regular file, or a malformed repo id.
+
+    Usage: ``AutoModel.from_pretrained(resolve_model("bert-base-uncased").path)``
     """
     requested = str(name_or_path).strip()
     if not requested:

@@ -269,7 +269,10 @@ def _save(fig, path: Path) -> None:
 
 
 def write_plots(doc: dict, out_dir: str | Path, baseline: str = "fp32") -> list[Path]:
-    """Write the charts that have data into ``out_dir``; return their paths."""
+    """Write the charts that have data into ``out_dir``; return their paths.
+
+    Usage: ``write_plots(json.load(open("results.json")), "outputs/run")``
+    """
     out_dir = Path(out_dir)
     written: list[Path] = []
     for name in planned_plots(doc):

@@ -404,6 +404,8 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
 
     ``plots``: the chart files to link (names or paths; linked by file name, i.e. relative
     to report.md). Default: the charts :func:`mixft.plots.write_plots` would write for ``doc``.
+
+    Usage: ``IPython.display.Markdown(render_markdown(json.load(open("results.json"))))``
     """
     runs = doc.get("runs") or []
     rows = summarize(doc, baseline)
@@ -456,6 +458,8 @@ def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32") -> list
 
     Each file is written atomically. Charts are written first so the report links only
     the ones that exist.
+
+    Usage: ``write_report(results_document(results), "outputs/compare")``
     """
     from .plots import write_plots
 

@@ -91,7 +91,7 @@ class RunResult:
 
 
 def results_document(runs: list[RunResult | dict]) -> dict[str, Any]:
-    """The whole results.json document for ``runs``."""
+    """The whole results.json document for ``runs``. Usage: ``render_markdown(results_document(results))``"""
     return {
         "mixft_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -100,7 +100,10 @@ def results_document(runs: list[RunResult | dict]) -> dict[str, Any]:
 
 
 def write_results(path: str | Path, runs: list[RunResult | dict]) -> Path:
-    """Atomically write results.json: a kill at any moment leaves the old file or the new one."""
+    """Atomically write results.json: a kill at any moment leaves the old file or the new one.
+
+    Usage: ``write_results("outputs/run/results.json", [result])``
+    """
     path = Path(path)
     write_json(path, results_document(runs))
     return path

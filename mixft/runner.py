@@ -65,7 +65,10 @@ def plan(cfg: RunConfig):
 
 
 def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
-    """Train every (seed, precision) pair; write results.json (and report.md when comparing)."""
+    """Train every (seed, precision) pair; write results.json (and report.md when comparing).
+
+    Usage: ``results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"]))``
+    """
     observer = observer or RunObserver()
     recipe, cfg, device, precisions = plan(cfg)
     for precision in precisions:

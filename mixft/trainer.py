@@ -54,6 +54,8 @@ class StopTraining(Exception):
 class Callback:
     """Hooks into the loop. Override what you need; every hook gets the trainer.
 
+    Usage: ``class LogLoss(Callback): def on_step_end(self, trainer, info): ...``
+
     ``on_before_optimizer_step`` runs when a window's gradients are accumulated and still
     *scaled* (before ``unscale_``): the place to inspect or inject into raw gradients.
     ``on_step_end`` gets a ``StepInfo`` whose tensors are still on the device: reading
@@ -69,6 +71,8 @@ class Callback:
 
 @dataclass
 class StepInfo:
+    """What ``Callback.on_step_end`` learns about one optimizer step (tensors stay on the device)."""
+
     step: int  # 1-based optimizer step
     epoch: int  # 0-based epoch the step belongs to
     loss: torch.Tensor  # mean loss over the window, on the device
@@ -98,6 +102,8 @@ class TrainState:
 
 class Trainer:
     """Fine-tune ``model`` under a precision policy and measure what it cost.
+
+    Usage: ``result = Trainer(model, opt, nn.BCEWithLogitsLoss(), loader, precision="amp").fit()``
 
     Args:
         model: any ``nn.Module``; moved to ``device`` here.

@@ -155,9 +155,10 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         # No weight decay on biases and LayerNorm weights (as BERT and HF Trainer do).
         # Fused AdamW where the device has it (CUDA, and CPU in recent torch); the
         # trainer's skipped-step detection does not depend on optimizer.step() internals.
-        named = list(model.named_parameters())
-        decay = [p for n, p in named if p.ndim >= 2]
-        no_decay = [p for n, p in named if p.ndim < 2]
+        # Biases and LayerNorm weights are exactly the 1-d parameters.
+        params = list(params)
+        decay = [p for p in params if p.ndim >= 2]
+        no_decay = [p for p in params if p.ndim < 2]
         groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=cfg.lr, fused=_fused_ok(device))
 

@@ -66,6 +66,8 @@ def load_sentiment_data(
        :func:`mixft.hub.go_offline` so that ``load_dataset`` fails at once instead of
        retrying (source ``"cache"``).
     3. Otherwise mixft's generated sentiment set (source ``"generated"``) with a notice.
+
+    Usage: ``data = load_sentiment_data(); print(data.name, len(data.train), data.notice)``
     """
     if data_dir is not None:
         from mixft.data.tsv import read_data_dir

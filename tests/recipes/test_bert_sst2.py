@@ -107,3 +107,21 @@ def test_malformed_labels_exit_2_before_training(tmp_path, tiny_bert_dir, capsys
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "label must be 0 or 1" in err
     assert (out / "results.json").read_text() == '{"runs": ["good"]}'
+
+
+def test_optimizer_factory_updates_the_parameters_it_is_given(tiny_bert_dir, tiny_data_dir):
+    # Peers and notebooks hand the factory another model's parameters: it must use those.
+    from mixft.config import RunConfig
+    from mixft.precision import PRECISIONS
+
+    cfg = RunConfig(model=str(tiny_bert_dir), data_dir=str(tiny_data_dir)).with_defaults(bert_sst2.DEFAULTS)
+    prepared = bert_sst2.prepare(cfg)
+    parts = bert_sst2.build(cfg, prepared, PRECISIONS["fp32"], torch.device("cpu"), seed=0)
+    other = bert_sst2.build_model(str(tiny_bert_dir), seed=0)
+    opt = parts.optimizer(other.parameters())
+    owned = {id(p) for group in opt.param_groups for p in group["params"]}
+    assert owned == {id(p) for p in other.parameters()}
+    decay = {g["weight_decay"] for g in opt.param_groups}
+    assert decay == {0.0, bert_sst2.WEIGHT_DECAY}
+    no_decay_group = next(g for g in opt.param_groups if g["weight_decay"] == 0.0)
+    assert all(p.ndim == 1 for p in no_decay_group["params"])
