@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .cliargs import (
+    OneLineParser,
+    int_list,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 from .config import RunConfig
 from .errors import UsageError
 from .faults import is_collapse
@@ -30,80 +37,8 @@ PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
 
 
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # argparse takes "-2e-5" for an option ("--lr: expected one argument"); it is a
-        # (negative, so refused) number. Its own pattern misses exponents.
-        self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-
-    # argparse prints the whole usage block before its error; the contract is one line.
-    def error(self, message: str):
-        raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a probability between 0 and 1, got {text!r}") from None
-    if not 0 <= value <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a probability between 0 and 1, got {text!r}")
-    return value
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"must list at least one integer, got {text!r}")
-    return values
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
+    p = OneLineParser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
     p.add_argument("--recipe", required=True, help=f"one of: {', '.join(sorted(RECIPES))}")
     prec = p.add_mutually_exclusive_group()
     prec.add_argument("--amp", action="store_true", help="the device's best mixed precision (fp16 on CUDA, bf16 on CPU)")
@@ -114,18 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", help="model name or path (default: the recipe's, offline-first)")
     p.add_argument("--data-dir", help="directory with GLUE-layout train.tsv and dev.tsv")
-    p.add_argument("--max-train-samples", type=_positive_int)
-    p.add_argument("--max-eval-samples", type=_positive_int)
-    p.add_argument("--epochs", type=_positive_int)
-    p.add_argument("--max-steps", type=_positive_int, help="optimizer steps; stops the run early")
-    p.add_argument("--batch-size", type=_positive_int, help="micro-batch size")
-    p.add_argument("--lr", type=_positive_float)
-    p.add_argument("--max-grad-norm", type=_non_negative_float, help="clip the unscaled gradient norm (0: off)")
-    p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--max-length", type=_positive_int, help="tokens per sentence (longer ones are truncated)")
+    p.add_argument("--max-train-samples", type=positive_int)
+    p.add_argument("--max-eval-samples", type=positive_int)
+    p.add_argument("--epochs", type=positive_int)
+    p.add_argument("--max-steps", type=positive_int, help="optimizer steps; stops the run early")
+    p.add_argument("--batch-size", type=positive_int, help="micro-batch size")
+    p.add_argument("--lr", type=positive_float)
+    p.add_argument("--max-grad-norm", type=non_negative_float, help="clip the unscaled gradient norm (0: off)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--max-length", type=positive_int, help="tokens per sentence (longer ones are truncated)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, default=None)
-    seeds.add_argument("--seeds", type=_int_list, help="repeat each precision per seed, e.g. 0,1,2 (mean ± std)")
+    seeds.add_argument("--seeds", type=int_list, help="repeat each precision per seed, e.g. 0,1,2 (mean ± std)")
     p.add_argument("--device", choices=list(DEVICE_CHOICES), default="auto")
     p.add_argument("--output-dir", default="outputs/run")
     p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR's checkpoint")
@@ -133,15 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-only", action="store_true",
                    help="no training: evaluate --model (e.g. a --save-model directory) at each precision")
     rel = p.add_argument_group("reliability (docs/reliability.md)")
-    rel.add_argument("--checkpoint-every", type=_non_negative_int, default=20, metavar="N",
+    rel.add_argument("--checkpoint-every", type=non_negative_int, default=20, metavar="N",
                      help="save OUTPUT_DIR/checkpoint.pt every N optimizer steps and at epoch ends (0: epoch ends only)")
-    rel.add_argument("--inject-nonfinite", type=_probability, default=0.0, metavar="RATE",
+    rel.add_argument("--inject-nonfinite", type=probability, default=0.0, metavar="RATE",
                      help="diagnostic: put an inf into one gradient element at this fraction of optimizer steps")
     rel.add_argument("--no-collapse-check", action="store_true",
                      help="do not stop (exit code 3) when the loss scale, skipped steps or loss show a collapse")
-    rel.add_argument("--min-loss-scale", type=_non_negative_float, default=1.0, metavar="F",
+    rel.add_argument("--min-loss-scale", type=non_negative_float, default=1.0, metavar="F",
                      help="collapse when the fp16 loss scale falls below F (default 1)")
-    rel.add_argument("--max-consecutive-skips", type=_positive_int, default=10, metavar="N",
+    rel.add_argument("--max-consecutive-skips", type=positive_int, default=10, metavar="N",
                      help="collapse after N skipped optimizer steps in a row (default 10)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

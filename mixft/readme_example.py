@@ -692,7 +692,7 @@ def side_by_side(fp32: RunResult, amp: RunResult) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import _Parser, _positive_float, _positive_int
+    from .cliargs import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
 
     d = ExampleConfig()
     p = _Parser(

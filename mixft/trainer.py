@@ -40,7 +40,7 @@ from torch import nn
 from . import distributed
 from .errors import UsageError
 from .log import logger
-from .measure import PeakMemory, Stopwatch, device_name, synchronize
+from .measure import PeakMemory, Stopwatch, device_name
 from .precision import Precision, configure_matmul, resolve_device, resolve_precision
 from .results import RunResult
 

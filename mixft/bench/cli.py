@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mixft import __version__
+from mixft.cliargs import OneLineParser, non_negative_int, positive_int
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.precision import DEVICE_CHOICES
@@ -41,66 +42,41 @@ SIZES = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse would print the usage block)
-        raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Measure what mixed precision buys here (and mixft against its peers).")
+    p = OneLineParser(prog=PROG, description="Measure what mixed precision buys here (and mixft against its peers).")
     p.add_argument("--small", action="store_true", help="CPU-friendly sizes (minutes on 2 cores)")
     p.add_argument("--device", choices=list(DEVICE_CHOICES), default="auto")
-    p.add_argument("--steps", type=_positive_int, help="timed optimizer steps per run (step time) or per grid point (scaling)")
-    p.add_argument("--warmup", type=_non_negative_int, help="untimed steps before those")
+    p.add_argument("--steps", type=positive_int, help="timed optimizer steps per run (step time) or per grid point (scaling)")
+    p.add_argument("--warmup", type=non_negative_int, help="untimed steps before those")
     p.add_argument("--out", help="write every measurement to this JSON file (atomically)")
     p.add_argument("--peers", action="store_true", help="also: mixft vs transformers.Trainer vs accelerate")
     p.add_argument("--scaling", action="store_true", help="also: throughput vs batch size and sequence length")
     p.add_argument("--no-mlp", action="store_true", help="skip the MLP benchmark")
     p.add_argument("--no-steps", action="store_true", help="skip bert-sst2 step time")
     mlp = p.add_argument_group("MLP benchmark (default: the seed's 3 x Linear(4096), batch 512, 50 batches, 3 epochs)")
-    mlp.add_argument("--width", type=_positive_int, help="Linear width (scales the MLP down or up)")
-    mlp.add_argument("--batches", type=_positive_int, help="batches per epoch")
-    mlp.add_argument("--mlp-batch-size", type=_positive_int, help="samples per batch")
-    mlp.add_argument("--mlp-epochs", type=_positive_int, help="epochs")
-    mlp.add_argument("--peak-size", type=_positive_int,
+    mlp.add_argument("--width", type=positive_int, help="Linear width (scales the MLP down or up)")
+    mlp.add_argument("--batches", type=positive_int, help="batches per epoch")
+    mlp.add_argument("--mlp-batch-size", type=positive_int, help="samples per batch")
+    mlp.add_argument("--mlp-epochs", type=positive_int, help="epochs")
+    mlp.add_argument("--peak-size", type=positive_int,
                      help="n of the n x n matmul that measures the device peak (default 2048 CPU, 8192 CUDA)")
     mlp.add_argument("--include-cpu-fp16", action="store_true",
                      help="run the fp16 + GradScaler mode on CPU too (emulated fp16: keep sizes tiny)")
     bert = p.add_argument_group("BERT benchmarks")
     bert.add_argument("--model", default="bert-base-uncased", help="offline: the shipped MiniLM stands in")
-    bert.add_argument("--batch-size", type=_positive_int, default=32)
-    bert.add_argument("--max-length", type=_positive_int, default=128)
-    bert.add_argument("--train-samples", type=_positive_int, help="peers: training examples")
-    bert.add_argument("--eval-samples", type=_positive_int, help="peers: evaluation examples")
-    bert.add_argument("--epochs", type=_positive_int, help="peers: epochs")
-    bert.add_argument("--max-steps", type=_positive_int, help="peers: stop each run after this many steps")
-    p.add_argument("--rounds", type=_positive_int, default=1,
+    bert.add_argument("--batch-size", type=positive_int, default=32)
+    bert.add_argument("--max-length", type=positive_int, default=128)
+    bert.add_argument("--train-samples", type=positive_int, help="peers: training examples")
+    bert.add_argument("--eval-samples", type=positive_int, help="peers: evaluation examples")
+    bert.add_argument("--epochs", type=positive_int, help="peers: epochs")
+    bert.add_argument("--max-steps", type=positive_int, help="peers: stop each run after this many steps")
+    p.add_argument("--rounds", type=positive_int, default=1,
                    help="repeat every measurement (MLP, step time, peers) in a rotated order; report the median")
     bert.add_argument("--frameworks", default="mixft,hf-trainer,accelerate", help="peers: which, comma-separated")
     bert.add_argument("--precisions", default="fp32,amp",
                       help="step time and peers: precisions to compare (amp: the device's; default fp32,amp)")
     bert.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=_positive_int,
+    p.add_argument("--threads", type=positive_int,
                    help="torch intra-op threads (default: torch's choice); recorded in the output")
     return p
 
