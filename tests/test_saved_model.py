@@ -30,3 +30,7 @@ def test_eval_only_needs_a_model_and_a_savable_recipe(tmp_path, capsys):
     assert "--eval-only needs --model" in capsys.readouterr().err
     assert main(["--recipe", "mlp-synthetic", "--save-model", "--output-dir", str(tmp_path / "o")]) == 2
     assert "no saved-model format" in capsys.readouterr().err
+    assert main(["--recipe", "bert-sst2", "--eval-only", "--model", str(tmp_path), "--resume",
+                 "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot be combined with --resume" in err
