@@ -10,13 +10,13 @@ last good checkpoint kept, diagnosis on stderr); 130 / 143 stopped by SIGINT / S
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .cliargs import (
     OneLineParser,
+    setup_logging,
     int_list,
     non_negative_float,
     non_negative_int,
@@ -28,7 +28,6 @@ from .config import RunConfig
 from .errors import UsageError
 from .faults import is_collapse
 from .interrupt import SignalHandler, StopOnSignal
-from .log import logger
 from .precision import DEVICE_CHOICES, PRECISIONS, amp_precision_names, resolve_device
 from .registry import RECIPES
 from .trainer import Callback, StepInfo
@@ -192,14 +191,21 @@ class ConsoleObserver:
     """Prints the run summary, a progress bar per run, and one result line per run."""
 
     def __init__(self, progress: bool = True, signals: SignalHandler | None = None):
-        from .distributed import is_main_process
-
         self.signals = signals  # Ctrl-C / SIGTERM: stop at the next step, save, exit 130 / 143
         self.stoppers: list[StopOnSignal] = []
-
-        self.main = is_main_process()  # under data parallelism only rank 0 talks
-        self.progress = progress and self.main
+        self.show_progress = progress
         self.n_seeds = 1
+
+    @property
+    def main(self) -> bool:
+        # Asked when needed, not at construction: run() joins the process group first.
+        from .distributed import is_main_process
+
+        return is_main_process()  # under data parallelism only rank 0 talks
+
+    @property
+    def progress(self) -> bool:
+        return self.show_progress and self.main
 
     def on_plan(self, cfg, device, precisions, run_info) -> None:
         self.n_seeds = len(cfg.seeds)
@@ -230,14 +236,14 @@ class _ResultPrinter(Callback):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of scripts/finetune.py. Returns the exit code (2 for bad input)."""
-    _setup_logging()
-    full_cfg = None
+    setup_logging()
+    cfg = None
     try:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
-        from .runner import plan, run
+        from .runner import run
 
-        _, full_cfg, _, _ = plan(cfg)  # every cheap check, before any work
+        # run() makes every cheap check (plan()) before any work: bad input exits here.
         with SignalHandler() as signals:
             observer = ConsoleObserver(progress=not args.no_progress, signals=signals)
             results = run(cfg, observer)
@@ -245,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a second Ctrl-C, or one outside training
-        out = Path(full_cfg.output_dir) if full_cfg is not None else None
+        out = Path(cfg.output_dir) if cfg is not None else None
         if out is not None and any(out.glob("checkpoint*.pt")):
             print(f"{PROG}: interrupted; rerun the same command with --resume to continue from the last checkpoint "
                   f"in {out}", file=sys.stderr)
@@ -254,40 +260,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(e, "exit_code", 130)
     if signals.signum is not None:
         saved = next((s.checkpoint for s in reversed(observer.stoppers) if s.checkpoint), None)
-        where = f"checkpoint saved to {saved}" if saved else f"results so far in {full_cfg.output_dir}"
+        where = f"checkpoint saved to {saved}" if saved else f"results so far in {cfg.output_dir}"
         print(f"{PROG}: interrupted ({signals.signal_name}); {where}; rerun the same command with --resume to continue",
               file=sys.stderr)
         return signals.exit_code
-    collapsed = [r.precision + (f" seed {r.seed}" if len(full_cfg.seeds) > 1 else "")
+    collapsed = [r.precision + (f" seed {r.seed}" if len(cfg.seeds) > 1 else "")
                  for r in results if is_collapse(r.stopped_early)]
     if collapsed:  # the diagnosis itself was logged above, when the run stopped
         print(f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
-              f"{full_cfg.output_dir}/results.json; any checkpoint from before the collapse is kept", file=sys.stderr)
+              f"{cfg.output_dir}/results.json; any checkpoint from before the collapse is kept", file=sys.stderr)
         return EXIT_COLLAPSE
     from .distributed import is_main_process
 
     if is_main_process():
         if len(results) > 1:
-            print(f"comparison report: {full_cfg.output_dir}/report.md")
-        print(f"results: {full_cfg.output_dir}/results.json")
+            print(f"comparison report: {cfg.output_dir}/report.md")
+        print(f"results: {cfg.output_dir}/results.json")
     return 0
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is *now* (tests and notebooks swap it)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value):
-        pass
-
-
-def _setup_logging() -> None:
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)

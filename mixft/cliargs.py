@@ -9,11 +9,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import re
+import sys
 from collections.abc import Callable
 
 from .errors import UsageError
+from .log import logger
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -63,3 +66,24 @@ def int_list(text: str) -> list[int]:
     return _checked(
         text, lambda t: [int(part) for part in t.split(",") if part.strip()], bool, "comma-separated integers"
     )
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is *now* (tests and notebooks swap it)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+def setup_logging() -> None:
+    """Show mixft's notices (INFO and up) on stderr, once, however often a command runs."""
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)

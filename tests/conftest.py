@@ -40,17 +40,21 @@ def write_tsv(path: Path, rows: list[tuple[str, int]]) -> Path:
     return path
 
 
+def make_data_dir(path: Path, n_train: int, n_eval: int) -> Path:
+    """A GLUE-layout directory (train.tsv, dev.tsv) of generated sentences at ``path``."""
+    from mixft.data.generated import generated_splits
+
+    train, dev = generated_splits(n_train, n_eval, seed=0)
+    path.mkdir()
+    write_tsv(path / "train.tsv", [(r["sentence"], r["label"]) for r in train])
+    write_tsv(path / "dev.tsv", [(r["sentence"], r["label"]) for r in dev])
+    return path
+
+
 @pytest.fixture
 def tiny_data_dir(tmp_path) -> Path:
     """A GLUE-layout directory with 16 train and 8 dev sentences."""
-    from mixft.data.generated import generated_splits
-
-    train, dev = generated_splits(16, 8, seed=0)
-    d = tmp_path / "sst2"
-    d.mkdir()
-    write_tsv(d / "train.tsv", [(r["sentence"], r["label"]) for r in train])
-    write_tsv(d / "dev.tsv", [(r["sentence"], r["label"]) for r in dev])
-    return d
+    return make_data_dir(tmp_path / "sst2", 16, 8)
 
 
 # What may differ between two runs of the same computation: clocks and memory gauges.
@@ -65,3 +69,41 @@ def without_timings(value):
     if isinstance(value, list):
         return [without_timings(v) for v in value]
     return value
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def isolated_hf(monkeypatch, tmp_path):
+    """Online-looking, isolated Hugging Face state, restored after each test.
+
+    go_offline() mutates os.environ and module flags; every one of them is registered
+    with monkeypatch first so it is undone. The hub endpoint is a closed local port
+    (connection refused at once), the caches empty temporary folders.
+    """
+    import datasets.config  # imported now so its import-time flags can be restored
+    from huggingface_hub import constants
+
+    import mixft.hub as hub
+
+    for name in (*hub.OFFLINE_ENV_VARS, "HF_ENDPOINT"):
+        monkeypatch.setenv(name, "x")  # records the original value (or its absence)...
+        monkeypatch.delenv(name)  # ...and starts the test without it
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub-cache"))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", constants.ENDPOINT)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets-cache")
+    monkeypatch.setattr(hub, "_went_offline", False)
+    hub.hub_reachable.cache_clear()
+    yield
+    hub.hub_reachable.cache_clear()

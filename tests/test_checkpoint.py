@@ -239,15 +239,9 @@ def _cli_args(model_dir, data_dir, out):
 
 @pytest.fixture
 def kill_data_dir(tmp_path):
-    from conftest import write_tsv
-    from mixft.data.generated import generated_splits
+    from conftest import make_data_dir
 
-    train, dev = generated_splits(48, 8, seed=0)
-    d = tmp_path / "sst2"
-    d.mkdir()
-    write_tsv(d / "train.tsv", [(r["sentence"], r["label"]) for r in train])
-    write_tsv(d / "dev.tsv", [(r["sentence"], r["label"]) for r in dev])
-    return d
+    return make_data_dir(tmp_path / "sst2", 48, 8)
 
 
 def _step(path: Path) -> int:

@@ -4,47 +4,17 @@ from __future__ import annotations
 
 import http.server
 import os
-import socket
 import threading
 import time
 
 import pytest
 from huggingface_hub import constants
 
-import mixft.hub as hub
 from mixft.data.sources import SentimentData, load_sentiment_data
 from mixft.errors import UsageError
-from mixft.hub import hub_reachable
 
-ENV_VARS = hub.OFFLINE_ENV_VARS + ("HF_ENDPOINT",)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(autouse=True)
-def hf_state(monkeypatch, tmp_path):
-    """Online-looking, isolated Hugging Face state (empty caches, hub on a closed port),
-    with everything go_offline() touches registered with monkeypatch so it is undone."""
-    import datasets.config
-
-    for name in ENV_VARS:
-        monkeypatch.setenv(name, "x")  # records the original value (or its absence)...
-        monkeypatch.delenv(name)  # ...and starts the test without it
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub-cache"))
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
-    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", constants.ENDPOINT)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets-cache")
-    monkeypatch.setattr(hub, "_went_offline", False)
-    hub_reachable.cache_clear()
-    yield
-    hub_reachable.cache_clear()
+# Every test here starts from an isolated, online-looking Hugging Face state (conftest).
+pytestmark = pytest.mark.usefixtures("isolated_hf")
 
 
 class _OK(http.server.BaseHTTPRequestHandler):

@@ -22,37 +22,8 @@ from mixft.hub import (
     shipped_model_dir,
 )
 
-ENV_VARS = hub.OFFLINE_ENV_VARS + ("HF_ENDPOINT",)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(autouse=True)
-def hf_state(monkeypatch, tmp_path):
-    """Online-looking, isolated Hugging Face state, restored after each test.
-
-    go_offline() mutates os.environ and module flags; every one of them is registered
-    with monkeypatch first so it is undone. The hub endpoint defaults to a closed local
-    port (connection refused at once), the caches to empty temporary folders.
-    """
-    import datasets.config  # imported now so its import-time flags can be restored
-
-    for name in ENV_VARS:
-        monkeypatch.setenv(name, "x")  # records the original value (or its absence)...
-        monkeypatch.delenv(name)  # ...and starts the test without it
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub-cache"))
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
-    monkeypatch.setattr(hub, "_went_offline", False)
-    hub_reachable.cache_clear()
-    yield
-    hub_reachable.cache_clear()
+# Every test here starts from an isolated, online-looking Hugging Face state (conftest).
+pytestmark = pytest.mark.usefixtures("isolated_hf")
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

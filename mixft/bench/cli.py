@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import logging
 import os
 import shlex
 import sys
@@ -24,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from mixft import __version__
-from mixft.cliargs import OneLineParser, non_negative_int, positive_int
+from mixft.cliargs import OneLineParser, non_negative_int, positive_int, setup_logging
 from mixft.errors import UsageError
-from mixft.log import logger
 from mixft.precision import DEVICE_CHOICES
 
 PROG = "benchmark.py"
@@ -83,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of scripts/benchmark.py. Returns the exit code (2 for bad input)."""
-    _setup_logging()
+    setup_logging()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
@@ -239,11 +237,3 @@ def _load_avg() -> list[float] | None:
 
 def _fmt_load(load: list[float] | None) -> str:
     return "n/a" if load is None else f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min)"
-
-
-def _setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    if not any(isinstance(h, logging.StreamHandler) and h.stream is sys.stderr for h in logger.handlers):
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
