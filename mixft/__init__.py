@@ -17,6 +17,7 @@ _EXPORTS = {
     "Callback": "mixft.trainer",
     "StepInfo": "mixft.trainer",
     "StopTraining": "mixft.trainer",
+    "SpeedOptions": "mixft.speed",
     # results
     "RunResult": "mixft.results",
     "results_frame": "mixft.results",

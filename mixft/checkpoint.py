@@ -57,6 +57,9 @@ CHECKPOINT_NAME = "checkpoint.pt"
 TRAJECTORY_OPTIONS = (
     "recipe", "model", "data_dir", "max_train_samples", "max_eval_samples", "epochs", "max_steps",
     "batch_size", "lr", "max_grad_norm", "grad_accum", "max_length", "inject_nonfinite", "extra",
+    # Both change the numbers a run computes (rounding of the clip; inductor's fused
+    # kernels and its own dropout generator): a resume must keep them to stay bit-identical.
+    "speedups", "compile",
 )
 
 
@@ -185,7 +188,7 @@ def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str |
     meta = ckpt.get("meta", {})
     for key, want in expected.items():
         if key in meta and meta[key] != want:
-            flag = "--" + key.replace("_", "-")
+            flag = "speedups (--no-speedups)" if key == "speedups" else "--" + key.replace("_", "-")
             raise CheckpointError(
                 f"--resume: checkpoint {path} was written with {flag} {meta[key]!r}, this run has {want!r}; "
                 "rerun with the same options, or without --resume to start over"

@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("--max-consecutive-skips", type=positive_int, default=10, metavar="N",
                      help="collapse after N skipped optimizer steps in a row (default 10)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    speed = p.add_argument_group("speed (mixft.speed; what each buys: scripts/benchmark.py --ablation)")
+    speed.add_argument("--compile", action="store_true",
+                       help="torch.compile the model for training (slower on small CPUs: measure first)")
+    speed.add_argument("--no-speedups", action="store_true",
+                       help="torch's own kernels and the textbook clip: check a result against the plain loop")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -123,6 +128,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         min_loss_scale=args.min_loss_scale,
         max_consecutive_skips=args.max_consecutive_skips,
         num_workers=args.num_workers,
+        compile=args.compile,
+        speedups=not args.no_speedups,
     )
 
 

@@ -7,7 +7,7 @@ Fields left as ``None`` take the recipe's default (each recipe has a ``DEFAULTS`
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ class RunConfig:
     eval_only: bool = False  # evaluate --model at each precision, no training (inference speed)
     save_model: bool = False  # save each fine-tuned model under OUTPUT_DIR (see recipe.save_model)
     num_workers: int = 0  # DataLoader workers; 0 keeps tokenised data in this process
+    # Speed (mixft.speed.SpeedOptions): torch.compile, and the loop's default speed switches.
+    compile: bool = False  # torch.compile the model for training (measured slower on the 2-core CPU)
+    speedups: bool = True  # False: torch's kernels and the textbook clip (to check against a plain loop)
     extra: dict[str, Any] = field(default_factory=dict)  # recipe-specific options
     # Reliability (docs/reliability.md): checkpoints, fault injection, collapse detection.
     checkpoint_every: int = 20  # optimizer steps between checkpoints; 0: only at epoch ends
@@ -88,6 +91,9 @@ class RunConfig:
         if not (isinstance(self.min_loss_scale, (int, float)) and math.isfinite(self.min_loss_scale) and self.min_loss_scale >= 0):
             raise UsageError(f"--min-loss-scale must be a finite number >= 0, got {self.min_loss_scale!r}")
         _positive_int("--max-consecutive-skips", self.max_consecutive_skips)
+        for flag in ("compile", "speedups"):
+            if not isinstance(getattr(self, flag), bool):
+                raise UsageError(f"RunConfig.{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.num_workers < 0:
             raise UsageError(f"--num-workers must be >= 0, got {self.num_workers}")
         if self.eval_only and (self.resume or self.save_model):
@@ -101,6 +107,13 @@ class RunConfig:
     def clip_norm(self) -> float | None:
         """The trainer's max_grad_norm: None when clipping is disabled."""
         return self.max_grad_norm or None
+
+    def speed_options(self):
+        """The trainer's SpeedOptions for these flags."""
+        from .speed import SpeedOptions
+
+        base = SpeedOptions() if self.speedups else SpeedOptions.reference()
+        return replace(base, compile=bool(self.compile))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

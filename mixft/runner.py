@@ -117,6 +117,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
                 seed=seed,
                 callbacks=[*observer.callbacks(precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)],
                 run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
+                speed=cfg.speed_options(),
             )
             if cfg.eval_only:
                 result = trainer.evaluate_only()

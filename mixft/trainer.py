@@ -19,10 +19,14 @@ The loop (one code path for fp32/tf32/fp16/bf16: the switches are ``enabled=`` f
     if end of accumulation window:
         scaler.unscale_(optimizer)                         # real gradient values from here on
         grad_norm = clip(params, max_norm)                 # clip the *unscaled* gradients
+                                                           # (fused optimizers: inside their kernel)
         scaler.step(optimizer)                             # skipped if any grad is inf/NaN
         scaler.update()
         if the step was not skipped: lr_scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+
+Speed switches (``mixft.speed.SpeedOptions``) change how fast this runs, not what it
+computes; ``speed=SpeedOptions.reference()`` runs the loop above on torch's kernels only.
 """
 
 from __future__ import annotations
@@ -38,11 +42,14 @@ import torch
 from torch import nn
 
 from . import distributed
+from .cpu_allocator import keep_freed_memory
 from .errors import UsageError
+from .fast_dropout import fast_cpu_dropout
 from .log import logger
 from .measure import PeakMemory, Stopwatch, device_name
 from .precision import Precision, configure_matmul, resolve_device, resolve_precision
 from .results import RunResult
+from .speed import SpeedOptions
 
 OptimizerLike = torch.optim.Optimizer | Callable[..., torch.optim.Optimizer]
 
@@ -131,6 +138,8 @@ class Trainer:
             pass (outside autocast, before scaling): adds terms such as a gradient
             penalty (see ``mixft.penalties.gradient_penalty``, which unscales by hand).
         run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
+        speed: ``SpeedOptions``, the loop's speed switches (default: the clip inside
+            fused optimizers; the rest opt-in); ``SpeedOptions.reference()`` turns all off.
     """
 
     def __init__(
@@ -156,6 +165,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         loss_hook: Callable[["Trainer", torch.Tensor, Any, Any], torch.Tensor] | None = None,
         run_info: dict[str, Any] | None = None,
+        speed: SpeedOptions | None = None,
     ):
         _check_positive_int("grad_accum", grad_accum)
         _check_positive_int("epochs", epochs)
@@ -191,7 +201,11 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.loss_hook = loss_hook
         self.run_info = dict(run_info or {})
+        self.speed = speed if speed is not None else SpeedOptions()
         self._check_parameter_dtypes()
+        # Compiled lazily at the first training forward; evaluation runs the eager module
+        # (inference mode would otherwise trigger a second compilation).
+        self._train_model = torch.compile(self.model, dynamic=True) if self.speed.compile else self.model
 
         # enabled=False makes the scaler a no-op: scale() returns the loss, step() just steps.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.grad_scaler, **(scaler_kwargs or {}))
@@ -253,6 +267,7 @@ class Trainer:
         samples_before = state.samples
         memory.start()
         self._clock, self._tokens_seen = clock, tokens_seen  # state_dict() reads them mid-run
+        speedups = self._enter_speedups()
         try:
             while state.epoch < self.epochs and not self._budget_spent():
                 self.model.train()
@@ -275,7 +290,7 @@ class Trainer:
                         # Under DDP, all-reduce gradients once per window, not per micro-batch.
                         with self._no_sync(not end_of_window):
                             with self.autocast():
-                                outputs = self._forward(inputs)
+                                outputs = self._forward(inputs, self._train_model)
                                 loss = self.loss_fn(outputs, labels) / window
                             if self.loss_hook is not None:
                                 loss = self.loss_hook(self, loss, outputs, inputs)
@@ -308,6 +323,7 @@ class Trainer:
             logger.warning("training stopped early: %s", stopped_early)
         finally:
             memory.stop()
+            speedups.close()
             state.train_time_s += clock.elapsed_s
             self._clock = None
         # Under data parallelism each rank counted its own shard; report the global rate.
@@ -334,19 +350,24 @@ class Trainer:
             self.scaler.unscale_(opt)
         grad_norm = self._clip_gradients()
 
-        if self.scaler.is_enabled():
-            for opt in self.optimizers:
-                self.scaler.step(opt)  # skipped internally if this optimizer saw inf/NaN
-            self.scaler.update()  # once per iteration, however many optimizers
-            new_scale = self.scaler.get_scale()  # host sync, once per optimizer step
-            skipped = new_scale < prev_scale
-        else:
-            new_scale = None
-            # One sync per optimizer step; without it a single NaN would poison the weights.
-            skipped = self.skip_nonfinite_steps and not bool(torch.isfinite(grad_norm))
-            if not skipped:
+        try:
+            if self.scaler.is_enabled():
                 for opt in self.optimizers:
-                    opt.step()
+                    self.scaler.step(opt)  # skipped internally if this optimizer saw inf/NaN
+                self.scaler.update()  # once per iteration, however many optimizers
+                new_scale = self.scaler.get_scale()  # host sync, once per optimizer step
+                skipped = new_scale < prev_scale
+            else:
+                new_scale = None
+                # One sync per optimizer step; without it a single NaN would poison the weights.
+                skipped = self.skip_nonfinite_steps and not bool(torch.isfinite(grad_norm))
+                if not skipped:
+                    for opt in self.optimizers:
+                        opt.step()
+        finally:
+            for opt in self.optimizers:  # a clip coefficient handed to a fused kernel is for this step only
+                if hasattr(opt, "grad_scale"):
+                    del opt.grad_scale
 
         # A skipped step must not advance the schedule, or the LR runs ahead of the
         # weights (torch warns about this; Accelerate gets it wrong for fused optimizers).
@@ -370,13 +391,39 @@ class Trainer:
         return info, new_scale
 
     def _clip_gradients(self) -> torch.Tensor:
+        """The total norm of the (unscaled) gradients; clips them to ``max_grad_norm``."""
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return torch.zeros((), device=self.device)
         norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-        if self.max_grad_norm is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.params, self.max_grad_norm, norm)
+        if self.max_grad_norm is None:
+            return norm
+        fused = [opt for opt in self.optimizers if self._clips_in_kernel(opt)]
+        if fused:
+            # A fused kernel divides every gradient by ``grad_scale`` as it reads it (the hook
+            # GradScaler uses; it multiplies in its own scale when it steps): the clipped
+            # update without a separate pass that multiplies every gradient in memory.
+            coef = torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0)  # clip_grads_with_norm_'s
+            for opt in fused:
+                opt.grad_scale = 1.0 / coef
+        rest = [p for opt in self.optimizers if opt not in fused for g in opt.param_groups for p in g["params"]]
+        if rest:
+            torch.nn.utils.clip_grads_with_norm_(rest, self.max_grad_norm, norm)
         return norm
+
+    def _clips_in_kernel(self, opt: torch.optim.Optimizer) -> bool:
+        # Optimizers built with fused=True declare it; their step() reads opt.grad_scale.
+        return self.speed.clip_in_optimizer and bool(getattr(opt, "_step_supports_amp_scaling", False))
+
+    def _enter_speedups(self) -> contextlib.ExitStack:
+        """The CPU speed switches in force for one fit(); close() undoes them."""
+        stack = contextlib.ExitStack()
+        on_cpu = self.device.type == "cpu"
+        stack.enter_context(keep_freed_memory(enabled=on_cpu and self.speed.keep_freed_memory))
+        # A compiled model draws its dropout masks in generated code already.
+        fast_dropout = on_cpu and self.speed.fast_cpu_dropout and not self.speed.compile
+        stack.enter_context(fast_cpu_dropout(self.module, enabled=fast_dropout))
+        return stack
 
     # ---------------------------------------------------------------- evaluation
     @torch.inference_mode()

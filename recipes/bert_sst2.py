@@ -134,13 +134,20 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
+def pad_multiple(precision: Precision, device: torch.device) -> int | None:
+    """Batches are padded to a multiple of this (None: to the batch's longest sentence).
+
+    Tensor cores want multiples of 8 under mixed precision; a CPU has none, and the extra
+    padding made bf16 steps 1.3x slower here (docs/benchmarks.md).
+    """
+    return 8 if precision.autocast_enabled and device.type == "cuda" else None
+
+
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
     from transformers import get_linear_schedule_with_warmup
 
     model = build_model(prepared.model_path, seed)
-    # Tensor cores want multiples of 8; a CPU has none, and the extra padding made bf16
-    # steps 1.3x slower here (docs/benchmarks.md).
-    pad8 = 8 if precision.autocast_enabled and device.type == "cuda" else None
+    pad8 = pad_multiple(precision, device)
     pin = device.type == "cuda"
     train_loader = make_loader(
         prepared.train_examples, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,

@@ -102,6 +102,10 @@ CASES = {
     "resume-truncated-checkpoint": lambda c: _with_checkpoint(c, ["--resume"], "truncated", damage="truncate"),
     "resume-other-precision": lambda c: _with_checkpoint(
         c, ["--resume", "--precision", "bf16"], "--precision 'fp32', this run has 'bf16'"),
+    "resume-other-speed-switches": lambda c: _with_checkpoint(
+        c, ["--resume", "--no-speedups"], "speedups (--no-speedups) True, this run has False"),
+    "resume-compiled-run-uncompiled": lambda c: _with_checkpoint(
+        c, ["--resume", "--compile"], "--compile False, this run has True"),
     "output-dir-under-a-file": lambda c: (["--output-dir", str(c.out / "results.json" / "sub")], "--output-dir"),
     "model-without-weights": lambda c: (["--model", str(_config_only(c))], "no model weights"),
     "model-path-missing": lambda c: (["--model", str(c.tmp / "no-such-model")], "no-such-model"),

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mixft.bench import cli
-from mixft.bench.bert import BertSetup, WorkCounter
+from mixft.bench.bert import BertSetup, WorkCounter, bert_matmul_flops
+from mixft.bench.ablation import ALL, REFERENCE, ablation_table, ablation_variants, run_ablation
 from mixft.bench.mlp import CPU_FP16_SKIP, MLPSizes, mlp_table, run_mlp_benchmark
 from mixft.bench.peers import LossOutputModel, PeersConfig, peers_table, run_peers, same_state, state_fingerprint
 from mixft.bench.scaling import ScalingConfig, run_scaling, saved_activation_bytes, scaling_tables
@@ -79,6 +80,29 @@ def test_step_benchmark_ratio_is_of_the_medians(tiny_bert):
         assert r.min_step_s == min(timed)
         assert r.tokens_per_s > 0 and r.samples_per_s > 0
     assert bf16.speedup_vs_fp32 == pytest.approx(fp32.median_step_s / bf16.median_step_s)
+
+
+def test_bert_matmul_flops_match_torch_flop_counter(tiny_bert):
+    # The reference: torch's FlopCounterMode over a real forward + backward (training mode,
+    # so every matmul and attention product runs as in a training step).
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mixft.registry import get_recipe
+
+    model = get_recipe("bert-sst2").build_model(tiny_bert.model, seed=0).train()
+    shapes = [(4, 12), (3, 7)]
+    with FlopCounterMode(display=False) as counter:
+        for batch, length in shapes:
+            ids = torch.randint(1000, 2000, (batch, length))
+            model(input_ids=ids, attention_mask=torch.ones_like(ids)).sum().backward()
+    assert bert_matmul_flops(model.encoder.config, shapes) == counter.get_total_flops()
+
+
+def test_step_benchmark_reports_matmul_efficiency(tiny_bert):
+    report = run_step_benchmark(tiny_bert, steps=2, warmup=1, precisions=["fp32"])
+    (row,) = report.rows
+    assert row.matmul_flops_per_s > 0 and row.matmul_peak_flops_per_s > 0
+    assert row.fraction_of_peak == pytest.approx(row.matmul_flops_per_s / row.matmul_peak_flops_per_s)
 
 
 def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert):
@@ -165,6 +189,26 @@ def test_step_timer_summary_skips_warmup():
     assert s == {"measured_steps": 3, "median_step_s": 2.0, "samples_per_s": 12 / 6.0, "tokens_per_s": 90 / 6.0}
     with pytest.raises(ValueError):
         timer.summary(warmup=4)
+
+
+def test_ablation_turns_on_one_switch_at_a_time_and_times_every_variant(tiny_bert):
+    variants = ablation_variants()
+    assert all(not on for on in variants[REFERENCE].to_dict().values())
+    singles = [v for name, v in variants.items() if name.startswith("+ ")]
+    assert len(singles) == 3 and all(sum(v.to_dict().values()) == 1 for v in singles)
+    assert "+ compile" in ablation_variants(with_compile=True)
+
+    report = run_ablation(tiny_bert, steps=2, warmup=1, rounds=2, precisions=["fp32"])
+    assert [r.variant for r in report.rows] == list(variants)
+    ref = next(r for r in report.rows if r.variant == REFERENCE)
+    for r in report.rows:
+        assert len(r.step_times_s) == 2 * 2 and len(r.first_step_s) == 2  # timed steps of both rounds
+        assert r.median_step_s == pytest.approx(sorted(r.step_times_s)[1] / 2 + sorted(r.step_times_s)[2] / 2)
+        pairs = sorted(a / b for a, b in zip(ref.step_times_s, r.step_times_s))
+        assert r.speedup_vs_reference == pytest.approx(pairs[1] / 2 + pairs[2] / 2)
+    assert ref.speedup_vs_reference == 1.0
+    assert f"| fp32 | {ALL} |" in ablation_table(report)
+    assert all(variants[ALL].to_dict()[k] for k in ("fast_cpu_dropout", "keep_freed_memory", "clip_in_optimizer"))
 
 
 def test_markdown_table_shape():

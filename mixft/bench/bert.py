@@ -64,15 +64,16 @@ def prepare_bert(setup: BertSetup, **overrides) -> PreparedBert:
     return PreparedBert(recipe, cfg, recipe.prepare(cfg))
 
 
-def pad_multiple(precision: Precision) -> int | None:
-    """The recipe's padding policy: multiples of 8 under mixed precision, else the batch's longest."""
-    return 8 if precision.autocast_enabled else None
+def pad_multiple(precision: Precision, device: torch.device) -> int | None:
+    """The recipe's padding policy (multiples of 8 under mixed precision on CUDA, else the
+    batch's longest): every framework in a comparison pads the way mixft's recipe does."""
+    return get_recipe(RECIPE).pad_multiple(precision, device)
 
 
-def eval_loader(bert: PreparedBert, precision: Precision, batch_size: int | None = None):
+def eval_loader(bert: PreparedBert, precision: Precision, device: torch.device, batch_size: int | None = None):
     p = bert.prepared
     return make_loader(p.eval_examples, p.tokenizer, batch_size or bert.cfg.batch_size * 2, shuffle=False,
-                       pad_to_multiple_of=pad_multiple(precision))
+                       pad_to_multiple_of=pad_multiple(precision, device))
 
 
 @torch.inference_mode()
@@ -140,3 +141,22 @@ class WorkCounter:
         real = int(torch.stack(self._real).sum()) if self._real else sum(self._padded)
         return {"forwards": len(self._samples), "samples": sum(self._samples), "real_tokens": real,
                 "padded_tokens": sum(self._padded)}
+
+
+def bert_matmul_flops(config, shapes) -> int:
+    """Matmul FLOPs of one training step (forward + backward) of a ``BertClassifier``.
+
+    ``shapes``: the padded ``(batch, length)`` of each micro-batch in the step. Counted:
+    every encoder Linear on every (padded) token, the attention products ``QK^T`` and
+    ``AV``, the pooler and classifier on the [CLS] tokens; 2 FLOPs per multiply-add,
+    backward = 2 x forward (input and weight gradients). Not counted: embeddings
+    (lookups), softmax, LayerNorm, GELU, dropout, the optimizer (no matmuls).
+    """
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_token = layers * (4 * h * h + 2 * h * inter)  # Q, K, V, O + the two FFN matrices
+    total = 0
+    for batch, length in shapes:
+        linear = per_token * batch * length + (h * h + h) * batch  # + pooler and classifier on [CLS]
+        attention = layers * 2 * batch * length * length * h  # QK^T and AV, all heads together
+        total += 2 * 3 * (linear + attention)
+    return total

@@ -14,8 +14,9 @@
 Held equal: initial weights (``build_model(path, seed)`` for each, compared tensor by tensor
 with the first: ``initial_weights_identical``), tokenised data, batch size, epochs (or
 ``max_steps``), lr, weight decay, linear warm-up (the same integer number of steps),
-gradient clipping, AdamW (fused where available), padding policy (multiples of 8 under
-mixed precision, as the recipe does; longest-in-batch in fp32). Not equal, by design:
+gradient clipping, AdamW (fused where available), padding policy (the recipe's, for all
+three: multiples of 8 under mixed precision on CUDA, for tensor cores; the batch's longest
+otherwise, on CPU at every precision). Not equal, by design:
 each framework's own sampler (mixft's ``LengthGroupedBatchSampler``, HF's
 ``LengthGroupedSampler``) and its own loop.
 
@@ -52,6 +53,7 @@ from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.measure import device_name
 from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
+from mixft.speed import SpeedOptions
 from mixft.trainer import Trainer
 
 from .bert import BertSetup, PreparedBert, WorkCounter, evaluate_accuracy, eval_loader, pad_multiple, prepare_bert
@@ -204,7 +206,7 @@ def _reset_accelerate_state() -> None:
 def _setup_mixft(bert: PreparedBert, model, precision: Precision, device, max_steps, seed):
     parts = bert.recipe.build(bert.cfg, bert.prepared, precision, device, seed)
     parts.model = None  # the recipe built its own copy; train the shared-init model instead
-    pad = pad_multiple(precision) or "longest"
+    pad = pad_multiple(precision, device) or "longest"
     fused = fused_adamw_available(device)
 
     def train() -> dict:
@@ -216,7 +218,8 @@ def _setup_mixft(bert: PreparedBert, model, precision: Precision, device, max_st
         trainer.fit()
         return {"steps": trainer.state.step, "skipped_steps": trainer.state.skipped_steps}
 
-    return f"LengthGroupedBatchSampler, pad {pad}, AdamW fused={fused}", train
+    switches = ", ".join(k for k, on in SpeedOptions().to_dict().items() if on)
+    return f"LengthGroupedBatchSampler, pad {pad}, AdamW fused={fused}, speed switches: {switches}", train
 
 
 def _setup_hf(bert: PreparedBert, model, precision: Precision, device, max_steps, seed):
@@ -251,7 +254,7 @@ def _setup_hf(bert: PreparedBert, model, precision: Precision, device, max_steps
         disable_tqdm=True,
         seed=seed,
     )
-    collator = DataCollatorWithPadding(p.tokenizer, pad_to_multiple_of=pad_multiple(precision), return_tensors="pt")
+    collator = DataCollatorWithPadding(p.tokenizer, pad_to_multiple_of=pad_multiple(precision, device), return_tensors="pt")
     hf = HFTrainer(
         model=LossOutputModel(model, bert.recipe.loss_fn), args=args, train_dataset=p.train_examples,
         data_collator=collator, processing_class=p.tokenizer,
@@ -265,7 +268,7 @@ def _setup_hf(bert: PreparedBert, model, precision: Precision, device, max_steps
             shutil.rmtree(out, ignore_errors=True)
         return {"steps": hf.state.global_step, "hf_train_runtime_s": output.metrics.get("train_runtime")}
 
-    pad = pad_multiple(precision) or "longest"
+    pad = pad_multiple(precision, device) or "longest"
     flag = {torch.bfloat16: "bf16=True", torch.float16: "fp16=True"}.get(precision.autocast_dtype, "no AMP flag")
     optim = getattr(args.optim, "value", args.optim)
     return f"{flag}, group_by_length, pad {pad}, optim={optim}", train
@@ -280,7 +283,7 @@ def _setup_accelerate(bert: PreparedBert, model, precision: Precision, device, m
     cfg, p = bert.cfg, bert.prepared
     mixed = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(precision.autocast_dtype, "no")
     loader = make_loader(p.train_examples, p.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
-                         pad_to_multiple_of=pad_multiple(precision), pin_memory=device.type == "cuda")
+                         pad_to_multiple_of=pad_multiple(precision, device), pin_memory=device.type == "cuda")
     sampler = loader.batch_sampler
     fused = fused_adamw_available(device)
     total = planned_steps(len(p.train_examples), cfg.batch_size, cfg.epochs, max_steps)
@@ -316,7 +319,7 @@ def _setup_accelerate(bert: PreparedBert, model, precision: Precision, device, m
         accelerator.unwrap_model(model, keep_fp32_wrapper=False)  # evaluation applies its own autocast
         return {"steps": step}
 
-    pad = pad_multiple(precision) or "longest"
+    pad = pad_multiple(precision, device) or "longest"
     return f'mixed_precision="{mixed}", LengthGroupedBatchSampler, pad {pad}, AdamW fused={fused}', train
 
 
@@ -343,7 +346,7 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
     )
     reference: dict[str, torch.Tensor] | None = None
     for precision in precisions:
-        evaluation = eval_loader(bert, precision)
+        evaluation = eval_loader(bert, precision, dev)
         for rnd in range(cfg.rounds):
             k = rnd % len(cfg.frameworks)
             for fw in cfg.frameworks[k:] + cfg.frameworks[:k]:  # rotated: no framework always goes first

@@ -6,8 +6,14 @@ synchronised clock after every step. With ``rounds > 1`` this repeats, the preci
 in a rotated order each round, so load from other processes on a shared machine falls
 on both alike. Reported per precision: the median (and the minimum) step time over every
 timed step of every round, samples/s and real (unpadded) tokens/s over those steps, and
-the ratio of the medians to fp32's. Under AMP the recipe pads to multiples of 8, so an AMP batch may
-hold a few more padded tokens than the fp32 one; tokens/s counts real tokens only.
+the ratio of the medians to fp32's. Under AMP on CUDA the recipe pads to multiples of 8, so an AMP
+batch may hold a few more padded tokens than the fp32 one; tokens/s counts real tokens only.
+
+Efficiency (MFU-style): the timed steps' matmul FLOPs (``bert_matmul_flops``: every
+Linear and attention product on the padded batches, forward and backward) over their
+time, divided by the device's matmul peak in the precision's dtype, measured in the same
+run right after the steps (an n x n matmul: 2048 on CPU, 8192 on CUDA; TF32 settings
+applied as the run had them).
 
 Usage::
 
@@ -20,12 +26,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from mixft.measure import device_name
-from mixft.precision import amp_precision_names, resolve_device, resolve_precision
+from mixft.precision import amp_precision_names, configure_matmul, resolve_device, resolve_precision
 from mixft.trainer import Trainer
 
-from .bert import BertSetup, prepare_bert
-from .timing import StepTimer, TimedRegion, markdown_table, mib, ratio
+from .bert import BertSetup, bert_matmul_flops, prepare_bert
+from .timing import StepTimer, TimedRegion, flops, markdown_table, matmul_peak, mib, ratio
 
 
 @dataclass
@@ -42,6 +50,9 @@ class StepRow:
     peak_memory_kind: str
     step_times_s: list[float]
     speedup_vs_fp32: float | None = None  # fp32 median step time / this one
+    matmul_flops_per_s: float | None = None  # achieved over the timed steps
+    matmul_peak_flops_per_s: float | None = None  # measured n x n matmul in this precision
+    fraction_of_peak: float | None = None
 
 
 @dataclass
@@ -75,11 +86,13 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
     timers: dict[str, list[StepTimer]] = {name: [] for name in names}
     peaks: dict[str, list] = {name: [] for name in names}
     kind = "n/a"
+    config = None
     for rnd in range(rounds):
         k = rnd % len(names)
         for name in names[k:] + names[:k]:
             precision = resolve_precision(name, dev)
             parts = bert.recipe.build(bert.cfg, bert.prepared, precision, dev, setup.seed)
+            config = parts.model.encoder.config
             timer = StepTimer()
             trainer = Trainer(
                 parts.model, parts.optimizer, parts.loss_fn, parts.train_loader, eval_loader=None,
@@ -98,12 +111,19 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
             merged.step_times_s += t.step_times_s[warmup:]
             merged.step_samples += t.step_samples[warmup:]
             merged.step_tokens += t.step_tokens[warmup:]
+            merged.step_shapes += t.step_shapes[warmup:]
         s = merged.summary(0)
         known = [b for b in peaks[name] if b is not None]
+        precision = resolve_precision(name, dev)
+        achieved = sum(bert_matmul_flops(config, shapes) for shapes in merged.step_shapes) / sum(merged.step_times_s)
+        configure_matmul(precision, dev)  # TF32 on or off, as the run had it
+        peak = matmul_peak(dev, precision.autocast_dtype or torch.float32, 8192 if dev.type == "cuda" else 2048)
         report.rows.append(StepRow(
-            precision=resolve_precision(name, dev).name, warmup_steps=warmup, rounds=rounds,
+            precision=precision.name, warmup_steps=warmup, rounds=rounds,
             min_step_s=min(merged.step_times_s), peak_memory_bytes=max(known) if known else None,
             peak_memory_kind=kind, step_times_s=[x for t in timers[name] for x in t.step_times_s], **s,
+            matmul_flops_per_s=achieved, matmul_peak_flops_per_s=peak.flops_per_s,
+            fraction_of_peak=achieved / peak.flops_per_s,
         ))
     base = next((r for r in report.rows if r.precision == "fp32"), None)
     for r in report.rows:
@@ -113,11 +133,12 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
 
 def steps_table(report: StepReport) -> str:
     headers = ["precision", "median step (ms)", "min step (ms)", "samples/s", "tokens/s (real)", "speedup vs fp32",
-               "peak memory", "steps timed"]
+               "matmul FLOP/s", "of measured peak", "peak memory", "steps timed"]
     rows = [[
         r.precision, f"{r.median_step_s * 1e3:.1f}", f"{r.min_step_s * 1e3:.1f}", f"{r.samples_per_s:.1f}",
         f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "n/a",
         f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 else "n/a",
+        flops(r.matmul_flops_per_s), f"{r.fraction_of_peak:.0%} of {flops(r.matmul_peak_flops_per_s)}",
         f"{mib(r.peak_memory_bytes)} ({r.peak_memory_kind})",
         f"{r.measured_steps} ({r.rounds} round(s) x {r.measured_steps // r.rounds}, +{r.warmup_steps} warm-up each)",
     ] for r in report.rows]

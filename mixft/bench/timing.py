@@ -118,13 +118,16 @@ class StepTimer(Callback):
     data loading, forward, backward and the optimizer. Tokens are the attention mask's
     sum, counted by a forward pre-hook while the model is training (an on-device sum; read
     once at the end). With ``grad_accum > 1`` a step's tokens cover its whole window.
+    ``step_shapes`` holds each step's padded ``input_ids`` shapes (the work computed).
     """
 
     def __init__(self):
         self.step_times_s: list[float] = []
         self.step_samples: list[int] = []
         self.step_tokens: list[int] = []
+        self.step_shapes: list[list[tuple[int, ...]]] = []
         self._tokens: list[torch.Tensor] = []
+        self._shapes: list[tuple[int, ...]] = []
         self._marks: list[int] = []
         self._t = 0.0
         self._samples = 0
@@ -135,6 +138,7 @@ class StepTimer(Callback):
             mask = kwargs.get("attention_mask")
             if module.training and isinstance(mask, torch.Tensor):
                 self._tokens.append(mask.sum())
+                self._shapes.append(tuple(mask.shape))
 
         self._hook = trainer.model.register_forward_pre_hook(count, with_kwargs=True)
         self._samples = trainer.state.samples
@@ -158,6 +162,7 @@ class StepTimer(Callback):
         prev = 0
         for mark in self._marks:
             self.step_tokens.append(sum(counts[prev:mark]))
+            self.step_shapes.append(self._shapes[prev:mark])
             prev = mark
 
     def summary(self, warmup: int) -> dict[str, Any]:
