@@ -25,6 +25,7 @@ from .cliargs import (
     probability,
 )
 from .config import RunConfig
+from .distributed import is_main_process, shutdown
 from .errors import UsageError
 from .faults import is_collapse
 from .interrupt import SignalHandler, StopOnSignal
@@ -276,11 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if collapsed:  # the diagnosis itself was logged above, when the run stopped
         print(f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
               f"{cfg.output_dir}/results.json; any checkpoint from before the collapse is kept", file=sys.stderr)
-        return EXIT_COLLAPSE
-    from .distributed import is_main_process
-
+        return EXIT_COLLAPSE  # no barrier: a rank-local collapse (a NaN loss) may leave peers elsewhere
     if is_main_process():
         if len(results) > 1:
             print(f"comparison report: {cfg.output_dir}/report.md")
         print(f"results: {cfg.output_dir}/results.json")
+    shutdown()
     return 0

@@ -10,6 +10,7 @@ metrics from every rank, and writes files from rank 0 only.
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -28,6 +29,21 @@ def init_from_env() -> bool:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend)
     return True
+
+
+def shutdown() -> None:
+    """Leave the process group once every rank has got here; a no-op when running alone.
+
+    Why the barrier: a rank that tears its gloo connections down (or exits) while a peer
+    is still finishing (rank 0 writing results) can abort that peer's transport threads
+    ("terminate called without an active exception", seen in CI).
+    """
+    if is_distributed():
+        # DDP reducers still referenced would be freed at interpreter finalization, where
+        # releasing their tensors can abort the process: free them while Python is alive.
+        gc.collect()
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def is_distributed() -> bool:
