@@ -30,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 
 import torch
@@ -41,9 +42,7 @@ _LEVELS = 1 << 16
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
     """A bool mask of ``shape``: each element True with probability 1 - p (p to 1/65536)."""
-    n = 1
-    for s in shape:
-        n *= int(s)
+    n = math.prod(shape)
     draws = torch.empty((n + 2) // 3, dtype=torch.int64).random_()  # low 63 bits uniform
     # An int64 is four int16 lanes; three hold 16 uniform bits, the one with the top
     # (always 0) bit only 15: the last lane in memory on little-endian machines.

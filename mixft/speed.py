@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+import torch
+
 
 @dataclass(frozen=True)
 class SpeedOptions:
@@ -49,3 +51,12 @@ class SpeedOptions:
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)
+
+
+def fused_adamw_available(device: torch.device) -> bool:
+    """Whether ``AdamW(fused=True)`` runs on ``device`` (CUDA; CPU in recent torch)."""
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+        return True
+    except (RuntimeError, ValueError):
+        return False

@@ -28,6 +28,7 @@ from mixft.metrics import load_metric
 from mixft.models import BertClassifier, logits_to_labels
 from mixft.precision import Precision
 from mixft.recipe import TrainerParts
+from mixft.speed import fused_adamw_available
 
 NAME = "bert-sst2"
 # The default budget finishes in minutes on a 2-core CPU (see README). Its lr is 5e-5,
@@ -167,7 +168,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         decay = [p for p in params if p.ndim >= 2]
         no_decay = [p for p in params if p.ndim < 2]
         groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=cfg.lr, fused=_fused_ok(device))
+        return torch.optim.AdamW(groups, lr=cfg.lr, fused=fused_adamw_available(device))
 
     def scheduler(opt, total_steps):
         return get_linear_schedule_with_warmup(opt, int(WARMUP_FRACTION * total_steps), total_steps)
@@ -185,10 +186,3 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         run_info={"model": prepared.model_description, "dataset": prepared.dataset_description},
     )
 
-
-def _fused_ok(device: torch.device) -> bool:
-    try:
-        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
-        return True
-    except (RuntimeError, ValueError):
-        return False

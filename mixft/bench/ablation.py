@@ -29,7 +29,7 @@ from mixft.speed import SpeedOptions
 from mixft.trainer import Trainer
 
 from .bert import BertSetup, prepare_bert
-from .timing import StepTimer, markdown_table
+from .timing import StepTimer, markdown_table, rotated
 
 REFERENCE = "reference (torch kernels)"
 ALL = "all switches"
@@ -99,8 +99,7 @@ def run_ablation(setup: BertSetup, *, steps: int = 12, warmup: int = 3, rounds: 
         first: dict[str, list[float]] = {v: [] for v in variants}
         order = list(variants)
         for rnd in range(rounds):
-            k = rnd % len(order)
-            for variant in order[k:] + order[:k]:
+            for variant in rotated(order, rnd):
                 parts = bert.recipe.build(bert.cfg, bert.prepared, precision, dev, setup.seed)
                 timer = StepTimer()
                 Trainer(

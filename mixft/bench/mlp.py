@@ -48,7 +48,7 @@ from mixft.precision import PRECISIONS, Precision, resolve_device, resolve_preci
 from mixft.registry import get_recipe
 from mixft.trainer import Trainer
 
-from .timing import MatmulPeak, TimedRegion, flops, fmt, markdown_table, matmul_peak, mib, ratio
+from .timing import MatmulPeak, TimedRegion, flops, fmt, markdown_table, matmul_peak, mib, ratio, rotated
 
 RECIPE = "mlp-synthetic"
 MODES = ("default", "autocast", "autocast+scaler")
@@ -160,8 +160,7 @@ def run_mlp_benchmark(
     )
     runs: dict[str, list[ModeResult]] = {m: [] for m in to_run}
     for rnd in range(rounds):
-        k = rnd % len(to_run)
-        for m in to_run[k:] + to_run[:k]:  # rotated: no mode always runs first (or right after another)
+        for m in rotated(to_run, rnd):
             peak = matmul_peak(dev, precisions[m].autocast_dtype or torch.float32, n, repeats=peak_repeats)
             runs[m].append(_train_mode(recipe, cfg, prepared, m, precisions[m], dev, seed, weights, peak))
     for m in MODES:

@@ -53,11 +53,11 @@ from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.measure import device_name
 from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
-from mixft.speed import SpeedOptions
+from mixft.speed import SpeedOptions, fused_adamw_available
 from mixft.trainer import Trainer
 
 from .bert import BertSetup, PreparedBert, WorkCounter, evaluate_accuracy, eval_loader, pad_multiple, prepare_bert
-from .timing import TimedRegion, markdown_table, mib, ratio
+from .timing import TimedRegion, markdown_table, mib, ratio, rotated
 
 FRAMEWORKS = ("mixft", "hf-trainer", "accelerate")
 WARMUP_FRACTION = 0.1
@@ -163,14 +163,6 @@ class LossOutputModel(nn.Module):
         if labels is not None:
             out["loss"] = self.loss_fn(logits, labels)
         return out
-
-
-def fused_adamw_available(device: torch.device) -> bool:
-    try:
-        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
-        return True
-    except (RuntimeError, ValueError):
-        return False
 
 
 def planned_steps(n_train: int, batch_size: int, epochs: int, max_steps: int | None) -> int:
@@ -348,8 +340,7 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
     for precision in precisions:
         evaluation = eval_loader(bert, precision, dev)
         for rnd in range(cfg.rounds):
-            k = rnd % len(cfg.frameworks)
-            for fw in cfg.frameworks[k:] + cfg.frameworks[:k]:  # rotated: no framework always goes first
+            for fw in rotated(cfg.frameworks, rnd):
                 model = bert.recipe.build_model(bert.prepared.model_path, setup.seed)
                 if reference is None:
                     reference = state_fingerprint(model)

@@ -33,7 +33,7 @@ from mixft.precision import amp_precision_names, configure_matmul, resolve_devic
 from mixft.trainer import Trainer
 
 from .bert import BertSetup, bert_matmul_flops, prepare_bert
-from .timing import StepTimer, TimedRegion, flops, markdown_table, matmul_peak, mib, ratio
+from .timing import StepTimer, TimedRegion, flops, markdown_table, matmul_peak, mib, ratio, rotated
 
 
 @dataclass
@@ -88,8 +88,7 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
     kind = "n/a"
     config = None
     for rnd in range(rounds):
-        k = rnd % len(names)
-        for name in names[k:] + names[:k]:
+        for name in rotated(names, rnd):
             precision = resolve_precision(name, dev)
             parts = bert.recipe.build(bert.cfg, bert.prepared, precision, dev, setup.seed)
             config = parts.model.encoder.config

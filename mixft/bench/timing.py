@@ -180,6 +180,13 @@ class StepTimer(Callback):
         }
 
 
+def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
+    """``items`` started at position ``round_index``: over the rounds no item always runs
+    first (or right after the same neighbour), so drifting load falls on all alike."""
+    k = round_index % len(items)
+    return list(items[k:]) + list(items[:k])
+
+
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """``numerator / denominator``, or None when either is missing or the denominator is 0."""
     if numerator is None or denominator in (None, 0):
