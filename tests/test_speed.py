@@ -322,3 +322,15 @@ def test_cli_speed_flags_reach_the_trainer_and_results(tmp_path, tiny_bert_dir, 
     assert seen == [SpeedOptions(), SpeedOptions.reference()]
     configs = [json.loads((tmp_path / d / "results.json").read_text())["runs"][0]["config"] for d in "ab"]
     assert [(c["speedups"], c["compile"]) for c in configs] == [(True, False), (False, False)]
+
+
+@pytest.mark.parametrize("field", ["compile", "speedups"])
+def test_speed_flags_in_run_config_must_be_booleans(field):
+    from mixft.config import RunConfig
+    from mixft.errors import UsageError
+    from mixft.registry import get_recipe
+
+    cfg = RunConfig(**{field: "yes"}).with_defaults(get_recipe("bert-sst2").DEFAULTS)
+    with pytest.raises(UsageError, match=f"RunConfig.{field} must be True or False, got 'yes'") as err:
+        cfg.validate()
+    assert "\n" not in str(err.value)
