@@ -17,7 +17,6 @@ _EXPORTS = {
     "Callback": "mixft.trainer",
     "StepInfo": "mixft.trainer",
     "StopTraining": "mixft.trainer",
-    "SpeedOptions": "mixft.speed",
     # results
     "RunResult": "mixft.results",
     "results_frame": "mixft.results",
@@ -33,12 +32,18 @@ _EXPORTS = {
     "resolve_device": "mixft.precision",
     # models, data, metrics
     "BertClassifier": "mixft.models",
+    "SequenceClassifier": "mixft.models",
+    "load_classifier": "mixft.models",
+    "check_model": "mixft.model_check",
     "logits_to_labels": "mixft.models",
     "resolve_model": "mixft.hub",
     "load_sentiment_data": "mixft.data.sources",
     "load_metric": "mixft.metrics",
+    "load_text_data": "mixft.data.textdata",
+    "load_glue_data": "mixft.data.textdata",
+    "TaskMetrics": "mixft.metrics.task",
     # reports
-    "summarize": "mixft.report",
+    "summarize": "mixft.summary",
     "render_markdown": "mixft.report",
     "write_report": "mixft.report",
     "write_plots": "mixft.plots",

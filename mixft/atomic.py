@@ -77,3 +77,34 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield a staging directory beside ``target``; on success it is swapped in whole.
+
+    A reader sees the old directory or the new one, never a half-written model; on an
+    error the staging directory is removed and ``target`` is left as it was.
+
+    Usage: ``with atomic_directory("out/model") as tmp: model.save_pretrained(tmp)``
+    """
+    import shutil
+
+    target = Path(target)
+    staging = target.with_name(f".{target.name}.partial")
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(staging, ignore_errors=True)  # left by a run killed mid-save
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old)
+    else:
+        os.replace(staging, target)
+    _fsync_dir(target.parent)

@@ -3,8 +3,8 @@
 A checkpoint holds everything the rest of a run depends on: the model, every optimizer,
 every LR scheduler, the GradScaler, the trainer's ``TrainState`` (epoch, micro-batches
 consumed in it, step, history, evaluations, time so far) and the random number
-generators (python ``random``, numpy when imported, torch CPU, CUDA when present), both
-as they are now and as they were when the current epoch's loader started. Resuming
+generators (python ``random``, numpy when imported, torch CPU, CUDA when present; see
+``mixft.rng``), both as they are now and as they were when the current epoch's loader started. Resuming
 replays the epoch's start (the loader draws its sampler and worker seeds there), skips
 the micro-batches already trained, then continues from the saved RNG state, so dropout
 draws the same masks: on CPU, fp32 and bf16 runs end with the same weights, bit for bit,
@@ -30,8 +30,6 @@ import datetime as _dt
 import json
 import math
 import os
-import random
-import sys
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
@@ -57,9 +55,6 @@ CHECKPOINT_NAME = "checkpoint.pt"
 TRAJECTORY_OPTIONS = (
     "recipe", "model", "data_dir", "max_train_samples", "max_eval_samples", "epochs", "max_steps",
     "batch_size", "lr", "max_grad_norm", "grad_accum", "max_length", "inject_nonfinite", "extra",
-    # Both change the numbers a run computes (rounding of the clip; inductor's fused
-    # kernels and its own dropout generator): a resume must keep them to stay bit-identical.
-    "speedups", "compile",
 )
 
 
@@ -70,41 +65,6 @@ class CheckpointError(UsageError):
 def checkpoint_name(precision: str, seed: int, single: bool = True) -> str:
     """``checkpoint.pt`` for a single run; ``checkpoint-<precision>-seed<k>.pt`` in a comparison."""
     return CHECKPOINT_NAME if single else f"checkpoint-{precision}-seed{seed}.pt"
-
-
-# ------------------------------------------------------------------------------ RNG
-def capture_rng_state() -> dict[str, Any]:
-    """Every global RNG a training step can draw from, as plain Python and tensors.
-
-    Usage: ``state = capture_rng_state(); ...; restore_rng_state(state)``
-    """
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    np = sys.modules.get("numpy")  # only if something imported it: no import for its own sake
-    if np is not None:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
-        # Plain ints and a tensor, so the file loads with torch.load(weights_only=True).
-        state["numpy"] = (str(kind), torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss))
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: Mapping[str, Any]) -> None:
-    """Put back what :func:`capture_rng_state` returned."""
-    random.setstate(_as_tuple(state["python"]))
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, gauss = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _as_tuple(value):
-    # random.setstate wants the nested tuples random.getstate gave (a round trip may list them).
-    return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 # ---------------------------------------------------------------------- save / load
@@ -188,7 +148,7 @@ def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str |
     meta = ckpt.get("meta", {})
     for key, want in expected.items():
         if key in meta and meta[key] != want:
-            flag = "speedups (--no-speedups)" if key == "speedups" else "--" + key.replace("_", "-")
+            flag = "--" + key.replace("_", "-")
             raise CheckpointError(
                 f"--resume: checkpoint {path} was written with {flag} {meta[key]!r}, this run has {want!r}; "
                 "rerun with the same options, or without --resume to start over"
@@ -238,7 +198,7 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[tuple[str, 
         done: dict[tuple[str, int], RunResult] = {}
         for run in runs:
             key = (run.get("precision"), run.get("seed"))
-            if key not in wanted or is_interrupted(run.get("stopped_early")):
+            if key not in wanted or is_interrupted(run):
                 continue
             stored = run.get("config") or {}
             for option, value in run_meta(cfg, *key).items():

@@ -10,26 +10,21 @@ last good checkpoint kept, diagnosis on stderr); 130 / 143 stopped by SIGINT / S
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+from dataclasses import fields
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cliargs import (
-    OneLineParser,
-    setup_logging,
-    int_list,
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    probability,
-)
+from .cliargs import OneLineParser, int_list, setup_logging
 from .config import RunConfig
 from .distributed import is_main_process, shutdown
 from .errors import UsageError
-from .faults import is_collapse
 from .interrupt import SignalHandler, StopOnSignal
-from .precision import DEVICE_CHOICES, PRECISIONS, amp_precision_names, resolve_device
+from .faults import is_collapse
+from .options import SEED, add_arguments
+from .precision import PRECISIONS, amp_precision_names, resolve_device
 from .registry import RECIPES
 from .trainer import Callback, StepInfo
 
@@ -38,8 +33,10 @@ EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser: every option but the precision and seed choices is generated from RunConfig."""
     p = OneLineParser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
     p.add_argument("--recipe", required=True, help=f"one of: {', '.join(sorted(RECIPES))}")
+    # RunConfig.precisions, spelled three ways.
     prec = p.add_mutually_exclusive_group()
     prec.add_argument("--amp", action="store_true", help="the device's best mixed precision (fp16 on CUDA, bf16 on CPU)")
     prec.add_argument("--precision", choices=list(PRECISIONS), help="one precision (default fp32)")
@@ -47,91 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare", nargs="?", const="default", metavar="LIST",
         help="train each precision back to back, e.g. fp32,bf16 (default: fp32 plus the device's AMP precisions)",
     )
-    p.add_argument("--model", help="model name or path (default: the recipe's, offline-first)")
-    p.add_argument("--data-dir", help="directory with GLUE-layout train.tsv and dev.tsv")
-    p.add_argument("--max-train-samples", type=positive_int)
-    p.add_argument("--max-eval-samples", type=positive_int)
-    p.add_argument("--epochs", type=positive_int)
-    p.add_argument("--max-steps", type=positive_int, help="optimizer steps; stops the run early")
-    p.add_argument("--batch-size", type=positive_int, help="micro-batch size")
-    p.add_argument("--lr", type=positive_float)
-    p.add_argument("--max-grad-norm", type=non_negative_float, help="clip the unscaled gradient norm (0: off)")
-    p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--max-length", type=positive_int, help="tokens per sentence (longer ones are truncated)")
+    # RunConfig.seeds, spelled two ways.
     seeds = p.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", type=int, default=None)
+    seeds.add_argument("--seed", type=SEED.parse, default=None, help="the run's seed (default 0)")
     seeds.add_argument("--seeds", type=int_list, help="repeat each precision per seed, e.g. 0,1,2 (mean ± std)")
-    p.add_argument("--device", choices=list(DEVICE_CHOICES), default="auto")
-    p.add_argument("--output-dir", default="outputs/run")
-    p.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR's checkpoint")
-    p.add_argument("--save-model", action="store_true", help="save the fine-tuned model under OUTPUT_DIR")
-    p.add_argument("--eval-only", action="store_true",
-                   help="no training: evaluate --model (e.g. a --save-model directory) at each precision")
-    rel = p.add_argument_group("reliability (docs/reliability.md)")
-    rel.add_argument("--checkpoint-every", type=non_negative_int, default=20, metavar="N",
-                     help="save OUTPUT_DIR/checkpoint.pt every N optimizer steps and at epoch ends (0: epoch ends only)")
-    rel.add_argument("--inject-nonfinite", type=probability, default=0.0, metavar="RATE",
-                     help="diagnostic: put an inf into one gradient element at this fraction of optimizer steps")
-    rel.add_argument("--no-collapse-check", action="store_true",
-                     help="do not stop (exit code 3) when the loss scale, skipped steps or loss show a collapse")
-    rel.add_argument("--min-loss-scale", type=non_negative_float, default=1.0, metavar="F",
-                     help="collapse when the fp16 loss scale falls below F (default 1)")
-    rel.add_argument("--max-consecutive-skips", type=positive_int, default=10, metavar="N",
-                     help="collapse after N skipped optimizer steps in a row (default 10)")
-    p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
-    speed = p.add_argument_group("speed (mixft.speed; what each buys: scripts/benchmark.py --ablation)")
-    speed.add_argument("--compile", action="store_true",
-                       help="torch.compile the model for training (slower on small CPUs: measure first)")
-    speed.add_argument("--no-speedups", action="store_true",
-                       help="torch's own kernels and the textbook clip: check a result against the plain loop")
+    add_arguments(p, fields(RunConfig))
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    if args.compare is not None:
-        if args.compare == "default":
-            device = resolve_device(args.device)
-            precisions = ["fp32", *amp_precision_names(device)]
-        else:
-            precisions = [name.strip().lower() for name in args.compare.split(",") if name.strip()]
-            unknown = [name for name in precisions if name not in PRECISIONS]
-            if unknown:
-                raise UsageError(f"--compare: unknown precision {unknown[0]!r}; choose from {', '.join(PRECISIONS)}")
-    elif args.amp:
-        precisions = ["amp"]
+    if args.compare == "default":
+        precisions = ["fp32", *amp_precision_names(resolve_device(args.device))]
+    elif args.compare is not None:
+        precisions = [name.strip().lower() for name in args.compare.split(",") if name.strip()]
     else:
-        precisions = [args.precision or "fp32"]
+        precisions = ["amp"] if args.amp else [args.precision or "fp32"]
     seeds = args.seeds if args.seeds is not None else [args.seed if args.seed is not None else 0]
-    return RunConfig(
-        recipe=args.recipe,
-        precisions=precisions,
-        seeds=seeds,
-        model=args.model,
-        data_dir=args.data_dir,
-        max_train_samples=args.max_train_samples,
-        max_eval_samples=args.max_eval_samples,
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        max_grad_norm=args.max_grad_norm,
-        grad_accum=args.grad_accum,
-        max_length=args.max_length,
-        device=args.device,
-        output_dir=args.output_dir,
-        resume=args.resume,
-        save_model=args.save_model,
-        eval_only=args.eval_only,
-        checkpoint_every=args.checkpoint_every,
-        inject_nonfinite=args.inject_nonfinite,
-        detect_collapse=not args.no_collapse_check,
-        min_loss_scale=args.min_loss_scale,
-        max_consecutive_skips=args.max_consecutive_skips,
-        num_workers=args.num_workers,
-        compile=args.compile,
-        speedups=not args.no_speedups,
-    )
+    generated = {f.name: getattr(args, f.name) for f in fields(RunConfig) if f.metadata.get("cli")}
+    return RunConfig(recipe=args.recipe, precisions=precisions, seeds=seeds, **generated)
 
 
 class ProgressBar(Callback):
@@ -145,7 +76,8 @@ class ProgressBar(Callback):
         if self.enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=self.label, unit="step", file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=self.label, unit="step",
+                            file=sys.stderr, dynamic_ncols=True)
 
     def on_step_end(self, trainer, info: StepInfo) -> None:
         if self.bar is None:
@@ -162,32 +94,98 @@ class ProgressBar(Callback):
             self.bar.close()
 
 
-def print_plan(cfg: RunConfig, device, precisions, prepared_info: dict) -> None:
+class DurationEstimate(Callback):
+    """Prints, once the first steps are timed, how long the run will take.
+
+    The first step is left out of the rate (it pays for lazy initialisation); the
+    estimate is the measured seconds per step times the steps planned.
+    """
+
+    def __init__(self, label: str, warmup: int = 1, timed: int = 4):
+        self.label, self.warmup, self.timed = label, warmup, timed
+        self._t0: float | None = None
+        self._first_step = 0
+        self.done = False
+
+    def on_train_begin(self, trainer) -> None:
+        self._first_step = trainer.state.step  # a resumed run counts from where it is
+
+    def on_step_end(self, trainer, info: StepInfo) -> None:
+        if self.done or trainer.total_steps is None:
+            return
+        taken = info.step - self._first_step
+        if taken == self.warmup:
+            self._t0 = time.perf_counter()
+        elif taken == self.warmup + self.timed and self._t0 is not None:
+            per_step = (time.perf_counter() - self._t0) / self.timed
+            left = max(trainer.total_steps - info.step, 0)
+            say(f"  estimate   [{self.label}] {per_step:.2f} s/step: ~{_duration(per_step * trainer.total_steps)} "
+                  f"for {trainer.total_steps} steps, ~{_duration(per_step * left)} to go (training only)")
+            self.done = True
+
+
+def say(*parts, flush: bool = True) -> None:
+    """print() to stdout, where a closed pipe (``finetune.py ... | head -1``) is not an error.
+
+    Training goes on and results.json is written; only the terminal output is dropped.
+    """
+    try:
+        print(*parts, flush=flush)
+    except BrokenPipeError:
+        # Python's documented fix: point stdout at devnull so the exit-time flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
+    from .hardware import hardware_line
+    from .probe import ProbeResult, probe_line
+
     effective = cfg.batch_size * cfg.grad_accum
-    print("mixft run")
-    print(f"  recipe     {cfg.recipe}")
-    print(f"  model      {prepared_info.get('model', cfg.model)}")
-    print(f"  data       {prepared_info.get('dataset', cfg.data_dir)}")
-    print(f"  device     {device}")
-    print(f"  precision  {', '.join(p.name for p in precisions)}" + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))
-    print(f"  batch      {cfg.batch_size} x {cfg.grad_accum} accumulation = {effective} effective")
+    say("mixft run")
+    say(f"  recipe     {cfg.recipe}")
+    say(f"  model      {run_info.get('model', cfg.model)}")
+    say(f"  data       {run_info.get('dataset', cfg.data_dir)}")
+    if run_info.get("task"):
+        say(f"  task       {run_info['task']}")
+    say(f"  device     {device}: {hardware_line(hardware)}")
+    if hardware.get("probe"):
+        say(f"  speed      {probe_line(ProbeResult.from_dict(hardware['probe']))}")
+    else:
+        say("  speed      not probed on this machine yet (--probe measures it in ~30 s)")
+    say(f"  precision  {', '.join(p.name for p in precisions)}" + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))
+    say(f"  batch      {cfg.batch_size} x {cfg.grad_accum} accumulation = {effective} effective")
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
-    print(f"  budget     {budget}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
-    print(f"  output     {cfg.output_dir}/results.json", flush=True)
+    steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
+    say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
+    say(f"  output     {cfg.output_dir}/results.json")
+
+
+# Evaluation figures that are not task metrics (they have their own places in the line).
+_NOT_METRICS = {"loss", "time_s", "samples_per_s"}
 
 
 def print_result(result) -> None:
     """One line per run: the figures a user came for."""
     mem = result.peak_memory_bytes
     mem_s = f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
-    if "accuracy" in result.eval:
-        quality = f"accuracy {result.eval['accuracy']:.4f}"
+    metrics = {k: v for k, v in result.eval.items() if k not in _NOT_METRICS and isinstance(v, (int, float))}
+    if metrics:
+        quality = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     elif "loss" in result.eval:
         quality = f"eval loss {result.eval['loss']:.4f}"
     else:
         quality = "not evaluated"  # stopped before the first evaluation
     scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
-    print(
+    say(
         f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
         f"train {result.train_time_s:.1f} s | peak memory {mem_s} | steps {result.steps}, "
         f"skipped {result.skipped_steps}{scale}",
@@ -202,7 +200,6 @@ class ConsoleObserver:
         self.signals = signals  # Ctrl-C / SIGTERM: stop at the next step, save, exit 130 / 143
         self.stoppers: list[StopOnSignal] = []
         self.show_progress = progress
-        self.n_seeds = 1
 
     @property
     def main(self) -> bool:
@@ -215,31 +212,31 @@ class ConsoleObserver:
     def progress(self) -> bool:
         return self.show_progress and self.main
 
-    def on_plan(self, cfg, device, precisions, run_info) -> None:
-        self.n_seeds = len(cfg.seeds)
+    def on_plan(self, cfg, device, precisions, run_info, steps, hardware) -> None:
         if self.main:
             from .distributed import world_size
 
-            print_plan(cfg, device, precisions, run_info)
+            print_plan(cfg, device, precisions, run_info, steps, hardware)
             if world_size() > 1:
-                print(f"  parallel   {world_size()} processes (DistributedDataParallel), "
-                      f"global batch {cfg.batch_size * cfg.grad_accum * world_size()}", flush=True)
+                say(f"  parallel   {world_size()} processes (DistributedDataParallel), "
+                      f"global batch {cfg.batch_size * cfg.grad_accum * world_size()}")
 
-    def callbacks(self, precision, seed):
-        label = precision.name + (f" seed {seed}" if self.n_seeds > 1 else "")
-        callbacks = [ProgressBar(label, enabled=self.progress)] + ([_ResultPrinter()] if self.main else [])
+    def callbacks(self, cfg, precision, seed):
+        label = precision.name + (f" seed {seed}" if len(cfg.seeds) > 1 else "")
+        callbacks = [ProgressBar(label, enabled=self.progress)]
+        if self.main:
+            callbacks.append(DurationEstimate(label))
         if self.signals is not None:
             self.stoppers.append(StopOnSignal(self.signals))
             callbacks.append(self.stoppers[-1])
         return callbacks
 
+    def on_result(self, result) -> None:
+        if self.main:
+            print_result(result)
+
     def stop_requested(self) -> bool:
         return self.signals is not None and self.signals.signum is not None
-
-
-class _ResultPrinter(Callback):
-    def on_train_end(self, trainer, result) -> None:
-        print_result(result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,8 +246,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
-        from .runner import run
+        from .runner import run, run_probe
 
+        if cfg.probe:
+            from .probe import render_probe_table
+
+            result = run_probe(cfg)
+            say(render_probe_table(result))
+            say(f"results: {cfg.output_dir}/results.json (hardware.probe); report: {cfg.output_dir}/report.md")
+            return 0
         # run() makes every cheap check (plan()) before any work: bad input exits here.
         with SignalHandler() as signals:
             observer = ConsoleObserver(progress=not args.no_progress, signals=signals)
@@ -273,14 +277,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return signals.exit_code
     collapsed = [r.precision + (f" seed {r.seed}" if len(cfg.seeds) > 1 else "")
-                 for r in results if is_collapse(r.stopped_early)]
+                 for r in results if is_collapse(r)]
     if collapsed:  # the diagnosis itself was logged above, when the run stopped
         print(f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
               f"{cfg.output_dir}/results.json; any checkpoint from before the collapse is kept", file=sys.stderr)
         return EXIT_COLLAPSE  # no barrier: a rank-local collapse (a NaN loss) may leave peers elsewhere
     if is_main_process():
         if len(results) > 1:
-            print(f"comparison report: {cfg.output_dir}/report.md")
-        print(f"results: {cfg.output_dir}/results.json")
+            say(f"comparison report: {cfg.output_dir}/report.md")
+        say(f"results: {cfg.output_dir}/results.json")
     shutdown()
     return 0

@@ -1,17 +1,43 @@
 """The run configuration: typed, strict, validated before any work starts.
 
+Each field is declared once, with its rule, help and command-line spelling
+(``mixft.options.option``): ``scripts/finetune.py``'s parser is generated from these
+declarations, and ``validate`` applies the same rules to values set from Python.
 Fields left as ``None`` take the recipe's default (each recipe has a ``DEFAULTS`` dict).
-``validate`` raises ``UsageError`` naming the option and what would be accepted.
+Fields marked ``per_recipe`` mean something only to recipes that list them in ``USES``;
+setting one for another recipe is refused (``check_recipe_options``).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .options import (
+    BOOL,
+    FRACTION,
+    NON_NEGATIVE_FLOAT,
+    NON_NEGATIVE_INT,
+    POSITIVE_FLOAT,
+    POSITIVE_INT,
+    PROBABILITY,
+    SEED,
+    TEXT,
+    choice,
+    flag_of,
+    option,
+)
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DATA = "data (which recipes read which: --help of each recipe's USES; others refuse them)"
+RELIABILITY = "reliability (docs/reliability.md)"
+
+
+def per_recipe(default, help: str, **kwargs):
+    """An option only some recipes use (they list its name in their ``USES``)."""
+    return option(default, help, per_recipe=True, **kwargs)
 
 
 @dataclass
@@ -21,36 +47,78 @@ class RunConfig:
     Usage: ``mixft.run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))``
     """
 
-    recipe: str = "bert-sst2"  # registry name, see mixft.registry
-    precisions: list[str] = field(default_factory=lambda: ["fp32"])  # names or "amp"; several = a comparison
-    seeds: list[int] = field(default_factory=lambda: [0])  # each precision is trained once per seed
-    model: str | None = None  # name or path; resolution is offline-first (mixft.hub)
-    data_dir: str | None = None  # GLUE layout: train.tsv + dev.tsv
-    max_train_samples: int | None = None  # cap on training examples (first N)
-    max_eval_samples: int | None = None  # cap on evaluation examples (first N)
-    epochs: int | None = None
-    max_steps: int | None = None  # optimizer steps; ends the run early when reached
-    batch_size: int | None = None  # per micro-batch; effective batch = batch_size * grad_accum
-    lr: float | None = None
-    max_grad_norm: float | None = None  # clip the unscaled gradient norm; 0 disables clipping
-    grad_accum: int = 1
-    max_length: int | None = None  # tokens per sentence; longer ones are truncated
-    device: str = "auto"
-    output_dir: str = "outputs/run"
-    resume: bool = False
-    eval_only: bool = False  # evaluate --model at each precision, no training (inference speed)
-    save_model: bool = False  # save each fine-tuned model under OUTPUT_DIR (see recipe.save_model)
-    num_workers: int = 0  # DataLoader workers; 0 keeps tokenised data in this process
-    # Speed (mixft.speed.SpeedOptions): torch.compile, and the loop's default speed switches.
-    compile: bool = False  # torch.compile the model for training (measured slower on the 2-core CPU)
-    speedups: bool = True  # False: torch's kernels and the textbook clip (to check against a plain loop)
-    extra: dict[str, Any] = field(default_factory=dict)  # recipe-specific options
-    # Reliability (docs/reliability.md): checkpoints, fault injection, collapse detection.
-    checkpoint_every: int = 20  # optimizer steps between checkpoints; 0: only at epoch ends
-    inject_nonfinite: float = 0.0  # diagnostic: probability an optimizer step gets an inf gradient
-    detect_collapse: bool = True  # stop (with a diagnosis) a run that can no longer learn
-    min_loss_scale: float = 1.0  # collapsed when the GradScaler's scale falls below this
-    max_consecutive_skips: int = 10  # collapsed after this many skipped optimizer steps in a row
+    recipe: str = option("bert-sst2", "the recipe to run (see --help's list)", check=TEXT, cli=False)
+    # names or "amp" (resolved by mixft.precision); several = a comparison. The CLI spells it --amp/--precision/--compare.
+    precisions: list[str] = option(None, "precisions to train", cli=False, default_factory=lambda: ["fp32"])
+    # each precision is trained once per seed. The CLI spells it --seed/--seeds.
+    seeds: list[int] = option(None, "seeds", cli=False, default_factory=lambda: [0])
+    model: str | None = per_recipe(None, "model name or path (offline-first; default: the recipe's)", check=TEXT)
+    data_dir: str | None = per_recipe(None, "directory with GLUE-layout train.tsv and dev.tsv", check=TEXT,
+                                      metavar="DIR", group=DATA)
+    train_file: str | None = per_recipe(None, "training data: .csv, .tsv, .json, .jsonl or .parquet", check=TEXT,
+                                        metavar="FILE", group=DATA)
+    validation_file: str | None = per_recipe(None, "validation data in the same formats", check=TEXT,
+                                             metavar="FILE", group=DATA)
+    dataset: str | None = per_recipe(None, "a Hugging Face dataset (local cache or hub), e.g. ag_news", check=TEXT,
+                                     metavar="NAME", group=DATA)
+    dataset_config: str | None = per_recipe(None, "the dataset's configuration, e.g. sst2 for glue", check=TEXT,
+                                            metavar="CFG", group=DATA)
+    eval_split: str | None = per_recipe(None, "the dataset's split to evaluate on (default: validation, "
+                                        "validation_matched, dev or valid, whichever it has)", check=TEXT,
+                                        metavar="SPLIT", group=DATA)
+    task_kind: str | None = per_recipe(None, "classification or regression (default: from the labels; float "
+                                       "labels are regression)", check=choice("classification", "regression"),
+                                       metavar="KIND", group=DATA)
+    task: str | None = per_recipe(None, "GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli", check=TEXT,
+                                  group=DATA)
+    text_column: str | None = per_recipe(None, "column holding the text (auto-detected: sentence, text, ...)",
+                                         check=TEXT, metavar="COL", group=DATA)
+    text_pair_column: str | None = per_recipe(None, "column holding the second text of a pair (auto-detected)",
+                                              check=TEXT, metavar="COL", group=DATA)
+    label_column: str | None = per_recipe(None, "column holding the label (auto-detected: label, labels)",
+                                          check=TEXT, metavar="COL", group=DATA)
+    validation_split: float | None = per_recipe(None, "carve this fraction of the training data for validation "
+                                                "when there is none", check=FRACTION, metavar="F", group=DATA)
+    max_train_samples: int | None = per_recipe(None, "use the first N training examples (default: all of the "
+                                               "data you bring; 2000 of the generated demo data)",
+                                               check=POSITIVE_INT, metavar="N", group=DATA)
+    max_eval_samples: int | None = per_recipe(None, "use the first N evaluation examples", check=POSITIVE_INT,
+                                              metavar="N", group=DATA)
+    max_length: int | None = per_recipe(None, "tokens per example; longer ones are truncated", check=POSITIVE_INT,
+                                        metavar="N")
+    epochs: int | None = option(None, "passes over the training data", check=POSITIVE_INT, metavar="N")
+    max_steps: int | None = option(None, "optimizer steps; ends the run early when reached", check=POSITIVE_INT,
+                                   metavar="N")
+    batch_size: int | None = option(None, "micro-batch size; effective batch = batch size x grad accum",
+                                    check=POSITIVE_INT, metavar="N")
+    lr: float | None = option(None, "peak learning rate", check=POSITIVE_FLOAT, metavar="F")
+    max_grad_norm: float | None = option(None, "clip the unscaled gradient norm to F (0: no clipping)",
+                                         check=NON_NEGATIVE_FLOAT, metavar="F")
+    grad_accum: int = option(1, "micro-batches per optimizer step", check=POSITIVE_INT, metavar="N")
+    device: str = option("auto", "where to train", check=choice(*DEVICE_CHOICES), metavar="|".join(DEVICE_CHOICES))
+    output_dir: str = option("outputs/run", "where results.json, report.md and checkpoints go", check=TEXT,
+                             metavar="DIR")
+    resume: bool = option(False, "continue from OUTPUT_DIR's checkpoint", check=BOOL)
+    save_model: bool = option(False, "save the fine-tuned model under OUTPUT_DIR", check=BOOL)
+    eval_only: bool = option(False, "no training: evaluate --model (e.g. a --save-model directory) at each "
+                             "precision", check=BOOL)
+    num_workers: int = option(0, "DataLoader worker processes (0 keeps the data in this process)",
+                              check=NON_NEGATIVE_INT, metavar="N")
+    probe: bool = option(False, "answer 'is AMP faster here?' in seconds: time the recipe's matmuls and a few real "
+                         "training steps per precision, print a table and a recommendation, cache it for this "
+                         "machine (later runs' headers and --amp read it); trains nothing", check=BOOL)
+    extra: dict[str, Any] = option(None, "recipe-specific options (Python API only)", cli=False,
+                                   default_factory=dict)
+    checkpoint_every: int = option(20, "save OUTPUT_DIR/checkpoint.pt every N optimizer steps and at epoch ends "
+                                   "(0: epoch ends only)", check=NON_NEGATIVE_INT, metavar="N", group=RELIABILITY)
+    inject_nonfinite: float = option(0.0, "diagnostic: put an inf into one gradient element at this fraction of "
+                                     "optimizer steps", check=PROBABILITY, metavar="RATE", group=RELIABILITY)
+    detect_collapse: bool = option(True, "do not stop (exit code 3) when the loss scale, skipped steps or loss "
+                                   "show a collapse", check=BOOL, flag="--no-collapse-check", group=RELIABILITY)
+    min_loss_scale: float = option(1.0, "collapse when the fp16 loss scale falls below F", check=NON_NEGATIVE_FLOAT,
+                                   metavar="F", group=RELIABILITY)
+    max_consecutive_skips: int = option(10, "collapse after N skipped optimizer steps in a row",
+                                        check=POSITIVE_INT, metavar="N", group=RELIABILITY)
 
     def with_defaults(self, defaults: dict[str, Any]) -> "RunConfig":
         """A copy where every None field takes the recipe's default; unknown keys are a bug."""
@@ -65,37 +133,23 @@ class RunConfig:
         return RunConfig(**values)
 
     def validate(self) -> "RunConfig":
-        _positive_int("--epochs", self.epochs)
-        _positive_int("--batch-size", self.batch_size)
-        _positive_int("--grad-accum", self.grad_accum)
-        for name, value in (("--max-steps", self.max_steps), ("--max-train-samples", self.max_train_samples),
-                            ("--max-eval-samples", self.max_eval_samples), ("--max-length", self.max_length)):
-            if value is not None:
-                _positive_int(name, value)
+        """Apply every field's rule and the rules between fields; UsageError names the option."""
+        for f in fields(self):
+            value, check = getattr(self, f.name), f.metadata.get("check")
+            if check is not None and value is not None:
+                check.validate(flag_of(f), value)
         if self.max_length is not None and self.max_length < 8:
             raise UsageError(f"--max-length must be at least 8 tokens, got {self.max_length}")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise UsageError(f"--lr must be a positive finite number, got {self.lr!r}")
-        if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm >= 0):
-            raise UsageError(f"--max-grad-norm must be >= 0 (0 disables clipping), got {self.max_grad_norm!r}")
         if not self.precisions:
             raise UsageError("--compare needs at least one precision, e.g. --compare fp32,bf16")
         if len(set(self.precisions)) != len(self.precisions):
             raise UsageError(f"--compare lists a precision twice: {','.join(self.precisions)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds must list distinct integers, got {self.seeds}")
-        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
-            raise UsageError(f"--checkpoint-every must be an integer >= 0 (0: epoch ends only), got {self.checkpoint_every!r}")
-        if not (isinstance(self.inject_nonfinite, (int, float)) and 0 <= self.inject_nonfinite <= 1):
-            raise UsageError(f"--inject-nonfinite must be a probability between 0 and 1, got {self.inject_nonfinite!r}")
-        if not (isinstance(self.min_loss_scale, (int, float)) and math.isfinite(self.min_loss_scale) and self.min_loss_scale >= 0):
-            raise UsageError(f"--min-loss-scale must be a finite number >= 0, got {self.min_loss_scale!r}")
-        _positive_int("--max-consecutive-skips", self.max_consecutive_skips)
-        for flag in ("compile", "speedups"):
-            if not isinstance(getattr(self, flag), bool):
-                raise UsageError(f"RunConfig.{flag} must be True or False, got {getattr(self, flag)!r}")
-        if self.num_workers < 0:
-            raise UsageError(f"--num-workers must be >= 0, got {self.num_workers}")
+        for seed in self.seeds:
+            SEED.validate("--seed", seed)
+        if self.probe and (self.resume or self.save_model or self.eval_only):
+            raise UsageError("--probe trains nothing: it cannot be combined with --resume, --save-model or --eval-only")
         if self.eval_only and (self.resume or self.save_model):
             raise UsageError("--eval-only trains nothing: it cannot be combined with --resume or --save-model")
         out = Path(self.output_dir)
@@ -103,22 +157,17 @@ class RunConfig:
             raise UsageError(f"--output-dir {self.output_dir}: exists and is not a directory")
         return self
 
+    def check_recipe_options(self, recipe_name: str, uses) -> None:
+        """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic)."""
+        for f in fields(self):
+            if f.metadata.get("per_recipe") and f.name not in uses and getattr(self, f.name) != f.default:
+                raise UsageError(f"{flag_of(f)}: not used by recipe {recipe_name} (it uses: "
+                                 f"{', '.join(sorted(flag_of(g) for g in fields(self) if g.name in uses)) or 'none of the data options'})")
+
     @property
     def clip_norm(self) -> float | None:
         """The trainer's max_grad_norm: None when clipping is disabled."""
         return self.max_grad_norm or None
 
-    def speed_options(self):
-        """The trainer's SpeedOptions for these flags."""
-        from .speed import SpeedOptions
-
-        base = SpeedOptions() if self.speedups else SpeedOptions.reference()
-        return replace(base, compile=bool(self.compile))
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}")

@@ -23,17 +23,21 @@ import random
 import torch
 
 from .log import logger
-from .trainer import Callback, StepInfo, StopTraining, Trainer
+from .trainer import Callback, StepInfo, StopTraining, Trainer, stop_kind_of
 
-# stopped_early starts with this when a CollapseDetector ended the run.
+# The start of the stopped_early message of a run a CollapseDetector ended (for people;
+# code reads stop_kind).
 COLLAPSE = "training collapsed"
 
 _VALUES = {"inf": float("inf"), "nan": float("nan")}
 
 
-def is_collapse(stopped_early: str | None) -> bool:
-    """Whether a RunResult's ``stopped_early`` says the run collapsed."""
-    return bool(stopped_early) and stopped_early.startswith(COLLAPSE)
+def is_collapse(run) -> bool:
+    """Whether a RunResult (or a results.json run dict) ended because training collapsed.
+
+    Usage: ``[r for r in results if is_collapse(r)]``
+    """
+    return stop_kind_of(run) == "collapse"
 
 
 class InjectNonFinite(Callback):
@@ -93,7 +97,8 @@ class CollapseDetector(Callback):
 
     On a stop it runs ``mixft.diagnose.diagnose`` (one forward pass with hooks, up to
     ``diagnose_batches`` batches) unless ``diagnose=False``. The reason and the diagnosis
-    become the run's ``stopped_early`` ("training collapsed: ..."); ``self.diagnosis``
+    become the run's ``stopped_early`` ("training collapsed: ..."), with ``stop_kind``
+    "collapse"; ``self.diagnosis``
     keeps the structured one. Put it before a ``Checkpointer`` in the callback list so
     the collapsed state is never saved over the last good checkpoint.
 
@@ -173,4 +178,4 @@ class CollapseDetector(Callback):
                 message += f"; {self.diagnosis.summary()}"
             except Exception as e:  # a failed diagnosis must not hide the collapse itself
                 logger.warning("diagnosis failed: %s: %s", type(e).__name__, e)
-        raise StopTraining(message)
+        raise StopTraining(message, kind="collapse")

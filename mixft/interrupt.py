@@ -3,8 +3,8 @@
 The first SIGINT/SIGTERM only sets a flag. Training finishes the micro-step in flight
 (with gradient accumulation: the rest of its window, so no gradient is half-summed),
 then ``StopOnSignal`` saves a checkpoint through the run's ``Checkpointer`` and ends the
-run with ``StopTraining("interrupted (SIGINT)")``: the results written afterwards mark
-the run as interrupted. A second signal raises ``Interrupted`` at once. Outside a fit
+run with ``StopTraining("interrupted (SIGINT)", kind="interrupt")``: the results written
+afterwards mark the run as interrupted (``stop_kind``). A second signal raises ``Interrupted`` at once. Outside a fit
 (loading data, between runs) the first signal raises ``Interrupted`` at once, too.
 
 The library installs no signal handlers by itself; the CLI does, like this::
@@ -21,17 +21,31 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from .log import logger
-from .trainer import Callback, StepInfo, StopTraining, Trainer
+from .trainer import Callback, StepInfo, StopTraining, Trainer, stop_kind_of
 
-# stopped_early starts with this when a signal ended the run.
+# The start of the stopped_early message of a run a signal ended (for people; code reads stop_kind).
 INTERRUPTED = "interrupted"
 
 
-def is_interrupted(stopped_early: str | None) -> bool:
-    """Whether a RunResult's ``stopped_early`` says a signal stopped the run."""
-    return bool(stopped_early) and stopped_early.startswith(INTERRUPTED)
+def is_interrupted(run) -> bool:
+    """Whether a RunResult (or a results.json run dict) was stopped by a signal.
+
+    Usage: ``is_interrupted(json.loads(path.read_text())["runs"][0])``
+    """
+    return stop_kind_of(run) == "interrupt"
+
+
+@runtime_checkable
+class SavesCheckpoints(Protocol):
+    """A callback that can write a checkpoint now (``mixft.checkpoint.Checkpointer`` is one).
+
+    A protocol, not an import: this module stays below the checkpoint module.
+    """
+
+    def save(self, trainer: Trainer) -> Path: ...
 
 
 class Interrupted(KeyboardInterrupt):
@@ -90,8 +104,8 @@ class SignalHandler:
 class StopOnSignal(Callback):
     """Ends the fit at the next step (or epoch) end after ``handler`` saw a signal.
 
-    Before stopping it saves a checkpoint with every ``Checkpointer`` in the trainer's
-    callbacks (``checkpoint`` is then its path).
+    Before stopping it saves a checkpoint with every callback of the trainer that can
+    (``SavesCheckpoints``: a ``Checkpointer``); ``checkpoint`` is then its path.
 
     Usage: ``Trainer(..., callbacks=[StopOnSignal(handler), Checkpointer(path)])``
     """
@@ -115,9 +129,7 @@ class StopOnSignal(Callback):
     def _maybe_stop(self, trainer: Trainer) -> None:
         if self.handler.signum is None:
             return
-        from .checkpoint import Checkpointer
-
         for cb in trainer.callbacks:
-            if isinstance(cb, Checkpointer):
+            if isinstance(cb, SavesCheckpoints):
                 self.checkpoint = cb.save(trainer)
-        raise StopTraining(f"{INTERRUPTED} ({self.handler.signal_name})")
+        raise StopTraining(f"{INTERRUPTED} ({self.handler.signal_name})", kind="interrupt")

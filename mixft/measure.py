@@ -50,7 +50,9 @@ class PeakMemory:
     """Peak memory over a region: ``with PeakMemory(device) as mem: ...; mem.peak_bytes``.
 
     ``kind`` is ``cuda_max_allocated`` or ``cpu_rss``; ``peak_bytes`` is None where the
-    platform cannot tell (no /proc on CPU).
+    platform cannot tell (no /proc on CPU). ``start_bytes`` is the same gauge when the
+    region starts (RSS on CPU, allocated tensors on CUDA): a CPU process's RSS carries
+    everything run before it, so ``peak_bytes - start_bytes`` is what this region added.
     """
 
     def __init__(self, device: torch.device, interval_s: float = 0.05):
@@ -58,6 +60,7 @@ class PeakMemory:
         self.interval_s = interval_s
         self.kind = "cuda_max_allocated" if device.type == "cuda" else "cpu_rss"
         self.peak_bytes: int | None = None
+        self.start_bytes: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -71,8 +74,9 @@ class PeakMemory:
     def start(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+            self.start_bytes = int(torch.cuda.memory_allocated(self.device))
             return
-        self.peak_bytes = current_rss_bytes()
+        self.peak_bytes = self.start_bytes = current_rss_bytes()
         if self.peak_bytes is None:
             return
         self._stop.clear()

@@ -5,12 +5,22 @@ autocast that pair is refused ("unsafe to autocast"): in fp16, sigmoid saturates
 exactly 0 or 1 and ``log(0)`` is -inf. So ``forward`` returns the *logit*, the loss is
 ``BCEWithLogitsLoss`` (which autocast runs in fp32 and which folds the sigmoid into a
 numerically stable log-sum-exp), and ``predict_proba`` applies the sigmoid for users.
+
+``SequenceClassifier`` (below) is the any-encoder model of the ``text-classification`` and
+``glue`` recipes: N classes with softmax cross-entropy, or regression with MSE.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+from collections.abc import Sequence
+
 import torch
 from torch import nn
+
+from mixft.errors import UsageError
+from mixft.log import logger
 
 
 class BertClassifier(nn.Module):
@@ -46,3 +56,209 @@ class BertClassifier(nn.Module):
 def logits_to_labels(logits: torch.Tensor) -> torch.Tensor:
     """sigmoid(logit) > 0.5  <=>  logit > 0 (no sigmoid needed, no saturation)."""
     return (logits > 0).long()
+
+
+# ---------------------------------------------------------------------------------------
+# Any encoder: N classes or a regression score
+# ---------------------------------------------------------------------------------------
+#
+# Built on AutoModelForSequenceClassification, not on a mixft head over AutoModel, because:
+# - each architecture keeps the head its authors fine-tuned with (BERT: pooler + linear;
+#   RoBERTa/XLM-R/ELECTRA: dense + activation over <s>; DistilBERT: pre_classifier;
+#   DeBERTa: ContextPooler). A generic head would need per-architecture knowledge of the
+#   pooled vector anyway, and would score differently from run_glue.py and HF Trainer,
+#   the peers mixft's figures are compared with;
+# - num_labels, id2label/label2id and problem_type live in the model's own config, so
+#   save_pretrained writes them and any transformers user can load the saved directory;
+# - missing weights (a fresh head, a pooler absent from the checkpoint) are initialised
+#   by the architecture's own _init_weights, from torch's RNG, which load_classifier seeds.
+# The wrapper only makes forward return the logits tensor the Trainer's loss_fn expects.
+
+
+class SequenceClassifier(nn.Module):
+    """A transformers ``*ForSequenceClassification`` model whose ``forward`` returns logits.
+
+    ``forward(**batch)`` returns (B, num_labels) logits for classification, (B,) scores for
+    regression; ``loss_fn`` / ``predict_fn`` are the matching trainer functions.
+
+    Usage::
+
+        model = load_classifier(path, seed=0, labels=["negative", "neutral", "positive"])
+        Trainer(model, opt, model.loss_fn, loader, predict_fn=model.predict_fn, ...)
+        model.save_pretrained("out/model")      # config.json keeps id2label / label2id
+    """
+
+    def __init__(self, model: nn.Module, fresh_weights: Sequence[str] = ()):
+        super().__init__()
+        self.model = model
+        # Weights not in the checkpoint (initialised from the seed): a fresh head is
+        # untrained, which --eval-only must not present as a fine-tuned result.
+        self.fresh_weights = tuple(sorted(fresh_weights))
+        accepted = inspect.signature(model.forward).parameters
+        # DistilBERT takes no token_type_ids; RoBERTa/XLM-R have one segment embedding
+        # (type_vocab_size 1), where zeros equal "absent" and a pair's ones would index
+        # past the table; DeBERTa (0) ignores them. Only models with 2+ segments get them.
+        self._token_types = "token_type_ids" in accepted and getattr(model.config, "type_vocab_size", 2) > 1
+
+    @property
+    def config(self):
+        """The transformers config: num_labels, id2label, label2id, problem_type."""
+        return self.model.config
+
+    @property
+    def is_regression(self) -> bool:
+        return self.config.problem_type == "regression"
+
+    @property
+    def labels(self) -> list[str] | None:
+        """Label names in id order (None for regression)."""
+        if self.is_regression:
+            return None
+        return [str(self.config.id2label[i]) for i in range(self.config.num_labels)]
+
+    @property
+    def untrained(self) -> bool:
+        """True when some weights (typically the head) were not in the checkpoint."""
+        return bool(self.fresh_weights)
+
+    @property
+    def loss_fn(self):
+        return regression_loss if self.is_regression else classification_loss
+
+    @property
+    def predict_fn(self):
+        return regression_values if self.is_regression else argmax_labels
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self._token_types and token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        logits = self.model(**inputs).logits
+        return logits.squeeze(-1) if self.is_regression else logits
+
+    def save_pretrained(self, directory, **kwargs) -> None:
+        """Write a standard transformers checkpoint (weights + config with the labels)."""
+        self.model.save_pretrained(directory, **kwargs)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Hide from_pretrained's progress bar and load report; mixft reports fresh weights itself."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def load_classifier(
+    model_path: str,
+    *,
+    seed: int,
+    labels: Sequence[str] | None = None,
+    regression: bool = False,
+    source: str | None = None,
+) -> SequenceClassifier:
+    """Load any encoder with its sequence-classification head, fp32 master weights.
+
+    ``labels``: class names in id order (2 or more): a classifier with that many outputs,
+    names saved as id2label/label2id. ``regression=True``: one output trained with MSE.
+    Neither: the task saved in the checkpoint's config (a directory written by
+    ``save_pretrained``, read back by ``--eval-only``). A checkpoint head of another size
+    is replaced by a fresh one (fine-tuning an MNLI model for RTE); weights that do not fit
+    the encoder are refused. Weights missing from the checkpoint are drawn from ``seed``
+    alone: the same seed gives the same head in every run, and the caller's RNG stream is
+    left untouched. Decoder-only and encoder-decoder models are refused (UsageError).
+
+    Usage: ``model = load_classifier(resolve_model(name).path, seed=0, labels=["neg", "pos"])``
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from mixft.model_check import check_encoder
+
+    source = source or f"--model {model_path}"
+    if labels is not None and regression:
+        raise UsageError("a model is either a classifier (labels) or a regression model, not both")
+    config = AutoConfig.from_pretrained(model_path)
+    check_encoder(config, source)
+    if regression:
+        task = {"num_labels": 1, "problem_type": "regression"}
+    elif labels is not None:
+        names = [str(name) for name in labels]
+        if len(names) < 2 or len(set(names)) != len(names):
+            raise UsageError(f"a classifier needs 2 or more distinct labels, got {names}")
+        task = {
+            "num_labels": len(names),
+            "id2label": dict(enumerate(names)),
+            "label2id": {name: i for i, name in enumerate(names)},
+            "problem_type": "single_label_classification",
+        }
+    else:  # the checkpoint's own task; transformers' convention: 1 output means regression
+        saved = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
+        task = {"problem_type": saved}
+
+    # Seed right before the weights are created: the fresh head (and a pooler missing from
+    # the checkpoint) then depends on the seed only, not on what ran before. fork_rng puts
+    # the caller's RNG state back afterwards.
+    with torch.random.fork_rng(devices=[]), _quiet_transformers():
+        torch.manual_seed(seed)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            model_path, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True, **task,
+        )
+    # Mismatched sizes are loaded as fresh weights, then judged here: a head of another
+    # size is expected when a new label set is asked for, never inside the encoder.
+    prefix = f"{model.base_model_prefix}."
+    mismatched = sorted(_mismatched_names(info))
+    refused = [name for name in mismatched if name.startswith(prefix) or (labels is None and not regression)]
+    if refused:
+        raise UsageError(f"{source}: the weights do not fit config.json: {refused[0]} has another shape")
+    fresh = set(info.get("missing_keys", ())) | set(mismatched)
+    if fresh:
+        logger.debug("%s: newly initialised (seed %d): %s", source, seed, ", ".join(sorted(fresh)))
+    return SequenceClassifier(model, fresh)
+
+
+def _mismatched_names(info) -> set[str]:
+    """Names in transformers' ``mismatched_keys`` (plain names or (name, old, new) tuples)."""
+    return {item[0] if isinstance(item, tuple) else item for item in info.get("mismatched_keys", ())}
+
+
+# Losses and predictions. Both losses run in fp32 with autocast disabled, whatever the
+# logits' dtype: under fp16 a squared error above 256 overflows (65504 is fp16's largest
+# value) and log-softmax of large logits loses the small probabilities, so every step would
+# be skipped or the loss rounded; under bf16 a residual has 3 significant digits, so MSE
+# gradients of a nearly fitted regression are noise. The cast costs one (B, N) copy.
+
+
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Softmax cross-entropy of (B, N) logits against (B,) class ids, computed in fp32.
+
+    Usage: ``Trainer(model, opt, classification_loss, loader, ...)``
+    """
+    with torch.autocast(logits.device.type, enabled=False):
+        return nn.functional.cross_entropy(logits.float(), labels.long())
+
+
+def regression_loss(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of (B,) scores against (B,) targets, computed in fp32.
+
+    Usage: ``Trainer(model, opt, regression_loss, loader, ...)``
+    """
+    with torch.autocast(scores.device.type, enabled=False):
+        return nn.functional.mse_loss(scores.float(), targets.float())
+
+
+def argmax_labels(logits: torch.Tensor) -> torch.Tensor:
+    """Predicted class ids of (B, N) logits. Usage: ``predict_fn=argmax_labels``."""
+    return logits.argmax(dim=-1)
+
+
+def regression_values(scores: torch.Tensor) -> torch.Tensor:
+    """Predicted scores (the outputs themselves, in fp32). Usage: ``predict_fn=regression_values``."""
+    return scores.float()

@@ -2,100 +2,62 @@
 
 Usage: ``write_plots(doc, "runs/cmp")`` -> ``[Path("runs/cmp/loss.png"), ...]``
 
-Charts (a chart whose data is entirely absent is skipped, not drawn empty):
+Charts (a chart whose data is entirely absent is skipped, not drawn empty; which ones a
+document has data for is :func:`mixft.summary.planned_charts`):
 
 * ``loss.png``          training loss per optimizer step, one line per precision
                         (mean over seeds with a shaded min-max band when there are several)
 * ``loss_scale.png``    GradScaler loss scale per step (log axis), one line per run that
                         had a scaler, skipped steps marked with red ``x``
-* ``eval_accuracy.png`` eval accuracy per epoch per precision (mean, min-max band)
+* ``eval_<metric>.png`` one chart per task metric (``eval_accuracy.png``, ``eval_f1.png``,
+                        ``eval_pearsonr.png``...): the metric per epoch per precision
+                        (mean, min-max band); :func:`mixft.summary.eval_charts` names them
 * ``time_memory.png``   train time and peak memory per precision, speedup / memory
                         ratio vs the baseline written on the bars
 
-Uses the non-interactive Agg backend: never opens a window, safe on headless machines.
-Every file is written atomically (:func:`mixft.atomic.atomic_path`).
+Notebook-safe: matplotlib is imported only inside the functions that draw, and they use
+its object API (``matplotlib.figure.Figure`` rendered by ``fig.savefig``), never pyplot
+and never ``matplotlib.use``: no backend is chosen, no window opens, a notebook's inline
+plots keep working, and headless machines need no display. Every file is written
+atomically (:func:`mixft.atomic.atomic_path`).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Callable
 
-import matplotlib
-
-matplotlib.use("Agg")  # before pyplot: no GUI backend, no windows, works without a display
-
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .atomic import atomic_path  # noqa: E402
-from .log import logger  # noqa: E402
+from .atomic import atomic_path
+from .log import logger
+from .summary import (
+    eval_charts,
+    eval_series,
+    group_runs,
+    loss_series,
+    memory_label,
+    metric_label,
+    planned_charts,
+    scale_points,
+    summarize,
+    task_of,
+)
 
 _DPI = 100
 _SKIP_COLOR = "red"
 
 
-# ---------------------------------------------------------------------------- data helpers
+def _figure(width: float, height: float, ncols: int = 1):
+    """A figure detached from pyplot (no global figure registry, no backend switch)."""
+    from matplotlib.figure import Figure
 
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _groups(doc: dict) -> dict[str, list[dict]]:
-    groups: dict[str, list[dict]] = {}
-    for run in doc.get("runs") or []:
-        groups.setdefault(str(run.get("precision", "?")), []).append(run)
-    return groups
+    fig = Figure(figsize=(width, height))
+    axes = fig.subplots(1, ncols)
+    return fig, axes
 
 
 def _colors(doc: dict) -> dict[str, str]:
     """One colour per precision, the same in every chart."""
-    return {p: f"C{i % 10}" for i, p in enumerate(_groups(doc))}
-
-
-def _series(pairs) -> dict[float, float]:
-    out = {}
-    for x, y in pairs:
-        x, y = _num(x), _num(y)
-        if x is not None and y is not None:
-            out[x] = y
-    return out
-
-
-def _loss_series(run: dict) -> dict[float, float]:
-    hist = run.get("history") or {}
-    loss = hist.get("loss") or []
-    steps = hist.get("step") or list(range(1, len(loss) + 1))
-    return _series(zip(steps, loss))
-
-
-def _eval_series(run: dict) -> dict[float, float]:
-    return _series((e.get("epoch"), e.get("accuracy")) for e in run.get("eval_history") or [])
-
-
-def _scale_points(run: dict) -> tuple[list[float], list[float], list[float], list[float]]:
-    """(steps, scales, skipped steps, scales at skipped steps) of a run with a GradScaler."""
-    if not run.get("grad_scaler"):
-        return [], [], [], []
-    hist = run.get("history") or {}
-    scales = hist.get("loss_scale") or []
-    steps = hist.get("step") or list(range(1, len(scales) + 1))
-    skipped = hist.get("skipped") or [False] * len(scales)
-    xs, ys, sx, sy = [], [], [], []
-    for x, y, k in zip(steps, scales, skipped):
-        x, y = _num(x), _num(y)
-        if x is None or y is None or y <= 0:
-            continue
-        xs.append(x)
-        ys.append(y)
-        if k:
-            sx.append(x)
-            sy.append(y)
-    return xs, ys, sx, sy
+    return {p: f"C{i % 10}" for i, p in enumerate(group_runs(doc))}
 
 
 def _aggregate(series: list[dict[float, float]]) -> tuple[list[float], list[float], list[float], list[float]]:
@@ -110,31 +72,12 @@ def _aggregate(series: list[dict[float, float]]) -> tuple[list[float], list[floa
     return xs, mean, lo, hi
 
 
-def _has_loss(doc: dict) -> bool:
-    return any(_loss_series(r) for r in doc.get("runs") or [])
-
-
-def _has_scale(doc: dict) -> bool:
-    return any(_scale_points(r)[0] for r in doc.get("runs") or [])
-
-
-def _has_eval(doc: dict) -> bool:
-    return any(_eval_series(r) for r in doc.get("runs") or [])
-
-
-def _has_time_memory(doc: dict) -> bool:
-    return any(
-        _num(r.get("train_time_s")) is not None or _num(r.get("peak_memory_bytes")) is not None
-        for r in doc.get("runs") or []
-    )
-
-
 # ---------------------------------------------------------------------------- charts
 
 
 def _plot_lines(ax, doc: dict, series_of: Callable[[dict], dict[float, float]]) -> None:
     colors = _colors(doc)
-    for precision, runs in _groups(doc).items():
+    for precision, runs in group_runs(doc).items():
         series = [s for s in (series_of(r) for r in runs) if s]
         if not series:
             continue
@@ -149,13 +92,13 @@ def _plot_lines(ax, doc: dict, series_of: Callable[[dict], dict[float, float]]) 
 
 
 def _loss_figure(doc: dict):
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    _plot_lines(ax, doc, _loss_series)
+    fig, ax = _figure(8, 4.5)
+    _plot_lines(ax, doc, loss_series)
     ax.set_title("Training loss per step")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    if any(len(_groups(doc)[p]) > 1 for p in _groups(doc)):
+    if any(len(group_runs(doc)[p]) > 1 for p in group_runs(doc)):
         ax.text(0.99, 0.98, "band: min–max over seeds", transform=ax.transAxes, ha="right", va="top",
                 fontsize=8, color="0.4")
     return fig
@@ -163,12 +106,12 @@ def _loss_figure(doc: dict):
 
 def _loss_scale_figure(doc: dict):
     colors = _colors(doc)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = _figure(8, 4.5)
     marked = False
-    for precision, runs in _groups(doc).items():
-        with_scaler = [r for r in runs if _scale_points(r)[0]]
+    for precision, runs in group_runs(doc).items():
+        with_scaler = [r for r in runs if scale_points(r)[0]]
         for i, run in enumerate(with_scaler):
-            xs, ys, sx, sy = _scale_points(run)
+            xs, ys, sx, sy = scale_points(run)
             label = precision if len(with_scaler) == 1 else f"{precision} seed {run.get('seed')}"
             ax.plot(xs, ys, drawstyle="steps-post", color=colors[precision], label=label,
                     linestyle=["-", "--", ":", "-."][i % 4], linewidth=1.5)
@@ -188,12 +131,13 @@ def _loss_scale_figure(doc: dict):
     return fig
 
 
-def _eval_figure(doc: dict):
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    _plot_lines(ax, doc, _eval_series)
-    ax.set_title("Eval accuracy per epoch")
+def _eval_figure(doc: dict, metric: str):
+    label = metric_label(metric, task_of(doc))
+    fig, ax = _figure(7, 4.5)
+    _plot_lines(ax, doc, lambda run: eval_series(run, metric))
+    ax.set_title(f"Eval {label} per epoch")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("accuracy")
+    ax.set_ylabel(label)
     ax.xaxis.get_major_locator().set_params(integer=True)
     return fig
 
@@ -223,11 +167,9 @@ def _bars(ax, rows: list[dict], colors: dict[str, str], value_key: str, std_key:
 
 
 def _time_memory_figure(doc: dict, baseline: str):
-    from .report import MEMORY_KIND_LABELS, summarize
-
     rows = summarize(doc, baseline)
     colors = _colors(doc)
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4.5))
+    fig, (ax_t, ax_m) = _figure(10, 4.5, ncols=2)
     if not _bars(ax_t, rows, colors, "train_time_s_mean", "train_time_s_std", "speedup"):
         ax_t.text(0.5, 0.5, "train time not recorded", transform=ax_t.transAxes, ha="center")
     ax_t.set_title(f"Train time (s): speedup vs {baseline}")
@@ -235,7 +177,7 @@ def _time_memory_figure(doc: dict, baseline: str):
     if not _bars(ax_m, rows, colors, "peak_memory_bytes_mean", None, "memory_ratio", scale=1 / 2**20):
         ax_m.text(0.5, 0.5, "peak memory not measured", transform=ax_m.transAxes, ha="center")
     kinds = {r["peak_memory_kind"] for r in rows if r["peak_memory_kind"]}
-    kind = MEMORY_KIND_LABELS.get(next(iter(kinds)), next(iter(kinds))) if len(kinds) == 1 else None
+    kind = memory_label(next(iter(kinds))) if len(kinds) == 1 else None
     ax_m.set_title(f"Peak memory (MiB{', ' + kind if kind else ''}): ratio vs {baseline}")
     ax_m.set_ylabel("MiB (mean over seeds)")
     fig.tight_layout()
@@ -244,28 +186,33 @@ def _time_memory_figure(doc: dict, baseline: str):
 
 # ---------------------------------------------------------------------------- writing
 
-# name -> (has data?, figure builder). Order is the order the report shows them.
-_CHARTS: dict[str, tuple[Callable[[dict], bool], Callable[[dict, str], Any]]] = {
-    "loss.png": (_has_loss, lambda doc, base: _loss_figure(doc)),
-    # No run with a GradScaler (fp32/bf16 only) -> no loss_scale.png at all, rather than an
-    # empty chart: the report's notes already say no GradScaler was used.
-    "loss_scale.png": (_has_scale, lambda doc, base: _loss_scale_figure(doc)),
-    "eval_accuracy.png": (_has_eval, lambda doc, base: _eval_figure(doc)),
-    "time_memory.png": (_has_time_memory, _time_memory_figure),
+# name -> figure builder, for the names mixft.summary.planned_charts gives (the eval
+# charts, one per metric, are looked up in mixft.summary.eval_charts).
+_CHARTS: dict[str, Callable[[dict, str], Any]] = {
+    "loss.png": lambda doc, base: _loss_figure(doc),
+    "loss_scale.png": lambda doc, base: _loss_scale_figure(doc),
+    "time_memory.png": _time_memory_figure,
 }
 
 
+def _build(name: str, doc: dict, baseline: str):
+    if name in _CHARTS:
+        return _CHARTS[name](doc, baseline)
+    return _eval_figure(doc, eval_charts(doc)[name])
+
+
 def planned_plots(doc: dict) -> list[str]:
-    """File names :func:`write_plots` would write for ``doc`` (charts with some data)."""
-    return [name for name, (has_data, _) in _CHARTS.items() if has_data(doc)]
+    """File names :func:`write_plots` would write for ``doc`` (charts with some data).
+
+    Usage: ``planned_plots(json.load(open("results.json")))``
+    """
+    return planned_charts(doc)
 
 
 def _save(fig, path: Path) -> None:
-    try:
-        with atomic_path(path) as tmp:  # tmp ends in .tmp: name the format explicitly
-            fig.savefig(tmp, format="png", dpi=_DPI, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    # A Figure outside pyplot is freed with its last reference: nothing to close.
+    with atomic_path(path) as tmp:  # tmp ends in .tmp: name the format explicitly
+        fig.savefig(tmp, format="png", dpi=_DPI, bbox_inches="tight")
 
 
 def write_plots(doc: dict, out_dir: str | Path, baseline: str = "fp32") -> list[Path]:
@@ -277,7 +224,7 @@ def write_plots(doc: dict, out_dir: str | Path, baseline: str = "fp32") -> list[
     written: list[Path] = []
     for name in planned_plots(doc):
         path = out_dir / name
-        _save(_CHARTS[name][1](doc, baseline), path)
+        _save(_build(name, doc, baseline), path)
         written.append(path)
     logger.debug("wrote charts: %s", ", ".join(p.name for p in written) or "none")
     return written

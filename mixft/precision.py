@@ -19,6 +19,8 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -125,12 +127,51 @@ def precision_notice(precision: Precision, device: torch.device) -> str | None:
     return None
 
 
-def configure_matmul(precision: Precision, device: torch.device) -> None:
-    """Set process-wide matmul precision for this run (TF32 off makes fp32 a true baseline)."""
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = precision.tf32
-        torch.backends.cudnn.allow_tf32 = precision.tf32
+@contextlib.contextmanager
+def configure_matmul(precision: Precision, device: torch.device) -> Iterator[None]:
+    """Within the block, matmuls run at ``precision``'s setting; the process's own comes back after.
+
+    TF32 off makes fp32 a true baseline (on CPU too: ``"high"`` lets oneDNN use reduced
+    precision where the CPU has it). The setting is process-wide, so the trainer holds it
+    only for the length of fit/evaluate/predict: a notebook's own choice survives.
+
+    Usage: ``with configure_matmul(precision, device): model(x)``
+    """
+    saved = _matmul_state()
     torch.set_float32_matmul_precision("high" if precision.tf32 else "highest")
+    if device.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = precision.tf32
+    try:
+        yield
+    finally:
+        _restore_matmul_state(saved)
+
+
+def _matmul_state() -> tuple:
+    backends = torch.backends
+    try:
+        legacy = torch.get_float32_matmul_precision()
+    except RuntimeError:  # the process mixed torch's legacy and per-backend APIs: no legacy level
+        legacy = None
+    return (backends.cuda.matmul.fp32_precision, backends.mkldnn.matmul.fp32_precision,
+            backends.cudnn.allow_tf32, legacy)
+
+
+def _restore_matmul_state(saved: tuple) -> None:
+    # Per-backend values first (set_float32_matmul_precision wrote those); they restore an
+    # untouched process exactly. Where the legacy level then reads differently (or not at
+    # all, as torch refuses after a per-backend write), the legacy call that set it does.
+    cuda_matmul, mkldnn_matmul, cudnn_tf32, legacy = saved
+    torch.backends.cuda.matmul.fp32_precision = cuda_matmul
+    torch.backends.mkldnn.matmul.fp32_precision = mkldnn_matmul
+    if legacy is not None:
+        try:
+            same = torch.get_float32_matmul_precision() == legacy
+        except RuntimeError:
+            same = False
+        if not same:
+            torch.set_float32_matmul_precision(legacy)
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
 
 
 def _autocast_runs(device: torch.device, dtype: torch.dtype) -> bool:

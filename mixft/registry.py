@@ -10,6 +10,8 @@ from .errors import UsageError
 RECIPES: dict[str, str] = {
     "bert-sst2": "recipes.bert_sst2",
     "mlp-synthetic": "recipes.mlp_synthetic",
+    "text-classification": "recipes.text_classification",
+    "glue": "recipes.glue",
 }
 
 

@@ -1,228 +1,66 @@
 """Turn a results document (see :mod:`mixft.results`) into a comparison table and ``report.md``.
 
 This module only *reads* results: every number it prints is taken from, or computed
-from, the document it is given (means, sample standard deviations, differences and
-ratios). Nothing is measured here and nothing is invented.
+from, the document it is given by :mod:`mixft.summary` (means, sample standard
+deviations, differences and ratios; its docstring states the conventions). Nothing is
+measured here and nothing is invented. The charts are drawn by :mod:`mixft.plots`,
+which this module does not import: ``write_report`` takes the chart writer as an argument.
 
 Usage::
 
     doc = json.loads(Path("runs/cmp/results.json").read_text())
-    for row in summarize(doc):
-        print(row["precision"], row["accuracy_mean"], row["speedup"])
-    write_report(doc, "runs/cmp")          # report.md + PNG charts beside results.json
-
-Conventions (kept the same everywhere):
-
-* Runs are grouped by ``precision``; groups keep the order in which a precision first
-  appears in ``doc["runs"]``. Within a group each run is one seed.
-* ``*_std`` is the *sample* standard deviation (n-1) over the runs that have the value;
-  it is ``None`` when fewer than two runs have it (one seed has no spread), and the
-  markdown shows ``±`` only when it is not ``None``.
-* Means skip runs whose value is null (e.g. ``peak_memory_bytes`` where the device
-  could not tell); a mean is ``None`` when no run has the value.
-* Comparisons are against the ``baseline`` precision (default ``fp32``): Δaccuracy is
-  ``(mean accuracy - baseline mean accuracy) * 100`` points, speedup is
-  ``baseline mean train time / mean train time`` and memory ratio is
-  ``mean peak memory / baseline mean peak memory``. They are ``None`` (shown "n/a")
-  when the baseline is absent, when either side lacks the value, or (memory) when the
-  two sides measured different kinds of memory.
+    print(render_markdown(doc))
+    write_report(doc, "runs/cmp", charts=write_plots)   # report.md + PNG charts beside results.json
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .atomic import write_text
+from .hardware import CPU_FLAGS, hardware_line
 from .log import logger
+from .summary import (
+    NA,
+    chart_titles,
+    delta_key,
+    distinct,
+    eval_history_rows,
+    fmt_delta,
+    fmt_mean_std,
+    fmt_ratio,
+    fmt_scale,
+    group_runs,
+    is_points,
+    memory_label,
+    metric_label,
+    metric_names,
+    metric_short,
+    number,
+    planned_charts,
+    summarize,
+    task_of,
+)
 
-MIB = 2**20
+__all__ = ["render_eval_history", "render_hardware", "render_markdown", "render_probe", "render_table",
+           "summarize", "task_line", "write_report"]
 
-#: Short names for ``peak_memory_kind`` used in table headers and cells.
-MEMORY_KIND_LABELS = {"cpu_rss": "RSS", "cuda_max_allocated": "allocated"}
-
-#: Title of each chart :func:`mixft.plots.write_plots` can write, by file name, in report order.
-PLOT_TITLES = {
-    "loss.png": "Training loss per step",
-    "loss_scale.png": "GradScaler loss scale",
-    "eval_accuracy.png": "Eval accuracy per epoch",
-    "time_memory.png": "Train time and peak memory",
-}
-
-
-# ---------------------------------------------------------------------------- numbers
-
-
-def _num(value: Any) -> float | None:
-    """``value`` as a finite float, or None (null, NaN, inf, bool or non-numeric)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _std(values: Iterable[float | None]) -> float | None:
-    """Sample standard deviation (n-1); None with fewer than two values."""
-    vals = [v for v in values if v is not None]
-    if len(vals) < 2:
-        return None
-    m = sum(vals) / len(vals)
-    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den == 0:
-        return None
-    return num / den
-
-
-def run_accuracy(run: dict) -> float | None:
-    """A run's final accuracy: ``eval.accuracy``, else the last ``eval_history`` entry's."""
-    acc = _num((run.get("eval") or {}).get("accuracy"))
-    if acc is None:
-        for entry in reversed(run.get("eval_history") or []):
-            acc = _num(entry.get("accuracy"))
-            if acc is not None:
-                break
-    return acc
-
-
-def group_runs(doc: dict) -> dict[str, list[dict]]:
-    """``doc["runs"]`` grouped by precision, in order of first appearance."""
-    groups: dict[str, list[dict]] = {}
-    for run in doc.get("runs") or []:
-        groups.setdefault(str(run.get("precision", "?")), []).append(run)
-    return groups
-
-
-# ---------------------------------------------------------------------------- summarize
-
-
-def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
-    """One row per precision, aggregated over its runs (seeds). See the module docstring.
-
-    Keys of each row: ``precision, is_baseline, autocast_dtype, grad_scaler, n_seeds,
-    seeds, accuracy_n, accuracy_mean, accuracy_std, delta_accuracy_pts,
-    train_time_s_mean, train_time_s_std, speedup, samples_per_s_mean,
-    samples_per_s_std, peak_memory_n, peak_memory_bytes_mean, peak_memory_mib_mean,
-    peak_memory_kind, memory_ratio, skipped_steps_mean, skipped_steps_total,
-    final_loss_scale, final_loss_scale_min, final_loss_scale_max, steps,
-    steps_total``.
-
-    ``final_loss_scale`` is the mean over the runs that have one (None without a
-    GradScaler); ``_min``/``_max`` give the spread across seeds. ``steps`` is the mean
-    number of optimizer steps per run.
-    """
-    rows: list[dict] = []
-    for precision, runs in group_runs(doc).items():
-        accs = [run_accuracy(r) for r in runs]
-        times = [_num(r.get("train_time_s")) for r in runs]
-        sps = [_num(r.get("train_samples_per_s")) for r in runs]
-        mems = [_num(r.get("peak_memory_bytes")) for r in runs]
-        kinds = {r.get("peak_memory_kind") for r, m in zip(runs, mems) if m is not None}
-        skipped = [_num(r.get("skipped_steps")) for r in runs]
-        scales = [_num(r.get("final_loss_scale")) for r in runs]
-        steps = [_num(r.get("steps")) for r in runs]
-        present_scales = [s for s in scales if s is not None]
-        present_skipped = [s for s in skipped if s is not None]
-        present_steps = [s for s in steps if s is not None]
-        mem_mean = _mean(mems)
-        rows.append(
-            {
-                "precision": precision,
-                "is_baseline": precision == baseline,
-                "autocast_dtype": runs[0].get("autocast_dtype"),
-                "grad_scaler": any(bool(r.get("grad_scaler")) for r in runs),
-                "n_seeds": len(runs),
-                "seeds": [r.get("seed") for r in runs],
-                "accuracy_n": sum(a is not None for a in accs),
-                "accuracy_mean": _mean(accs),
-                "accuracy_std": _std(accs),
-                "delta_accuracy_pts": None,
-                "train_time_s_mean": _mean(times),
-                "train_time_s_std": _std(times),
-                "speedup": None,
-                "samples_per_s_mean": _mean(sps),
-                "samples_per_s_std": _std(sps),
-                "peak_memory_n": sum(m is not None for m in mems),
-                "peak_memory_bytes_mean": mem_mean,
-                "peak_memory_mib_mean": mem_mean / MIB if mem_mean is not None else None,
-                # None when unknown, or when seeds disagree on what was measured.
-                "peak_memory_kind": kinds.pop() if len(kinds) == 1 else None,
-                "memory_ratio": None,
-                "skipped_steps_mean": _mean(skipped),
-                "skipped_steps_total": int(sum(present_skipped)) if present_skipped else None,
-                "final_loss_scale": _mean(scales),
-                "final_loss_scale_min": min(present_scales) if present_scales else None,
-                "final_loss_scale_max": max(present_scales) if present_scales else None,
-                "steps": _mean(steps),
-                "steps_total": int(sum(present_steps)) if present_steps else None,
-            }
-        )
-
-    base = next((r for r in rows if r["is_baseline"]), None)
-    if base is not None:
-        for row in rows:
-            if row["accuracy_mean"] is not None and base["accuracy_mean"] is not None:
-                row["delta_accuracy_pts"] = (row["accuracy_mean"] - base["accuracy_mean"]) * 100
-            row["speedup"] = _ratio(base["train_time_s_mean"], row["train_time_s_mean"])
-            if row["peak_memory_kind"] is not None and row["peak_memory_kind"] == base["peak_memory_kind"]:
-                row["memory_ratio"] = _ratio(row["peak_memory_bytes_mean"], base["peak_memory_bytes_mean"])
-    return rows
-
-
-# ---------------------------------------------------------------------------- formatting
-
-NA = "n/a"
-
-
-def _pm(mean: float | None, std: float | None, fmt: str) -> str:
-    """``mean ± std`` (``±`` only when there is a spread, i.e. more than one seed)."""
-    if mean is None:
-        return NA
-    return f"{mean:{fmt}}" if std is None else f"{mean:{fmt}} ± {std:{fmt}}"
-
-
-def fmt_ratio(value: float | None) -> str:
-    return NA if value is None else f"{value:.2f}×"
-
-
-def fmt_delta(value: float | None) -> str:
-    return NA if value is None else f"{value:+.2f}"
-
-
-def fmt_scale(value: float | None) -> str:
-    """Loss scales are usually powers of two: print them as integers when they are."""
-    if value is None:
-        return "—"
-    return f"{value:.0f}" if value >= 1 and value == int(value) else f"{value:g}"
+#: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.plots.write_plots``).
+ChartWriter = Callable[[dict, Path, str], list[Path]]
 
 
 def _fmt_count(value: float) -> str:
     return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
 
 
-def _mem_label(kind: str | None) -> str:
-    return MEMORY_KIND_LABELS.get(kind or "", kind or "")
-
-
 def _seed_list(seeds: Sequence[Any]) -> str:
     return ", ".join(str(s) for s in seeds) if seeds else NA
 
 
-def _distinct(runs: list[dict], key: str) -> list[str]:
-    out: list[str] = []
-    for r in runs:
-        v = r.get(key)
-        if v is not None and str(v) not in out:
-            out.append(str(v))
-    return out
+def _mib(value: float | None) -> str:
+    return NA if value is None else f"{value:.1f}"
 
 
 def _cell(text: str) -> str:
@@ -232,35 +70,69 @@ def _cell(text: str) -> str:
 # ---------------------------------------------------------------------------- markdown
 
 
-def render_table(rows: list[dict], baseline: str = "fp32") -> str:
-    """The comparison table (GitHub markdown) for ``summarize``'s rows."""
+def table_metrics(rows: list[dict]) -> list[str]:
+    """The metrics ``summarize``'s rows hold a value of, in their order; ``["accuracy"]``
+    when none has any (the table keeps its accuracy column, n/a)."""
+    if not rows:
+        return ["accuracy"]
+    found = []
+    for key in rows[0]:
+        m = key[:-2]
+        if key.endswith("_n") and f"{m}_mean" in rows[0] and delta_key(m) in rows[0]:
+            if any(r[key] for r in rows):
+                found.append(m)
+    return found or ["accuracy"]
+
+
+def fmt_metric_delta(metric: str, value: float | None) -> str:
+    """A Δ vs the baseline: points with two decimals for [0, 1] scores, four decimals otherwise."""
+    if value is None or is_points(metric):
+        return fmt_delta(value)
+    return f"{value:+.4f}"
+
+
+def _delta_header(metric: str, baseline: str) -> str:
+    return f"Δ{metric_short(metric)} vs {baseline}" + (" (pts)" if is_points(metric) else "")
+
+
+def render_table(rows: list[dict], baseline: str = "fp32", *, task: dict | None = None) -> str:
+    """The comparison table (GitHub markdown) for ``summarize``'s rows: a column and a Δ
+    column per task metric (accuracy, macro-F1, Matthews, Pearson/Spearman: those the
+    rows hold), then speed, memory and GradScaler columns. ``task`` (a run's ``task``)
+    names F1 "macro-F1" for multi-class tasks.
+
+    Usage: ``render_table(summarize(doc), task=doc["runs"][0].get("task"))``
+    """
+    metrics = table_metrics(rows)
     mem_kinds = {r["peak_memory_kind"] for r in rows if r["peak_memory_kind"] is not None}
     one_kind = len(mem_kinds) <= 1
     mem_header = "peak memory (MiB"
     if one_kind and mem_kinds:
-        mem_header += f", {_mem_label(next(iter(mem_kinds)))}"
+        mem_header += f", {memory_label(next(iter(mem_kinds)))}"
     mem_header += ")"
+    # Results written before start_memory_bytes existed have no increase: no column then.
+    show_increase = any(r["memory_increase_n"] for r in rows)
     header = [
         "precision",
-        "accuracy",
-        f"Δacc vs {baseline} (pts)",
+        *(h for m in metrics for h in (metric_label(m, task), _delta_header(m, baseline))),
         "train time (s)",
         "speedup",
         "samples/s",
         mem_header,
+        *(["increase over start (MiB)"] if show_increase else []),
         "memory ratio",
         "skipped steps",
         "final loss scale",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for r in rows:
-        if r["is_baseline"]:
-            delta = "baseline"
-        else:
-            delta = fmt_delta(r["delta_accuracy_pts"])
+        scores = []
+        for m in metrics:
+            scores.append(fmt_mean_std(r[f"{m}_mean"], r[f"{m}_std"], ".4f"))
+            scores.append("baseline" if r["is_baseline"] else fmt_metric_delta(m, r[delta_key(m)]))
         mem = NA if r["peak_memory_mib_mean"] is None else f"{r['peak_memory_mib_mean']:.1f}"
         if mem != NA and not one_kind:
-            mem += f" ({_mem_label(r['peak_memory_kind'])})"
+            mem += f" ({memory_label(r['peak_memory_kind'])})"
         if r["skipped_steps_total"] is None:
             skipped = NA
         elif r["n_seeds"] > 1 and r["skipped_steps_total"]:
@@ -273,12 +145,12 @@ def render_table(rows: list[dict], baseline: str = "fp32") -> str:
             scale = fmt_scale(r["final_loss_scale"])
         cells = [
             r["precision"],
-            _pm(r["accuracy_mean"], r["accuracy_std"], ".4f"),
-            delta,
-            _pm(r["train_time_s_mean"], r["train_time_s_std"], ".2f"),
+            *scores,
+            fmt_mean_std(r["train_time_s_mean"], r["train_time_s_std"], ".2f"),
             fmt_ratio(r["speedup"]),
-            _pm(r["samples_per_s_mean"], r["samples_per_s_std"], ".1f"),
+            fmt_mean_std(r["samples_per_s_mean"], r["samples_per_s_std"], ".1f"),
             mem,
+            *([_mib(r["memory_increase_mib_mean"])] if show_increase else []),
             fmt_ratio(r["memory_ratio"]),
             skipped,
             scale,
@@ -304,39 +176,38 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
     base = next((r for r in rows if r["is_baseline"]), None)
     notes: list[str] = []
 
-    # -- accuracy: gap vs seed noise
+    # -- the task's first metric (accuracy where there is one): gap vs seed noise
+    m = table_metrics(rows)[0]
+    short, unit, scale = metric_short(m), (" pts" if is_points(m) else ""), (100 if is_points(m) else 1)
+    spec = ".2f" if is_points(m) else ".4f"
     if base is None:
         notes.append(
-            f"No `{baseline}` run in these results, so Δacc, speedup and memory ratio are n/a "
+            f"No `{baseline}` run in these results, so Δ{short}, speedup and memory ratio are n/a "
             f"(they compare against `{baseline}`)."
         )
     else:
         few = []
         for r in rows:
-            if r["is_baseline"] or r["delta_accuracy_pts"] is None:
+            if r["is_baseline"] or r[delta_key(m)] is None:
                 continue
-            if r["accuracy_n"] > 1 and base["accuracy_n"] > 1:
-                # Pooled sample std of the pair, in points.
-                pooled = math.sqrt((r["accuracy_std"] ** 2 + base["accuracy_std"] ** 2) / 2) * 100
-                d = r["delta_accuracy_pts"]
-                seeds = f"{r['accuracy_n']} vs {base['accuracy_n']} seeds"
+            if r[f"{m}_n"] > 1 and base[f"{m}_n"] > 1:
+                # Pooled sample std of the pair, in the Δ's units.
+                pooled = math.sqrt((r[f"{m}_std"] ** 2 + base[f"{m}_std"] ** 2) / 2) * scale
+                d = r[delta_key(m)]
+                spread = f"pooled std {pooled:{spec}}{unit}, {r[f'{m}_n']} vs {base[f'{m}_n']} seeds"
+                gap = f"**{r['precision']}** vs {baseline}: Δ{short} {fmt_metric_delta(m, d)}{unit}"
                 if abs(d) <= 2 * pooled:
-                    notes.append(
-                        f"**{r['precision']}** vs {baseline}: Δacc {fmt_delta(d)} pts is within 2× the seed "
-                        f"spread (pooled std {pooled:.2f} pts, {seeds}), so it is indistinguishable from "
-                        f"seed noise."
-                    )
+                    notes.append(f"{gap} is within 2× the seed spread ({spread}), so it is indistinguishable "
+                                 f"from seed noise.")
                 else:
-                    notes.append(
-                        f"**{r['precision']}** vs {baseline}: Δacc {fmt_delta(d)} pts is more than 2× the seed "
-                        f"spread (pooled std {pooled:.2f} pts, {seeds}): likely a real difference."
-                    )
+                    notes.append(f"{gap} is more than 2× the seed spread ({spread}): likely a real difference.")
             else:
                 few.append(r["precision"])
         if few:
+            label = metric_label(m, task_of(doc))
             notes.append(
-                f"Accuracy for {', '.join(f'**{p}**' for p in few)} vs {baseline} rests on one seed: "
-                f"run `--compare --seeds 0,1,2` to tell a gap from noise."
+                f"{label[:1].upper() + label[1:]} for {', '.join(f'**{p}**' for p in few)} vs {baseline} rests on "
+                f"one seed: run `--compare --seeds 0,1,2` to tell a gap from noise."
             )
 
     # -- speed
@@ -368,11 +239,17 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
         notes.append("In the final loss scale column, — means the precision ran without a GradScaler.")
 
     # -- memory
-    kinds = _distinct(doc.get("runs") or [], "peak_memory_kind")
+    kinds = distinct(doc.get("runs") or [], "peak_memory_kind")
     if "cpu_rss" in kinds:
         notes.append(
             "Peak memory (RSS) is the process's peak resident set, not tensor memory: it includes "
             "the Python runtime, libraries and data, so it understates what a precision saves."
+        )
+        notes.append(
+            "On CPU the RSS of a later run includes what earlier runs in the same process left "
+            "allocated, so run order affects it"
+            + (": the increase over start (peak minus the RSS when the run began) is the fairer "
+               "comparison." if any(r["memory_increase_n"] for r in rows) else ".")
         )
     if "cuda_max_allocated" in kinds:
         notes.append(
@@ -382,7 +259,7 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
     if len(kinds) > 1:
         notes.append("Runs measured different kinds of memory; memory ratios across kinds are n/a.")
     missing = [
-        f"{r.get('precision')} seed {r.get('seed')}" for r in doc.get("runs") or [] if _num(r.get("peak_memory_bytes")) is None
+        f"{r.get('precision')} seed {r.get('seed')}" for r in doc.get("runs") or [] if number(r.get("peak_memory_bytes")) is None
     ]
     if missing:
         notes.append(
@@ -393,17 +270,159 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
     for r in doc.get("runs") or []:
         if r.get("stopped_early"):
             notes.append(f"**{r.get('precision')}** seed {r.get('seed')} stopped early: {r['stopped_early']}.")
-    devices = _distinct(doc.get("runs") or [], "device_name")
+    devices = distinct(doc.get("runs") or [], "device_name")
     if len(devices) > 1:
         notes.append("Runs ran on different devices, so times and memory are not directly comparable.")
     return notes
+
+
+def task_line(task: dict | None) -> str | None:
+    """What the model predicts, in one line: kind, label names in id order, text columns.
+
+    Usage: ``task_line(run["task"])`` -> ``"multi-class classification, 3 labels in id order:
+    negative, neutral, positive · text columns: `text` · label column: `label`"``
+    """
+    if not isinstance(task, dict):
+        return None
+    kind = str(task.get("kind") or "unknown task")
+    names = [str(n) for n in task.get("names") or []]
+    if kind == "classification" and names:
+        kind = "binary classification" if len(names) == 2 else "multi-class classification"
+        parts = [f"{kind}, {len(names)} labels in id order: {', '.join(names)}"]
+    else:
+        parts = [kind]
+    if task.get("glue_task"):
+        parts.append(f"GLUE task `{task['glue_task']}`")
+    columns = [str(c) for c in task.get("text_columns") or []]
+    if columns:
+        parts.append(f"text column{'s' if len(columns) > 1 else ''}: {', '.join(f'`{c}`' for c in columns)}")
+    if task.get("label_column"):
+        parts.append(f"label column: `{task['label_column']}`")
+    return " · ".join(parts)
+
+
+def _task_lines(runs: list[dict]) -> list[str]:
+    """One ``**task**`` line per distinct task in the runs (normally one); none for older documents."""
+    lines: list[str] = []
+    for r in runs:
+        line = task_line(r.get("task"))
+        if line is not None and f"**task** {line}" not in lines:
+            lines.append(f"**task** {line}")
+    return lines
+
+
+def render_eval_history(doc: dict) -> str | None:
+    """The per-epoch eval table: every metric (and the eval loss) per precision per epoch,
+    mean ± std over seeds. None when no run recorded an eval history.
+
+    Usage: ``print(render_eval_history(doc))``
+    """
+    rows = eval_history_rows(doc)
+    if not rows:
+        return None
+    task = task_of(doc)
+    metrics = [m for m in metric_names(doc) if any(r.get(f"{m}_mean") is not None for r in rows)]
+    at = "epoch" if all(r["at"] == "epoch" for r in rows) else "epoch / step"
+    header = [at, "precision", "step", *(metric_label(m, task) for m in metrics), "eval loss"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
+    for r in rows:
+        where = _fmt_count(r["epoch"]) if r["at"] == "epoch" else f"step {_fmt_count(r['epoch'])}"
+        cells = [
+            where,
+            r["precision"],
+            NA if r["step"] is None else _fmt_count(r["step"]),
+            *(fmt_mean_std(r[f"{m}_mean"], r[f"{m}_std"], ".4f") for m in metrics),
+            fmt_mean_std(r["loss_mean"], r["loss_std"], ".4f"),
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _yes_no(value: Any) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def render_hardware(hw: dict | None) -> str | None:
+    """The "Hardware" section: the machine in one line, the flags that decide AMP's speed,
+    and why the answer belongs to this machine. None without a ``hardware`` record (older documents).
+
+    Usage: ``render_hardware(doc.get("hardware"))``
+    """
+    if not isinstance(hw, dict) or not hw:
+        return None
+    lines = ["## Hardware", ""]
+    cpu = hw.get("cpu") if isinstance(hw.get("cpu"), dict) else {}
+    try:
+        lines += [hardware_line(hw), ""]
+    except (KeyError, TypeError, AttributeError):  # a record from another version: say what is there
+        lines += [str(cpu.get("model") or hw.get("device") or "machine not described"), ""]
+    facts = []
+    if hw.get("device"):
+        facts.append(f"device `{hw['device']}`")
+    if hw.get("torch"):
+        threads = f" ({hw['torch_threads']} threads)" if hw.get("torch_threads") else ""
+        facts.append(f"torch {hw['torch']}{threads}")
+    if hw.get("cuda"):
+        facts.append(f"CUDA {hw['cuda']}")
+    if hw.get("python"):
+        facts.append(f"Python {hw['python']}")
+    if facts:
+        lines.append("- " + " · ".join(facts))
+    flags = cpu.get("flags") if isinstance(cpu.get("flags"), dict) else {}
+    lines.append("- CPU flags that decide how fast bf16/fp16 run: "
+                 + " · ".join(f"`{f}` {_yes_no(flags.get(f))}" for f in CPU_FLAGS))
+    gpu = hw.get("gpu")
+    if isinstance(gpu, dict):
+        mem = number(gpu.get("memory_bytes"))
+        lines.append(
+            f"- GPU {gpu.get('name', NA)}: compute capability {gpu.get('compute_capability', NA)} · "
+            f"TF32 {_yes_no(gpu.get('tf32'))} · bf16 {_yes_no(gpu.get('bf16'))}"
+            + (f" · {mem / 2**30:.0f} GiB" if mem else "")
+        )
+    lines.append("")
+    amx = flags.get("amx_bf16")
+    if isinstance(gpu, dict):
+        here = (f"These runs used a GPU, where the answer depends on its tensor cores (TF32 and bf16 from "
+                f"compute capability 8.0); on a CPU it depends on AMX.")
+    elif amx is None:
+        here = "This CPU's flags are unknown, so which case applies here was not recorded."
+    elif amx:
+        here = "This CPU has AMX: bf16 is expected to pay off here."
+    else:
+        here = "This CPU has no AMX: expect bf16 to be no faster than fp32 here, likely slower."
+    lines.append(
+        "Whether mixed precision is faster depends on the CPU: with AMX (`amx_bf16`) a bf16 matmul runs "
+        "several times faster than fp32, without it bf16 runs at about half the fp32 rate and AMP slows "
+        f"training down. {here} A figure from one machine is not a fact about another."
+    )
+    return "\n".join(lines)
+
+
+def render_probe(probe: dict | None) -> str | None:
+    """The probe's report section (``mixft.probe.probe_markdown``) from results.json's
+    ``hardware.probe``; None without one. A record this version cannot read gets one line.
+
+    Usage: ``render_probe(doc.get("hardware", {}).get("probe"))``
+    """
+    if not isinstance(probe, dict) or not probe:
+        return None
+    from .probe import ProbeResult, probe_markdown  # imports torch: only when there is a probe
+
+    try:
+        return probe_markdown(ProbeResult.from_dict(probe)).rstrip("\n")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        logger.debug("unreadable probe record: %s", exc)
+        return ("## Is mixed precision faster here? (probe)\n\n"
+                "This document holds a probe result this version of mixft cannot read "
+                f"(format {probe.get('format', NA)}); run `--probe` again to measure.")
 
 
 def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | Path] | None = None) -> str:
     """``report.md``'s text for ``doc``.
 
     ``plots``: the chart files to link (names or paths; linked by file name, i.e. relative
-    to report.md). Default: the charts :func:`mixft.plots.write_plots` would write for ``doc``.
+    to report.md). Default: the charts ``doc`` has data for (:func:`mixft.summary.planned_charts`,
+    what :func:`mixft.plots.write_plots` writes).
 
     Usage: ``IPython.display.Markdown(render_markdown(json.load(open("results.json"))))``
     """
@@ -421,51 +440,61 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
             seeds.append(r.get("seed"))
     steps = sorted({int(r["steps"]) for r in rows if r["steps"] is not None})
     meta = [
-        f"**model** `{', '.join(_distinct(runs, 'model')) or NA}`",
-        f"**dataset** `{', '.join(_distinct(runs, 'dataset')) or NA}`",
-        f"**device** {', '.join(_distinct(runs, 'device_name')) or ', '.join(_distinct(runs, 'device')) or NA}",
+        f"**model** `{', '.join(distinct(runs, 'model')) or NA}`",
+        f"**dataset** `{', '.join(distinct(runs, 'dataset')) or NA}`",
+        f"**device** {', '.join(distinct(runs, 'device_name')) or ', '.join(distinct(runs, 'device')) or NA}",
         f"**seeds** {_seed_list([s for s in seeds if s is not None])}",
         f"**steps/run** {', '.join(map(str, steps)) or NA}",
         f"**created** {doc.get('created') or NA}",
     ]
     out += [" · ".join(meta), ""]
+    out += [line for task in _task_lines(runs) for line in (task, "")]
 
+    hw = doc.get("hardware") if isinstance(doc.get("hardware"), dict) else None
+    machine = [sec for sec in (render_hardware(hw), render_probe((hw or {}).get("probe"))) if sec]
     if not rows:
-        out += ["No runs in this results document.", ""]
-        return "\n".join(out)
+        probed = isinstance((hw or {}).get("probe"), dict)
+        out += ["No training runs in this results document" + (": it holds the probe below." if probed else "."), ""]
+        out += [line for sec in machine for line in (sec, "")]
+        return "\n".join(out).rstrip("\n") + "\n"
 
-    out += [render_table(rows, baseline), ""]
-    out += ["Accuracy and times are mean ± sample std over seeds (± only with more than one seed).", ""]
+    out += [render_table(rows, baseline, task=task_of(doc)), ""]
+    out += ["Scores and times are mean ± sample std over seeds (± only with more than one seed).", ""]
 
     notes = _notes(doc, rows, baseline)
     if notes:
         out += ["## How to read this", ""] + [f"- {n}" for n in notes] + [""]
 
-    if plots is None:
-        from .plots import planned_plots
+    history = render_eval_history(doc)
+    if history:
+        out += ["## Eval per epoch", "", history, ""]
+        out += ["Each row: the evaluation at the end of that epoch, mean ± sample std over seeds.", ""]
 
-        plots = planned_plots(doc)
-    names = [Path(p).name for p in plots]
+    out += [line for sec in machine for line in (sec, "")]
+
+    titles = chart_titles(doc)
+    names = planned_charts(doc) if plots is None else [Path(p).name for p in plots]
     if names:
         out += ["## Charts", ""]
         for name in names:
-            out += [f"![{PLOT_TITLES.get(name, name)}]({name})", ""]
+            out += [f"![{titles.get(name, name)}]({name})", ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32") -> list[Path]:
-    """Write the charts and ``report.md`` into ``out_dir``; return the files written (report.md first).
+def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
+                 charts: ChartWriter | None = None) -> list[Path]:
+    """Write ``report.md`` (and, with ``charts``, the charts it links) into ``out_dir``.
 
-    Each file is written atomically. Charts are written first so the report links only
-    the ones that exist.
+    Returns the files written, report.md first. ``charts`` is the chart writer,
+    normally :func:`mixft.plots.write_plots`; it runs first so the report links only the
+    charts that exist. Without it the report has no charts section. Each file is
+    written atomically.
 
-    Usage: ``write_report(results_document(results), "outputs/compare")``
+    Usage: ``write_report(results_document(results), "outputs/compare", charts=mixft.write_plots)``
     """
-    from .plots import write_plots
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pngs = write_plots(doc, out_dir, baseline=baseline)
+    pngs = list(charts(doc, out_dir, baseline)) if charts is not None else []
     report = out_dir / "report.md"
     write_text(report, render_markdown(doc, baseline, plots=pngs))
     logger.info("wrote %s and %d chart(s)", report, len(pngs))

@@ -38,6 +38,7 @@ from typing import Any
 
 from . import __version__
 from .atomic import write_json
+from .summary import metric_names, run_accuracy, run_metric, summarize
 
 
 @dataclass
@@ -68,6 +69,11 @@ class RunResult:
     dataset: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     stopped_early: str | None = None  # why the run ended before its budget, if it did
+    stop_kind: str | None = None  # "collapse" | "interrupt" | "callback"; None: it ran its budget
+    start_memory_bytes: int | None = None  # same gauge as peak_memory_kind, at the run's start; null where unknown
+    # What the model learned to predict: {"kind", "names" (label names in id order), "text_columns",
+    # "label_column", "glue_task"}; null for recipes without labels (mlp-synthetic).
+    task: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,26 +96,39 @@ class RunResult:
         )
 
 
-def results_document(runs: list[RunResult | dict]) -> dict[str, Any]:
-    """The whole results.json document for ``runs``. Usage: ``render_markdown(results_document(results))``"""
-    return {
+def results_document(runs: list[RunResult | dict], hardware: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole results.json document for ``runs``.
+
+    ``hardware``: the machine that measured them (``mixft.hardware.describe_hardware``,
+    optionally with ``"probe"``: ``ProbeResult.to_dict()``), stored at the top level;
+    left out when None, as in documents written before it existed.
+
+    Usage: ``render_markdown(results_document(results, hardware=describe_hardware("cpu")))``
+    """
+    doc: dict[str, Any] = {
         "mixft_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "runs": [r.to_dict() if isinstance(r, RunResult) else r for r in runs],
     }
+    if hardware is not None:
+        doc["hardware"] = hardware
+    doc["runs"] = [r.to_dict() if isinstance(r, RunResult) else r for r in runs]
+    return doc
 
 
-def write_results(path: str | Path, runs: list[RunResult | dict]) -> Path:
+def write_results(path: str | Path, runs: list[RunResult | dict], hardware: dict | None = None) -> Path:
     """Atomically write results.json: a kill at any moment leaves the old file or the new one.
+
+    ``hardware``: the machine that measured the runs (``mixft.hardware.describe_hardware``,
+    with a ``probe`` when one was made), stored at the top level.
 
     Usage: ``write_results("outputs/run/results.json", [result])``
     """
     path = Path(path)
-    write_json(path, results_document(runs))
+    write_json(path, results_document(runs, hardware=hardware))
     return path
 
 
-#: Columns of :func:`results_frame`, in order.
+#: Columns of :func:`results_frame`, in order (each other task metric follows ``accuracy``).
 RESULTS_FRAME_COLUMNS = (
     "precision", "seed", "accuracy", "eval_loss", "train_time_s", "train_samples_per_s",
     "peak_memory_mib", "peak_memory_kind", "steps", "skipped_steps", "final_loss_scale",
@@ -118,7 +137,9 @@ RESULTS_FRAME_COLUMNS = (
 
 
 def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is imported lazily)
-    """Several runs as a pandas DataFrame, one row per run (columns: ``RESULTS_FRAME_COLUMNS``).
+    """Several runs as a pandas DataFrame, one row per run (columns: ``RESULTS_FRAME_COLUMNS``,
+    with a column per other task metric the runs report right after ``accuracy``: ``f1``,
+    ``matthews_correlation``, ``pearsonr``, ``spearmanr``...; ``accuracy`` is NaN for regression).
 
     ``results``: RunResults, ``results.json`` run dicts, or a whole results document
     (``{"runs": [...]}``). Values are the runs' own; nothing is aggregated (see
@@ -128,19 +149,21 @@ def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is impor
     """
     import pandas as pd
 
-    from .report import run_accuracy
-
     if isinstance(results, dict):
         results = results.get("runs") or []
+    runs = [run.to_dict() if isinstance(run, RunResult) else dict(run) for run in results]
+    others = [m for m in metric_names({"runs": runs}) if m != "accuracy" and m not in RESULTS_FRAME_COLUMNS]
+    columns = list(RESULTS_FRAME_COLUMNS)
+    columns[columns.index("accuracy") + 1:columns.index("accuracy") + 1] = others
     rows = []
-    for run in results:
-        run = run.to_dict() if isinstance(run, RunResult) else dict(run)
+    for run in runs:
         mem = run.get("peak_memory_bytes")
         rows.append(
             {
                 "precision": run.get("precision"),
                 "seed": run.get("seed"),
                 "accuracy": run_accuracy(run),
+                **{m: run_metric(run, m) for m in others},
                 "eval_loss": (run.get("eval") or {}).get("loss"),
                 "train_time_s": run.get("train_time_s"),
                 "train_samples_per_s": run.get("train_samples_per_s"),
@@ -154,18 +177,18 @@ def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is impor
                 "dataset": run.get("dataset"),
             }
         )
-    return pd.DataFrame(rows, columns=list(RESULTS_FRAME_COLUMNS))
+    return pd.DataFrame(rows, columns=columns)
 
 
 def compare_frame(results, baseline: str = "fp32") -> "pandas.DataFrame":  # noqa: F821
     """One row per precision, aggregated over seeds, with Δaccuracy, speedup and memory ratio
-    against ``baseline`` (the rows of :func:`mixft.report.summarize`), indexed by precision.
+    against ``baseline`` (the rows of :func:`mixft.summary.summarize`), indexed by precision.
+    Every task metric ``m`` has ``m_mean``, ``m_std`` and its Δ (``delta_m_pts`` for scores
+    in [0, 1], ``delta_m`` for correlations).
 
     Usage: ``compare_frame(results)[["accuracy_mean", "speedup", "memory_ratio"]]``
     """
     import pandas as pd
-
-    from .report import summarize
 
     doc = results if isinstance(results, dict) else results_document(list(results))
     rows = summarize(doc, baseline)

@@ -7,8 +7,7 @@ This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it 
 
 from __future__ import annotations
 
-import os
-import tempfile
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +19,8 @@ from .config import RunConfig
 from .errors import UsageError
 from .faults import CollapseDetector, InjectNonFinite
 from .log import logger
+from .hardware import describe_hardware
+from .outdir import OutputLock, check_output_dir
 from .precision import Precision, precision_notice, resolve_device, resolve_precision
 from .registry import get_recipe
 from .results import RunResult, write_results
@@ -30,12 +31,21 @@ from .trainer import Callback, Trainer
 class RunObserver:
     """What a front end (the CLI, a notebook) wants to hear about a run. Override freely."""
 
-    def on_plan(self, cfg: RunConfig, device, precisions: list[Precision], run_info: dict) -> None:
-        """Called once, after data and model are resolved and before any training."""
+    def on_plan(self, cfg: RunConfig, device, precisions: list[Precision], run_info: dict, steps: int | None,
+                hardware: dict) -> None:
+        """Called once, after data and model are resolved and before any training.
 
-    def callbacks(self, precision: Precision, seed: int) -> Sequence[Callback]:
+        ``steps``: optimizer steps planned for one run (None for a loader without a length).
+        ``hardware``: ``mixft.hardware.describe_hardware``, with the cached probe under
+        ``"probe"`` when this machine has one for the recipe and model.
+        """
+
+    def callbacks(self, cfg: RunConfig, precision: Precision, seed: int) -> Sequence[Callback]:
         """Trainer callbacks for one (precision, seed) run."""
         return ()
+
+    def on_result(self, result: RunResult) -> None:
+        """Called after each (precision, seed) run, once its results are written."""
 
     def stop_requested(self) -> bool:
         """True to end the whole run after the current (precision, seed) run (e.g. Ctrl-C)."""
@@ -49,6 +59,7 @@ def plan(cfg: RunConfig):
         raise UsageError(f"recipe {cfg.recipe} has no saved-model format: --save-model and --eval-only need one")
     if cfg.eval_only and cfg.model is None:
         raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
+    cfg.check_recipe_options(cfg.recipe, recipe.USES)
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
     device = resolve_device(cfg.device)
     if distributed.init_from_env() and device.type == "cuda":
@@ -58,7 +69,10 @@ def plan(cfg: RunConfig):
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
     if distributed.is_main_process():
-        check_writable(Path(cfg.output_dir))
+        total = len(precisions) * len(cfg.seeds)
+        files = ["results.json", "report.md", *(checkpoint_name(n, s, single=total == 1) for s in cfg.seeds for n in names)]
+        dirs = [saved_model_name(n, s, single=total == 1) for s in cfg.seeds for n in names] if cfg.save_model else []
+        check_output_dir(Path(cfg.output_dir), files=files, dirs=dirs)
     if cfg.resume:
         resume_plan(cfg, names)  # checkpoints intact and from these options, or UsageError
     return recipe, cfg, device, precisions
@@ -80,8 +94,16 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     prepared = recipe.prepare(cfg)
     for notice in getattr(prepared, "notices", ()):
         logger.warning(notice)
+    # One run per output directory at a time: a second would overwrite the first's
+    # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
+    lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
+    with lock:
+        return _train_all(recipe, cfg, prepared, device, precisions, observer)
 
+
+def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], observer: RunObserver) -> list[RunResult]:
     out = Path(cfg.output_dir)
+    hardware = describe_hardware(device)  # results.json's "hardware": which machine measured this
     results: list[RunResult] = []
     total = len(precisions) * len(cfg.seeds)
     # --resume: runs that already ended keep their results; the others continue from
@@ -94,37 +116,21 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
                 results.append(finished[(precision.name, seed)])
                 continue
             parts = recipe.build(cfg, prepared, precision, device, seed)
-            if not planned:
-                observer.on_plan(cfg, device, precisions, parts.run_info)
-                planned = True
             checkpoint = out / checkpoint_name(precision.name, seed, single=total == 1)
             meta = run_meta(cfg, precision.name, seed)
-            trainer = Trainer(
-                parts.model,
-                parts.optimizer,
-                parts.loss_fn,
-                parts.train_loader,
-                eval_loader=parts.eval_loader,
-                precision=precision,
-                device=device,
-                lr_scheduler=parts.lr_scheduler,
-                grad_accum=cfg.grad_accum,
-                max_grad_norm=cfg.clip_norm,
-                epochs=cfg.epochs,
-                max_steps=cfg.max_steps,
-                predict_fn=parts.predict_fn,
-                metric=parts.metric,
-                seed=seed,
-                callbacks=[*observer.callbacks(precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)],
-                run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
-                speed=cfg.speed_options(),
-            )
+            callbacks = [*observer.callbacks(cfg, precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)]
+            trainer = Trainer.from_parts(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
+            if not planned:
+                _add_cached_probe(hardware, cfg, precisions, parts.run_info.get("model"), device)
+                observer.on_plan(cfg, device, precisions, parts.run_info, trainer.total_steps, hardware)
+                planned = True
             if cfg.eval_only:
                 result = trainer.evaluate_only()
             else:
                 if cfg.resume and checkpoint.exists():
                     resume(trainer, checkpoint, meta, verify=False)  # plan() has verified it
-                result = trainer.fit()
+                with _memory_errors_explained(cfg, device):
+                    result = trainer.fit()
                 if cfg.save_model and distributed.is_main_process() and not result.stopped_early:
                     target = out / saved_model_name(precision.name, seed, single=total == 1)
                     recipe.save_model(trainer.module, prepared, target)
@@ -132,16 +138,80 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
-                write_results(out / "results.json", results)
+                write_results(out / "results.json", results, hardware=hardware)
+            observer.on_result(result)  # after the write: a closed terminal cannot lose it
             logger.debug("run %d/%d done: %r", len(results), total, result)
             if observer.stop_requested():
                 return results  # results.json holds the runs so far; --resume goes on from there
     if total > 1 and distributed.is_main_process():
+        from .plots import write_plots
         from .report import write_report
         from .results import results_document
 
-        write_report(results_document(results), out)
+        write_report(results_document(results, hardware=hardware), out, charts=write_plots)
     return results
+
+
+@contextlib.contextmanager
+def _memory_errors_explained(cfg: RunConfig, device):
+    """A batch too large for the device's memory fails at its first step: say so in one line.
+
+    (A CPU allocation larger than the machine fails at once with this error; one that
+    only adds up past the memory may instead be ended by the kernel's OOM killer.)
+    """
+    try:
+        yield
+    except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
+        text = str(e)
+        if not (isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "can't allocate memory" in text
+                or "out of memory" in text.lower()):
+            raise
+        raise UsageError(f"--batch-size {cfg.batch_size} does not fit in {device.type} memory at the first step "
+                         f"({text.splitlines()[0][:120]}); lower --batch-size and raise --grad-accum to keep the "
+                         "effective batch") from None
+
+
+def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision], model: str | None, device) -> None:
+    """Put this machine's cached probe (if any) into ``hardware``; say when AMP measured slower.
+
+    The notice only informs: the precision the user chose is kept.
+    """
+    from .probe import amp_notice, cached_probe
+
+    result = cached_probe(cfg.recipe, model or str(cfg.model), device=device, hardware=hardware)
+    if result is None:
+        return
+    hardware["probe"] = result.to_dict()
+    option = "--amp" if "amp" in cfg.precisions else ("--compare" if len(precisions) > 1 else "--precision")
+    for precision in precisions:
+        notice = amp_notice(result, precision.name, option=option)
+        if notice:
+            logger.warning(notice)
+
+
+def run_probe(cfg: RunConfig):
+    """``--probe``: measure how fast each precision trains the recipe here; write results.json and report.md.
+
+    Trains nothing. The result is cached for this machine, where later runs' headers and
+    ``--amp`` notices find it. Returns the ``mixft.probe.ProbeResult``.
+
+    Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
+    """
+    from .plots import write_plots
+    from .probe import probe
+    from .report import write_report
+    from .results import results_document
+
+    recipe, cfg, device, precisions = plan(cfg)
+    asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP
+    out = Path(cfg.output_dir)
+    with OutputLock(out) if distributed.is_main_process() else contextlib.nullcontext():
+        result = probe(cfg, device=device, precisions=asked)
+        if distributed.is_main_process():
+            hardware = {**result.hardware, "probe": result.to_dict()}
+            write_results(out / "results.json", [], hardware=hardware)
+            write_report(results_document([], hardware=hardware), out, charts=write_plots)
+    return result
 
 
 def saved_model_name(precision: str, seed: int, single: bool) -> str:
@@ -164,14 +234,3 @@ def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dic
     return callbacks
 
 
-def check_writable(out: Path) -> None:
-    """Fail now, not after an hour of training, if results cannot be written."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--output-dir {out}: exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".mixft-write-check-", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise UsageError(f"--output-dir {out}: not writable ({e.strerror or e})") from None

@@ -11,22 +11,25 @@ Batches are either a mapping with a ``labels`` key (the rest is passed to
 ``model(**inputs)``, as Hugging Face collators produce) or an ``(inputs, labels)`` pair
 (passed as ``model(inputs)``).
 
-The loop (one code path for fp32/tf32/fp16/bf16: the switches are ``enabled=`` flags)::
+One optimizer step (``Trainer._train_window``; one code path for fp32/tf32/fp16/bf16:
+the switches are ``enabled=`` flags, and with ``enabled=False`` the scaler is a no-op)::
 
-    with autocast(device_type, dtype, enabled):          # forward + loss only
-        loss = loss_fn(model(**batch), labels) / window
-    scaler.scale(loss).backward()                          # outside autocast
-    if end of accumulation window:
-        scaler.unscale_(optimizer)                         # real gradient values from here on
-        grad_norm = clip(params, max_norm)                 # clip the *unscaled* gradients
-                                                           # (fused optimizers: inside their kernel)
-        scaler.step(optimizer)                             # skipped if any grad is inf/NaN
-        scaler.update()
-        if the step was not skipped: lr_scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+    for each micro-batch i of the window (n_i samples, n in all):
+        with autocast(device_type, dtype, enabled):      # forward + loss only
+            loss = loss_fn(model(**inputs), labels) * n_i / n
+        scaler.scale(loss).backward()                      # outside autocast; DDP syncs at the last
+    for opt in optimizers: scaler.unscale_(opt)            # real gradient values from here on
+    stepped = [norm(opt's grads) is finite for each opt]   # per optimizer; one host sync
+    clip_grads_with_norm_(params of stepped opts, max_norm, their joint norm)   # *unscaled*
+    for opt in stepped optimizers: scaler.step(opt)
+    scaler.update()
+    for sched: if its optimizer stepped: sched.step()      # skipped steps hold the schedule
+    for opt in optimizers: opt.zero_grad(set_to_none=True)
 
-Speed switches (``mixft.speed.SpeedOptions``) change how fast this runs, not what it
-computes; ``speed=SpeedOptions.reference()`` runs the loop above on torch's kernels only.
+Windows hold ``grad_accum`` micro-batches; an epoch's last window may be shorter, and is
+stepped like the others (loaders without ``len()`` included). fit, evaluate,
+evaluate_only and predict run under the precision's TF32 setting and restore the
+process's own afterwards.
 """
 
 from __future__ import annotations
@@ -36,26 +39,56 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from . import distributed
-from .cpu_allocator import keep_freed_memory
 from .errors import UsageError
-from .fast_dropout import fast_cpu_dropout
 from .log import logger
 from .measure import PeakMemory, Stopwatch, device_name
 from .precision import Precision, configure_matmul, resolve_device, resolve_precision
 from .results import RunResult
-from .speed import SpeedOptions
+from .rng import capture_rng_state, restore_rng_state
+
+if TYPE_CHECKING:  # annotations only: building a trainer needs neither module
+    from .config import RunConfig
+    from .recipe import TrainerParts
 
 OptimizerLike = torch.optim.Optimizer | Callable[..., torch.optim.Optimizer]
 
 
+#: How a run can end early: RunResult.stop_kind (None: it ran its budget).
+STOP_KINDS = ("collapse", "interrupt", "callback")
+
+
 class StopTraining(Exception):
-    """Raised by a callback to end training early; the message becomes ``stopped_early``."""
+    """Raised by a callback to end training early.
+
+    The message becomes the RunResult's ``stopped_early``, ``kind`` its ``stop_kind``
+    (one of ``STOP_KINDS``): code asks the kind, people read the message.
+
+    Usage: ``raise StopTraining("the loss is nan at step 6", kind="collapse")``
+    """
+
+    def __init__(self, message: str = "", kind: str = "callback"):
+        if kind not in STOP_KINDS:
+            raise ValueError(f"StopTraining kind must be one of {', '.join(STOP_KINDS)}, got {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+
+
+def stop_kind_of(run: RunResult | Mapping[str, Any]) -> str | None:
+    """The ``stop_kind`` of a RunResult or of a results.json run dict.
+
+    Usage: ``stop_kind_of(json.load(f)["runs"][0]) == "interrupt"``
+    """
+    if isinstance(run, RunResult):
+        return run.stop_kind
+    if isinstance(run, Mapping):
+        return run.get("stop_kind")
+    raise TypeError(f"expected a RunResult or a results.json run dict, got {type(run).__name__}")
 
 
 class Callback:
@@ -86,7 +119,8 @@ class StepInfo:
     grad_norm: torch.Tensor  # unscaled total gradient norm (inf/NaN when the step was skipped)
     lr: float  # learning rate the step used
     loss_scale: float | None  # GradScaler scale after update(); None without a scaler
-    skipped: bool
+    skipped: bool  # True when any optimizer skipped this step
+    stepped: list[bool] = field(default_factory=list)  # per optimizer: took its step
 
 
 @dataclass
@@ -122,12 +156,19 @@ class Trainer:
         precision: "fp32", "tf32", "fp16", "bf16", "amp" or a ``Precision``.
         device: "auto", "cpu", "cuda" or a ``torch.device``.
         lr_scheduler: a scheduler (or list matching the optimizers), or a factory
-            ``f(optimizer, total_steps) -> scheduler``. Stepped only after real steps.
-        grad_accum: micro-batches per optimizer step.
+            ``f(optimizer, total_steps) -> scheduler``. Each is stepped only after its own
+            optimizer's real steps.
+        grad_accum: micro-batches per optimizer step; each micro-batch's loss (a mean over
+            its samples) is weighted by its share of the window's samples.
         max_grad_norm: clip the unscaled total gradient norm to this; None: no clipping.
+            An optimizer whose gradients hold inf/NaN skips its step and is left out of
+            the norm, so the others are clipped by their own finite joint norm.
         epochs / max_steps: the budget; ``max_steps`` (optimizer steps) wins when reached.
-        predict_fn: ``outputs -> predicted labels`` for metrics at evaluation.
-        metric: an ``evaluate`` metric (``add_batch`` / ``compute``) used with predict_fn.
+        predict_fn: ``outputs -> predictions`` for metrics at evaluation: integer labels
+            (classification) or floats (regression), kept in their kind.
+        metric: any object with ``compute(predictions=list, references=list) -> dict``
+            (an ``evaluate`` metric or a combination); every value goes into the eval
+            dict. Without one, classification reports ``accuracy``.
         seed: seeds torch at the start of ``fit`` so dropout draws match across precisions.
         skip_nonfinite_steps: without a GradScaler (fp32/bf16), skip an optimizer step
             whose gradient norm is inf/NaN instead of writing NaN into the weights. Costs
@@ -138,8 +179,6 @@ class Trainer:
             pass (outside autocast, before scaling): adds terms such as a gradient
             penalty (see ``mixft.penalties.gradient_penalty``, which unscales by hand).
         run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
-        speed: ``SpeedOptions``, the loop's speed switches (default: the clip inside
-            fused optimizers; the rest opt-in); ``SpeedOptions.reference()`` turns all off.
     """
 
     def __init__(
@@ -165,7 +204,6 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         loss_hook: Callable[["Trainer", torch.Tensor, Any, Any], torch.Tensor] | None = None,
         run_info: dict[str, Any] | None = None,
-        speed: SpeedOptions | None = None,
     ):
         _check_positive_int("grad_accum", grad_accum)
         _check_positive_int("epochs", epochs)
@@ -201,11 +239,7 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.loss_hook = loss_hook
         self.run_info = dict(run_info or {})
-        self.speed = speed if speed is not None else SpeedOptions()
         self._check_parameter_dtypes()
-        # Compiled lazily at the first training forward; evaluation runs the eager module
-        # (inference mode would otherwise trigger a second compilation).
-        self._train_model = torch.compile(self.model, dynamic=True) if self.speed.compile else self.model
 
         # enabled=False makes the scaler a no-op: scale() returns the loss, step() just steps.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.grad_scaler, **(scaler_kwargs or {}))
@@ -218,6 +252,36 @@ class Trainer:
         self._epoch_rng: dict[str, Any] | None = None
         self._clock: Stopwatch | None = None
         self._tokens_seen: torch.Tensor | None = None
+
+    @classmethod
+    def from_parts(
+        cls,
+        parts: TrainerParts,
+        cfg: RunConfig,
+        *,
+        precision: str | Precision,
+        device: str | torch.device,
+        seed: int,
+        callbacks: Sequence[Callback] = (),
+    ) -> "Trainer":
+        """The trainer for a recipe's parts under a run's options (``cfg`` with the recipe defaults applied).
+
+        The one way the runner, the benchmarks and the examples build a trainer: the
+        model, optimizer, loss, loaders, scheduler, predict_fn and metric come from
+        ``parts``; accumulation, clipping and the budget from ``cfg``; ``cfg`` itself is
+        recorded in the RunResult's ``config``.
+
+        Usage: ``Trainer.from_parts(recipe.build(cfg, prepared, precision, device, seed), cfg,
+        precision=precision, device=device, seed=seed).fit()``
+        """
+        return cls(
+            parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
+            eval_loader=parts.eval_loader, precision=precision, device=device,
+            lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
+            epochs=cfg.epochs, max_steps=cfg.max_steps, predict_fn=parts.predict_fn, metric=parts.metric,
+            seed=seed, callbacks=callbacks,
+            run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
+        )
 
     @property
     def module(self) -> nn.Module:
@@ -245,138 +309,169 @@ class Trainer:
 
     # ------------------------------------------------------------------ training
     def fit(self) -> RunResult:
-        """Train for the budget, evaluating after every epoch; returns the run's RunResult."""
-        configure_matmul(self.precision, self.device)
+        """Train for the budget, evaluating after every epoch; returns the run's RunResult.
+
+        Usage: ``result = trainer.fit(); result.eval["accuracy"]``
+        """
+        with configure_matmul(self.precision, self.device):  # this run's TF32 setting, restored after
+            return self._fit()
+
+    def _fit(self) -> RunResult:
         if self.seed is not None:
             torch.manual_seed(self.seed)
         for cb in self.callbacks:
             cb.on_train_begin(self)
 
         state = self.state
-        stopped_early: str | None = None
+        stop: StopTraining | None = None
         clock = Stopwatch(self.device)
         memory = PeakMemory(self.device)
         # Running sums stay on the device: reading them every micro-step would stall
         # the GPU queue (a host sync). They are read once, at the end.
-        tokens_seen = torch.zeros((), dtype=torch.int64, device=self.device)
-        # The scale before this step's update(): a lower scale after update() means the
-        # scaler found inf/NaN and skipped the step (the only signal that also holds for
-        # fused optimizers, whose step() is always called).
-        prev_scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
-
+        self._tokens_seen = torch.zeros((), dtype=torch.int64, device=self.device)
         samples_before = state.samples
         memory.start()
-        self._clock, self._tokens_seen = clock, tokens_seen  # state_dict() reads them mid-run
-        speedups = self._enter_speedups()
+        self._clock = clock  # state_dict() reads it mid-run
         try:
             while state.epoch < self.epochs and not self._budget_spent():
                 self.model.train()
                 self._start_epoch_rng()
-                n_batches = _len_or_none(self.train_loader)
-                window_start = state.batch_in_epoch  # a resumed epoch restarts at a window boundary
-                window_loss = torch.zeros((), device=self.device)
+                exhausted = True
                 with clock:
-                    for batch_index, batch in enumerate(self._epoch_batches(state.epoch)):
-                        if batch_index < state.batch_in_epoch:
-                            continue  # resuming: these micro-batches were trained before the stop
+                    for window in self._windows(state.epoch):
                         self._finish_resume_rng()
-                        # Divide by the window's true size so a short last window still
-                        # averages (and k micro-batches equal one k-times-larger batch).
-                        window = self._window_size(window_start, n_batches)
-                        # (batch_index + 1): the window closes *after* its last micro-batch,
-                        # not at batch 0 as `batch_index % accum == 0` would have it.
-                        end_of_window = (batch_index + 1) % self.grad_accum == 0 or batch_index + 1 == n_batches
-                        inputs, labels = self._split(batch)
-                        # Under DDP, all-reduce gradients once per window, not per micro-batch.
-                        with self._no_sync(not end_of_window):
-                            with self.autocast():
-                                outputs = self._forward(inputs, self._train_model)
-                                loss = self.loss_fn(outputs, labels) / window
-                            if self.loss_hook is not None:
-                                loss = self.loss_hook(self, loss, outputs, inputs)
-                            # backward outside autocast: its ops take the forward's dtypes.
-                            self.scaler.scale(loss).backward()
-                        window_loss += loss.detach()
-                        state.samples += _batch_size(labels)
-                        if isinstance(inputs, Mapping) and "attention_mask" in inputs:
-                            tokens_seen += inputs["attention_mask"].sum()
-                        state.batch_in_epoch = batch_index + 1
-                        if not end_of_window:
-                            continue
-                        info, prev_scale = self._optimizer_step(window_loss, prev_scale)
-                        window_start = batch_index + 1
-                        window_loss = torch.zeros((), device=self.device)
+                        info = self._train_window(window)
                         for cb in self.callbacks:
                             cb.on_step_end(self, info)
                         if self._budget_spent():
+                            exhausted = False
                             break
                 self._finish_resume_rng()  # resumed at the end of an epoch: no batch left to train
-                epoch_done = n_batches is None or state.batch_in_epoch >= n_batches
-                if epoch_done:
+                n_batches = _len_or_none(self.train_loader)
+                if exhausted or (n_batches is not None and state.batch_in_epoch >= n_batches):
                     state.epoch += 1
                     state.batch_in_epoch = 0
-                metrics = self._evaluate_epoch(state.epoch if epoch_done else state.epoch + 1)
+                    metrics = self._evaluate_epoch(state.epoch)
+                else:
+                    metrics = self._evaluate_epoch(state.epoch + 1)
                 for cb in self.callbacks:
                     cb.on_epoch_end(self, metrics)
-        except StopTraining as stop:
-            stopped_early = str(stop) or "stopped by a callback"
-            logger.warning("training stopped early: %s", stopped_early)
+        except StopTraining as e:
+            stop = e
+            logger.warning("training stopped early: %s", str(e) or "stopped by a callback")
         finally:
             memory.stop()
-            speedups.close()
             state.train_time_s += clock.elapsed_s
             self._clock = None
         # Under data parallelism each rank counted its own shard; report the global rate.
-        state.tokens += int(distributed.all_reduce_sum(tokens_seen).item())
+        state.tokens += int(distributed.all_reduce_sum(self._tokens_seen).item())
         local_samples = torch.tensor(state.samples - samples_before, device=self.device)
         state.samples = samples_before + int(distributed.all_reduce_sum(local_samples).item())
         self._tokens_seen = None
 
-        result = self._result(memory, stopped_early)
+        result = self._result(memory, stop)
         for cb in self.callbacks:
             cb.on_train_end(self, result)
         return result
 
-    def _optimizer_step(self, window_loss: torch.Tensor, prev_scale: float | None) -> tuple[StepInfo, float | None]:
-        """Close an accumulation window: unscale, clip, step, update. Returns (info, scale)."""
-        state = self.state
+    def _train_window(self, window: list) -> StepInfo:
+        """One accumulation window, one optimizer step: the AMP step of the module docstring."""
+        batches = [self._split(batch) for batch in window]  # (inputs, labels) on the device
+        sizes = [_batch_size(labels) for _, labels in batches]
+        window_loss = torch.zeros((), device=self.device)
+        for i, ((inputs, labels), n) in enumerate(zip(batches, sizes)):
+            # Under DDP, all-reduce the gradients once per window (at its last backward).
+            with self._no_sync(i < len(batches) - 1):
+                with self.autocast():  # forward + loss only
+                    outputs = self._forward(inputs)
+                    # Weighted by samples, not by count: a window of sizes [4, 2] is one batch of 6.
+                    loss = self.loss_fn(outputs, labels) * (n / sum(sizes))
+                if self.loss_hook is not None:
+                    loss = self.loss_hook(self, loss, outputs, inputs)
+                # Outside autocast: backward ops run in the dtypes their forward ops chose.
+                self.scaler.scale(loss).backward()
+            window_loss += loss.detach()
+            self._count(inputs, n)
+        self.state.batch_in_epoch += len(window)
         for cb in self.callbacks:
-            cb.on_before_optimizer_step(self)
+            cb.on_before_optimizer_step(self)  # gradients still scaled here
         lr = self.optimizer.param_groups[0]["lr"]
 
-        # Unscale first: from here on .grad holds real gradient values, so the norm and
-        # the clipping threshold mean what they say. unscale_ also records inf/NaN.
-        for opt in self.optimizers:
+        for opt in self.optimizers:  # every one: from here on .grad holds real values
             self.scaler.unscale_(opt)
-        grad_norm = self._clip_gradients()
-
-        try:
-            if self.scaler.is_enabled():
-                for opt in self.optimizers:
-                    self.scaler.step(opt)  # skipped internally if this optimizer saw inf/NaN
-                self.scaler.update()  # once per iteration, however many optimizers
-                new_scale = self.scaler.get_scale()  # host sync, once per optimizer step
-                skipped = new_scale < prev_scale
-            else:
-                new_scale = None
-                # One sync per optimizer step; without it a single NaN would poison the weights.
-                skipped = self.skip_nonfinite_steps and not bool(torch.isfinite(grad_norm))
-                if not skipped:
-                    for opt in self.optimizers:
-                        opt.step()
-        finally:
-            for opt in self.optimizers:  # a clip coefficient handed to a fused kernel is for this step only
-                if hasattr(opt, "grad_scale"):
-                    del opt.grad_scale
-
-        # A skipped step must not advance the schedule, or the LR runs ahead of the
-        # weights (torch warns about this; Accelerate gets it wrong for fused optimizers).
-        if not skipped:
-            for sched in self.lr_schedulers:
+        norms = [_grad_norm(opt, self.device) for opt in self.optimizers]
+        stepped = self._finite(norms)  # per optimizer: an inf in one does not hold back another
+        self._clip(norms, stepped)  # the *unscaled* gradients
+        for opt, ok in zip(self.optimizers, stepped):
+            if ok:
+                self.scaler.step(opt)  # the scaler re-checks its own inf record; a no-op wrapper without one
+        self.scaler.update()  # once per window, however many optimizers; lowers the scale after an inf
+        # A skipped step must not advance its schedule, or the LR runs ahead of the weights
+        # (torch warns about this; Accelerate gets it wrong for fused optimizers).
+        for sched in self.lr_schedulers:
+            if self._scheduler_may_step(sched, stepped):
                 sched.step()
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
+        return self._record(window_loss, torch.linalg.vector_norm(torch.stack(norms)), lr, stepped)
 
+    def _windows(self, epoch: int):
+        """The epoch's micro-batches in windows of ``grad_accum``; the last may be shorter.
+
+        Gathered before the step so each micro-batch's weight in the window is known, with
+        or without ``len(loader)``. A resumed epoch skips the micro-batches trained before
+        its stop (a checkpoint is taken at a window boundary).
+        """
+        trained = self.state.batch_in_epoch
+        window: list = []
+        for index, batch in enumerate(self._epoch_batches(epoch)):
+            if index < trained:
+                continue
+            window.append(batch)
+            if len(window) == self.grad_accum:
+                yield window
+                window = []
+        if window:
+            yield window
+
+    def _finite(self, norms: list[torch.Tensor]) -> list[bool]:
+        """Which optimizers step: those whose unscaled gradients are all finite.
+
+        What GradScaler checks in ``unscale_``; without a scaler it is ``skip_nonfinite_steps``.
+        One host sync per optimizer step (not per micro-step): a single NaN written into the
+        weights would end the run.
+        """
+        if not (self.scaler.is_enabled() or self.skip_nonfinite_steps):
+            return [True] * len(norms)
+        return torch.isfinite(torch.stack(norms)).tolist()
+
+    def _clip(self, norms: list[torch.Tensor], stepped: list[bool]) -> None:
+        """Clip the gradients of the optimizers that step to ``max_grad_norm``, by their joint norm.
+
+        An optimizer with inf/NaN gradients is skipped this step, and its norm is left out:
+        counted in, max_norm / inf would zero every other optimizer's update.
+        """
+        live = [norm for norm, ok in zip(norms, stepped) if ok]
+        if self.max_grad_norm is None or not live:
+            return
+        params = [p for opt, ok in zip(self.optimizers, stepped) if ok for g in opt.param_groups for p in g["params"]]
+        torch.nn.utils.clip_grads_with_norm_(params, self.max_grad_norm, torch.linalg.vector_norm(torch.stack(live)))
+
+    def _scheduler_may_step(self, sched, stepped: list[bool]) -> bool:
+        # Each scheduler follows its own optimizer; one that names none waits for all of them.
+        by_optimizer = {id(opt): ok for opt, ok in zip(self.optimizers, stepped)}
+        return by_optimizer.get(id(getattr(sched, "optimizer", None)), all(stepped))
+
+    def _count(self, inputs, n: int) -> None:
+        self.state.samples += n
+        if isinstance(inputs, Mapping) and "attention_mask" in inputs:
+            self._tokens_seen += inputs["attention_mask"].sum()  # stays on the device
+
+    def _record(self, window_loss: torch.Tensor, grad_norm: torch.Tensor, lr: float, stepped: list[bool]) -> StepInfo:
+        state = self.state
+        # A step counts as skipped when any optimizer skipped it (the scaler backs off then too).
+        skipped = not all(stepped)
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
         state.step += 1
         state.skipped_steps += int(skipped)
         state.consecutive_skips = state.consecutive_skips + 1 if skipped else 0
@@ -385,50 +480,13 @@ class Trainer:
         hist["loss"].append(window_loss)  # tensors until the end of fit: no sync here
         hist["lr"].append(lr)
         hist["grad_norm"].append(grad_norm.detach())
-        hist["loss_scale"].append(new_scale)
-        hist["skipped"].append(bool(skipped))
-        info = StepInfo(state.step, state.epoch, window_loss, grad_norm, lr, new_scale, bool(skipped))
-        return info, new_scale
-
-    def _clip_gradients(self) -> torch.Tensor:
-        """The total norm of the (unscaled) gradients; clips them to ``max_grad_norm``."""
-        grads = [p.grad for p in self.params if p.grad is not None]
-        if not grads:
-            return torch.zeros((), device=self.device)
-        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-        if self.max_grad_norm is None:
-            return norm
-        fused = [opt for opt in self.optimizers if self._clips_in_kernel(opt)]
-        if fused:
-            # A fused kernel divides every gradient by ``grad_scale`` as it reads it (the hook
-            # GradScaler uses; it multiplies in its own scale when it steps): the clipped
-            # update without a separate pass that multiplies every gradient in memory.
-            coef = torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0)  # clip_grads_with_norm_'s
-            for opt in fused:
-                opt.grad_scale = 1.0 / coef
-        rest = [p for opt in self.optimizers if opt not in fused for g in opt.param_groups for p in g["params"]]
-        if rest:
-            torch.nn.utils.clip_grads_with_norm_(rest, self.max_grad_norm, norm)
-        return norm
-
-    def _clips_in_kernel(self, opt: torch.optim.Optimizer) -> bool:
-        # Optimizers built with fused=True declare it; their step() reads opt.grad_scale.
-        return self.speed.clip_in_optimizer and bool(getattr(opt, "_step_supports_amp_scaling", False))
-
-    def _enter_speedups(self) -> contextlib.ExitStack:
-        """The CPU speed switches in force for one fit(); close() undoes them."""
-        stack = contextlib.ExitStack()
-        on_cpu = self.device.type == "cpu"
-        stack.enter_context(keep_freed_memory(enabled=on_cpu and self.speed.keep_freed_memory))
-        # A compiled model draws its dropout masks in generated code already.
-        fast_dropout = on_cpu and self.speed.fast_cpu_dropout and not self.speed.compile
-        stack.enter_context(fast_cpu_dropout(self.module, enabled=fast_dropout))
-        return stack
+        hist["loss_scale"].append(scale)
+        hist["skipped"].append(skipped)
+        return StepInfo(state.step, state.epoch, window_loss, grad_norm, lr, scale, skipped, list(stepped))
 
     # ---------------------------------------------------------------- evaluation
-    @torch.inference_mode()
     def evaluate(self, loader=None) -> dict[str, float]:
-        """Mean loss (and the metric, with ``predict_fn``) over ``loader``, under autocast.
+        """Mean loss (and the metrics, with ``predict_fn``) over ``loader``, under autocast.
 
         Also times itself (device-synchronised): ``time_s`` and ``samples_per_s`` are the
         inference speed at this precision, so runs at two precisions give its speedup.
@@ -438,6 +496,10 @@ class Trainer:
         loader = self.eval_loader if loader is None else loader
         if loader is None:
             return {}
+        with configure_matmul(self.precision, self.device), torch.inference_mode():
+            return self._evaluate(loader)
+
+    def _evaluate(self, loader) -> dict[str, float]:
         was_training = self.model.training
         self.model.eval()
         # The bare module: DDP's forward may broadcast buffers, a collective that would
@@ -470,15 +532,25 @@ class Trainer:
         metrics["time_s"] = elapsed
         metrics["samples_per_s"] = count / elapsed
         if self.predict_fn is not None:
-            local_preds = torch.cat(predictions).reshape(-1).long().cpu() if predictions else torch.empty(0, dtype=torch.long)
-            local_refs = torch.cat(references).reshape(-1).long().cpu() if references else torch.empty(0, dtype=torch.long)
-            preds = torch.cat(distributed.all_gather_objects(local_preds))
-            refs = torch.cat(distributed.all_gather_objects(local_refs))
-            if self.metric is not None:
-                metrics.update(self.metric.compute(predictions=preds.tolist(), references=refs.tolist()))
-            else:
-                metrics["accuracy"] = float((preds == refs).double().mean())
+            metrics.update(self._metrics(predictions, references))
         return metrics
+
+    def _metrics(self, predictions: list[torch.Tensor], references: list[torch.Tensor]) -> dict[str, Any]:
+        # Integer predictions are labels (classification): references become labels too
+        # (BCE targets arrive as 0./1. floats). Float predictions are values (regression):
+        # both stay floats (fp32: bf16 outputs would round the metric's inputs).
+        local_preds = torch.cat(predictions).reshape(-1).cpu() if predictions else torch.empty(0, dtype=torch.long)
+        local_refs = torch.cat(references).reshape(-1).cpu() if references else torch.empty(0, dtype=torch.long)
+        classification = not local_preds.is_floating_point()
+        kind = torch.long if classification else torch.float32
+        preds = torch.cat(distributed.all_gather_objects(local_preds.to(kind)))
+        refs = torch.cat(distributed.all_gather_objects(local_refs.to(kind)))
+        if self.metric is not None:
+            computed = self.metric.compute(predictions=preds.tolist(), references=refs.tolist())
+            return {k: _plain(v) for k, v in computed.items()}
+        if classification:
+            return {"accuracy": float((preds == refs).double().mean())}
+        return {}
 
     def evaluate_only(self) -> RunResult:
         """Evaluate without training (e.g. a saved model at this precision).
@@ -489,23 +561,26 @@ class Trainer:
         Usage: ``Trainer(model, opt, loss_fn, [], eval_loader=test, precision="bf16").evaluate_only()``
         """
         memory = PeakMemory(self.device)
-        with memory:
+        with configure_matmul(self.precision, self.device), memory:
             metrics = self.evaluate()
         self.state.eval_history.append({"epoch": 0, "step": 0, **metrics})
         return self._result(memory, None)
 
-    @torch.inference_mode()
     def predict(self, loader) -> torch.Tensor:
-        """Model outputs for every batch of ``loader``, computed under autocast, returned fp32 on CPU."""
+        """Model outputs for every batch of ``loader``, computed under autocast, returned fp32 on CPU.
+
+        Usage: ``logits = trainer.predict(test_loader)``
+        """
         was_training = self.model.training
         self.model.eval()
         outs = []
         try:
-            for batch in loader:
-                inputs, _ = self._split(batch)
-                with self.autocast():
-                    outputs = self._forward(inputs)
-                outs.append(outputs.float().cpu())
+            with configure_matmul(self.precision, self.device), torch.inference_mode():
+                for batch in loader:
+                    inputs, _ = self._split(batch)
+                    with self.autocast():
+                        outputs = self._forward(inputs, self.module)
+                    outs.append(outputs.float().cpu())
         finally:
             self.model.train(was_training)
         return torch.cat(outs) if outs else torch.empty(0)
@@ -528,8 +603,6 @@ class Trainer:
 
         Usage: ``torch.save(trainer.state_dict(), "ckpt.pt")``
         """
-        from .checkpoint import capture_rng_state  # that module imports this one
-
         state = self.state
         loop = {f.name: getattr(state, f.name) for f in fields(TrainState)}
         loop["history"] = {k: _floats(v) if k in ("loss", "grad_norm") else list(v) for k, v in state.history.items()}
@@ -580,8 +653,6 @@ class Trainer:
         # The epoch's loader draws from the global RNG as it starts (sampler and worker
         # seeds). Resuming mid-epoch replays that from the epoch's start state; the state
         # of the checkpoint takes over once the trained micro-batches are skipped.
-        from .checkpoint import capture_rng_state, restore_rng_state
-
         pending = self._resume_rng
         if pending is not None:
             if self.state.batch_in_epoch and pending.get("epoch_start") is not None:
@@ -592,8 +663,6 @@ class Trainer:
 
     def _finish_resume_rng(self) -> None:
         if self._resume_rng is not None:
-            from .checkpoint import restore_rng_state
-
             restore_rng_state(self._resume_rng["now"])
             self._resume_rng = None
 
@@ -627,11 +696,6 @@ class Trainer:
         if skip_sync and hasattr(self.model, "no_sync"):
             return self.model.no_sync()
         return contextlib.nullcontext()
-
-    def _window_size(self, window_start: int, n_batches: int | None) -> int:
-        if n_batches is None:
-            return self.grad_accum
-        return min(self.grad_accum, n_batches - window_start)
 
     def _budget_spent(self) -> bool:
         return self.max_steps is not None and self.state.step >= self.max_steps
@@ -668,7 +732,7 @@ class Trainer:
                 "and let autocast run the half-precision math"
             )
 
-    def _result(self, memory: PeakMemory, stopped_early: str | None) -> RunResult:
+    def _result(self, memory: PeakMemory, stop: StopTraining | None) -> RunResult:
         state = self.state
         hist = state.history
         # One transfer for the whole history instead of one sync per step (a resumed run's
@@ -692,6 +756,7 @@ class Trainer:
             train_tokens_per_s=(state.tokens / time_s if time_s > 0 and state.tokens else None),
             peak_memory_bytes=memory.peak_bytes,
             peak_memory_kind=memory.kind,
+            start_memory_bytes=memory.start_bytes,
             eval=final_eval,
             eval_history=list(state.eval_history),
             history=hist,
@@ -699,7 +764,9 @@ class Trainer:
             model=self.run_info.get("model"),
             dataset=self.run_info.get("dataset"),
             config=dict(self.run_info.get("config", {})),
-            stopped_early=stopped_early,
+            task=self.run_info.get("labels"),
+            stopped_early=None if stop is None else (str(stop) or "stopped by a callback"),
+            stop_kind=None if stop is None else stop.kind,
         )
 
 
@@ -721,6 +788,12 @@ def _to(value, device: torch.device):
     if isinstance(value, torch.Tensor):
         return value.to(device, non_blocking=True)
     return value
+
+
+def _grad_norm(opt: torch.optim.Optimizer, device: torch.device) -> torch.Tensor:
+    """The 2-norm of ``opt``'s gradients (0 when it has none yet), on the device."""
+    grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
+    return torch.nn.utils.get_total_norm(grads, norm_type=2.0) if grads else torch.zeros((), device=device)
 
 
 def _batch_size(labels) -> int:

@@ -6,31 +6,33 @@ lr is 2e-5 (``--lr 2e-5``); the default budget uses 5e-5, see DEFAULTS.
 
 Features: offline-first model and data (hub, cache, --data-dir, or the shipped MiniLM
 BERT and mixft's generated sentiment set), length-grouped dynamic padding (multiples
-of 8 under mixed precision), accuracy through a shipped `evaluate` metric.
+of 8 on CUDA, for every precision alike), accuracy through a shipped `evaluate` metric.
 
 Raises UsageError (before any training) for missing/malformed data or a bad model path.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from mixft.atomic import atomic_directory
 from mixft.config import RunConfig
+from mixft.errors import UsageError
 from mixft.data.text import make_loader, tokenize_rows
 from mixft.log import logger
 from mixft.metrics import load_metric
 from mixft.models import BertClassifier, logits_to_labels
 from mixft.precision import Precision
 from mixft.recipe import TrainerParts
-from mixft.speed import fused_adamw_available
+from mixft.optim import adamw_factory, linear_warmup_factory
 
 NAME = "bert-sst2"
+# The per-recipe options this recipe reads (mixft.config refuses the others).
+USES = frozenset({"model", "data_dir", "max_train_samples", "max_eval_samples", "max_length"})
 # The default budget finishes in minutes on a 2-core CPU (see README). Its lr is 5e-5,
 # not the classic 2e-5: 126 steps at 2e-5 leave the shipped MiniLM underfit (measured
 # here, bf16, seed 0: accuracy 0.679 at 2e-5 vs 0.982 at 5e-5 on the generated set).
@@ -41,9 +43,11 @@ DEFAULTS = {
     "lr": 5e-5,
     "max_grad_norm": 1.0,
     "max_length": 128,
-    "max_train_samples": 2000,
-    "max_eval_samples": 872,
 }
+# The quick demo budget: the size of mixft's generated set when no real data is found.
+# Data the user brings (--data-dir, GLUE from the cache or hub) is used whole unless
+# --max-train-samples / --max-eval-samples say otherwise.
+DEMO_TRAIN_SIZE, DEMO_EVAL_SIZE = 2000, 872
 WARMUP_FRACTION = 0.1
 WEIGHT_DECAY = 0.01
 
@@ -61,21 +65,26 @@ class Prepared:
 
 def prepare(cfg: RunConfig) -> Prepared:
     """Resolve model and data, read and tokenise everything once, before any training."""
-    from transformers import AutoTokenizer
-
     from mixft.data.sources import load_sentiment_data
     from mixft.hub import resolve_model
+    from mixft.model_check import check_model
 
     resolved = resolve_model(cfg.model)
+    # Broken directories, a missing tokenizer, a decoder, --max-length past the model's
+    # positions: one line now instead of a crash (or a silently useless run) later.
+    checked = check_model(resolved.path, max_length=cfg.max_length, source=f"--model {cfg.model}")
+    if cfg.eval_only and not (Path(resolved.path) / HEAD_FILE).is_file():
+        raise UsageError(f"--eval-only --model {cfg.model}: no fine-tuned classifier head ({HEAD_FILE}) there, so "
+                         "the accuracy would be a random head's; pass a directory written by --save-model")
     data = load_sentiment_data(
         cfg.data_dir,
         seed=cfg.seeds[0],
-        generated_train_size=cfg.max_train_samples,
-        generated_eval_size=cfg.max_eval_samples,
+        generated_train_size=cfg.max_train_samples or DEMO_TRAIN_SIZE,
+        generated_eval_size=cfg.max_eval_samples or DEMO_EVAL_SIZE,
     )
     train_rows = data.train[: cfg.max_train_samples]
     eval_rows = data.eval[: cfg.max_eval_samples]
-    tokenizer = AutoTokenizer.from_pretrained(resolved.path)
+    tokenizer = checked.tokenizer
     notices = [n for n in (resolved.notice, data.notice) if n]
     return Prepared(
         model_path=resolved.path,
@@ -100,8 +109,11 @@ def build_model(model_path: str, seed: int) -> BertClassifier:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar
-    encoder = AutoModel.from_pretrained(model_path, dtype=torch.float32)  # fp32 master weights
+    # Seed before loading: weights the checkpoint lacks (a pooler, say) are initialised
+    # by from_pretrained, and must be the same in every run of one --compare.
     torch.manual_seed(seed)
+    encoder = AutoModel.from_pretrained(model_path, dtype=torch.float32)  # fp32 master weights
+    torch.manual_seed(seed)  # the head's init depends on the seed only, not on the encoder
     model = BertClassifier(encoder, dropout=0.1)
     head = Path(model_path) / HEAD_FILE
     if head.is_file():
@@ -111,21 +123,10 @@ def build_model(model_path: str, seed: int) -> BertClassifier:
 
 def save_model(model: BertClassifier, prepared: Prepared, directory: Path) -> None:
     """Encoder + tokenizer (``save_pretrained``) + head, swapped in whole: never half-written."""
-    directory = Path(directory)
-    staging = directory.with_name(f".{directory.name}.partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    model.encoder.save_pretrained(staging)
-    prepared.tokenizer.save_pretrained(staging)
-    torch.save(model.classifier.state_dict(), staging / HEAD_FILE)
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(directory, old)
-        os.replace(staging, directory)
-        shutil.rmtree(old)
-    else:
-        os.replace(staging, directory)
+    with atomic_directory(directory) as staging:
+        model.encoder.save_pretrained(staging)
+        prepared.tokenizer.save_pretrained(staging)
+        torch.save(model.classifier.state_dict(), staging / HEAD_FILE)
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -135,20 +136,19 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
-def pad_multiple(precision: Precision, device: torch.device) -> int | None:
+def pad_multiple(device: torch.device) -> int | None:
     """Batches are padded to a multiple of this (None: to the batch's longest sentence).
 
-    Tensor cores want multiples of 8 under mixed precision; a CPU has none, and the extra
-    padding made bf16 steps 1.3x slower here (docs/benchmarks.md).
+    The same for every precision, so the runs of one --compare see the same batch shapes
+    (and so the same dropout masks). Tensor cores want multiples of 8; a CPU has none,
+    and the extra padding made bf16 steps 1.3x slower there (docs/benchmarks.md).
     """
-    return 8 if precision.autocast_enabled and device.type == "cuda" else None
+    return 8 if device.type == "cuda" else None
 
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
-    from transformers import get_linear_schedule_with_warmup
-
     model = build_model(prepared.model_path, seed)
-    pad8 = pad_multiple(precision, device)
+    pad8 = pad_multiple(device)
     pin = device.type == "cuda"
     train_loader = make_loader(
         prepared.train_examples, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
@@ -159,28 +159,14 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
     )
 
-    def optimizer(params):
-        # No weight decay on biases and LayerNorm weights (as BERT and HF Trainer do).
-        # Fused AdamW where the device has it (CUDA, and CPU in recent torch); the
-        # trainer's skipped-step detection does not depend on optimizer.step() internals.
-        # Biases and LayerNorm weights are exactly the 1-d parameters.
-        params = list(params)
-        decay = [p for p in params if p.ndim >= 2]
-        no_decay = [p for p in params if p.ndim < 2]
-        groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=cfg.lr, fused=fused_adamw_available(device))
-
-    def scheduler(opt, total_steps):
-        return get_linear_schedule_with_warmup(opt, int(WARMUP_FRACTION * total_steps), total_steps)
-
     logger.debug("bert-sst2: %d train / %d eval examples", len(prepared.train_examples), len(prepared.eval_examples))
     return TrainerParts(
         model=model,
-        optimizer=optimizer,
+        optimizer=adamw_factory(cfg.lr, device, WEIGHT_DECAY),
         loss_fn=loss_fn,
         train_loader=train_loader,
         eval_loader=eval_loader,
-        lr_scheduler=scheduler,
+        lr_scheduler=linear_warmup_factory(WARMUP_FRACTION),
         predict_fn=logits_to_labels,
         metric=load_metric("accuracy"),
         run_info={"model": prepared.model_description, "dataset": prepared.dataset_description},

@@ -37,6 +37,7 @@ from mixft.precision import Precision
 from mixft.recipe import TrainerParts
 
 NAME = "mlp-synthetic"
+USES = frozenset()  # it reads no model or data option: its sizes come from RunConfig.extra
 DEFAULTS = {
     "model": "mlp",
     "epochs": 3,

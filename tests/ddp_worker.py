@@ -1,6 +1,6 @@
 """Worker for tests/test_distributed.py, started by torchrun: trains a tiny MLP under DDP.
 
-Usage: python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT.pt PRECISION
+Usage: python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT.pt PRECISION GRAD_ACCUM
 """
 
 import gc
@@ -36,20 +36,32 @@ def train(precision: str, grad_accum: int):
     trainer = Trainer(model(), lambda p: torch.optim.SGD(p, lr=0.05), nn.MSELoss(),
                       DataLoader(ds, batch_sampler=sampler), eval_loader=DataLoader(ds, batch_sampler=eval_sampler),
                       precision=precision, device="cpu", grad_accum=grad_accum, max_grad_norm=None,
-                      predict_fn=lambda out: (out > 0).long().reshape(-1))
+                      predict_fn=lambda out: (out > 0).long().reshape(-1), scaler_kwargs={"init_scale": 1024.0})
+    # Count the micro-batches whose all-reduce DDP defers (no_sync): accumulation under
+    # DDP must sync once per window, not per micro-batch.
+    trainer.no_sync_calls = 0
+    if hasattr(trainer.model, "no_sync"):
+        real_no_sync = trainer.model.no_sync
+
+        def counting_no_sync():
+            trainer.no_sync_calls += 1
+            return real_no_sync()
+
+        trainer.model.no_sync = counting_no_sync
     result = trainer.fit()
     return trainer, result
 
 
 if __name__ == "__main__":
-    out, precision = sys.argv[1], sys.argv[2]
+    out, precision, grad_accum = sys.argv[1], sys.argv[2], int(sys.argv[3])
     assert distributed.init_from_env(), "expected to run under torchrun"
-    trainer, result = train(precision, grad_accum=1)
+    trainer, result = train(precision, grad_accum=grad_accum)
     if distributed.is_main_process():
         weights = torch.cat([p.detach().reshape(-1) for p in trainer.module.parameters()])
         torch.save({"weights": weights, "steps": result.steps, "eval": result.eval,
                     "samples_per_s": result.train_samples_per_s, "samples": trainer.state.samples,
-                    "world": distributed.world_size()}, out)
+                    "world": distributed.world_size(), "no_sync_calls": trainer.no_sync_calls,
+                    "final_loss_scale": result.final_loss_scale, "skipped": result.skipped_steps}, out)
     # The DDP wrapper's reducer holds gloo work with tensors: free it while the
     # interpreter is fully alive, or finalization can abort the process (SIGABRT,
     # "terminate called without an active exception", seen once in CI).

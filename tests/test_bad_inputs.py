@@ -102,10 +102,6 @@ CASES = {
     "resume-truncated-checkpoint": lambda c: _with_checkpoint(c, ["--resume"], "truncated", damage="truncate"),
     "resume-other-precision": lambda c: _with_checkpoint(
         c, ["--resume", "--precision", "bf16"], "--precision 'fp32', this run has 'bf16'"),
-    "resume-other-speed-switches": lambda c: _with_checkpoint(
-        c, ["--resume", "--no-speedups"], "speedups (--no-speedups) True, this run has False"),
-    "resume-compiled-run-uncompiled": lambda c: _with_checkpoint(
-        c, ["--resume", "--compile"], "--compile False, this run has True"),
     "output-dir-under-a-file": lambda c: (["--output-dir", str(c.out / "results.json" / "sub")], "--output-dir"),
     "model-without-weights": lambda c: (["--model", str(_config_only(c))], "no model weights"),
     "model-path-missing": lambda c: (["--model", str(c.tmp / "no-such-model")], "no-such-model"),
@@ -118,7 +114,75 @@ CASES = {
     "max-consecutive-skips-0": lambda c: (["--max-consecutive-skips", "0"], "--max-consecutive-skips"),
     "amp-and-precision": lambda c: (["--amp", "--precision", "fp32"], "not allowed with"),
     "unknown-option": lambda c: (["--learning-rate", "1e-5"], "--learning-rate"),
+    "seed-beyond-torch": lambda c: (["--seed", str(2**64)], "--seed"),
+    "seeds-beyond-torch": lambda c: (["--seeds", f"0,{-(2**63) - 1}"], "--seed"),
+    "validation-split-1": lambda c: (["--validation-split", "1"], "--validation-split"),
+    # Options the recipe would silently ignore (issue: "--data-dir with mlp-synthetic").
+    "mlp-with-data-dir": lambda c: (["--recipe", "mlp-synthetic"], "--model: not used by recipe mlp-synthetic"),
+    "bert-sst2-with-train-file": lambda c: (["--train-file", "x.csv"], "--train-file: not used by recipe bert-sst2"),
+    # Output entries of the wrong kind: refused before training, not after it.
+    "results-json-is-a-directory": lambda c: _occupy(c, "results.json", ["--output-dir", str(c.tmp / "o2")],
+                                                      "results.json: exists and is not a file"),
+    "checkpoint-is-a-directory": lambda c: (_mkdir(c.out / "checkpoint.pt"), "checkpoint.pt: exists and is not a file"),
+    "saved-model-is-a-file": lambda c: (_touch(c.out / "model", ["--save-model"]), "model: exists and is not a directory"),
+    # Broken model directories (issue 13): refused before training, one line naming the cause.
+    "model-config-invalid-json": lambda c: (["--model", str(_broken_model(c, "config.json", b"{not json"))], "config.json"),
+    "model-weights-truncated": lambda c: (["--model", str(_broken_model(c, "model.safetensors", truncate=True))],
+                                          "model.safetensors"),
+    "model-weights-empty": lambda c: (["--model", str(_broken_model(c, "model.safetensors", b""))], "model.safetensors"),
+    "model-unknown-type": lambda c: (["--model", str(_broken_model(c, "config.json", json.dumps(
+        {**json.loads((c.model / "config.json").read_text()), "model_type": "bertish"}).encode()))], "bertish"),
+    "model-without-tokenizer": lambda c: (["--model", str(_broken_model(c, None, drop_tokenizer=True))], "tokenizer"),
+    "model-decoder-only": lambda c: (["--model", str(_gpt2(c))], "decoder-only"),
+    "max-length-past-positions": lambda c: (["--max-length", "4096"], "--max-length"),
+    "eval-only-without-fine-tuned-head": lambda c: (["--eval-only"], "no fine-tuned classifier head"),
 }
+
+
+def _broken_model(c: Ctx, name: str | None, content: bytes | None = None, *, truncate: bool = False,
+                  drop_tokenizer: bool = False) -> Path:
+    import shutil
+
+    d = c.tmp / "broken-model"
+    shutil.copytree(c.model, d)
+    if truncate:
+        (d / name).write_bytes((d / name).read_bytes()[:-100])
+    elif name is not None:
+        (d / name).write_bytes(content)
+    if drop_tokenizer:
+        for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            (d / f).unlink(missing_ok=True)
+    return d
+
+
+def _gpt2(c: Ctx) -> Path:
+    import shutil
+
+    from transformers import GPT2Config, GPT2Model
+
+    d = c.tmp / "gpt2"
+    GPT2Model(GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=64)).save_pretrained(d)
+    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (c.model / f).exists():
+            shutil.copy(c.model / f, d / f)
+    return d
+
+
+def _mkdir(path: Path) -> list[str]:
+    path.mkdir()
+    return []
+
+
+def _touch(path: Path, args: list[str]) -> list[str]:
+    path.write_text("a user's file, not a model\n")
+    return args
+
+
+def _occupy(c: Ctx, name: str, args: list[str], fragment: str):
+    other = c.tmp / "o2"
+    other.mkdir()
+    (other / name).mkdir()
+    return args, fragment
 
 
 def _with_checkpoint(c: Ctx, args: list[str], fragment: str, damage: str | None = None):
@@ -141,13 +205,14 @@ def ctx(tmp_path, tiny_bert_dir, tiny_data_dir) -> Ctx:
     return Ctx(tmp_path, tiny_bert_dir, tiny_data_dir, out)
 
 
-def _snapshot(d: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
+def _snapshot(d: Path) -> dict[str, bytes | None]:
+    return {p.name: p.read_bytes() if p.is_file() else None for p in sorted(d.iterdir())}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_exits_2_with_one_line_and_touches_nothing(case, ctx, capsys):
     extra, fragment = CASES[case](ctx)
+    capsys.readouterr()  # what building the case printed (transformers' save bars) is not the CLI's
     before = _snapshot(ctx.out)
     code = main(base_args(ctx) + extra)
     captured = capsys.readouterr()
@@ -165,6 +230,27 @@ def test_output_dir_that_is_a_file_is_refused_and_left_alone(ctx, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert code == 2 and len(lines) == 1 and str(target) in lines[0] and "not a directory" in lines[0]
     assert target.read_bytes() == SENTINEL
+
+
+def test_a_misspelt_model_name_is_refused_not_replaced(ctx, capsys, isolated_hf):
+    # Only the default model falls back to the shipped MiniLM; a name the user typed
+    # that is not a directory, not cached and not reachable is an error (was: exit 0, MiniLM).
+    before = _snapshot(ctx.out)
+    code = main(base_args(ctx) + ["--model", "roberta-larg"])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and "roberta-larg" in lines[0], lines
+    assert _snapshot(ctx.out) == before
+
+
+def test_more_generated_data_than_it_offers_is_refused_at_once(ctx, capsys, isolated_hf):
+    # Was: a MemoryError after ~24 s of generating ten million sentences.
+    args = [a for a in base_args(ctx) if a not in ("--data-dir", str(ctx.data))]
+    args[args.index("--max-train-samples") + 1] = str(10**7)
+    before = _snapshot(ctx.out)
+    code = main(args)
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and "at most 1000000 training sentences" in lines[0], lines
+    assert _snapshot(ctx.out) == before
 
 
 def test_device_cuda_without_cuda(ctx, capsys):
@@ -185,3 +271,21 @@ def test_a_100k_character_sentence_is_truncated_and_trains(ctx, capsys):
     run = json.loads((ctx.out / "results.json").read_text())["runs"][0]
     assert run["steps"] == 1 and run["skipped_steps"] == 0 and run["history"]["loss"][0] > 0
     assert len(CASES) + 2 >= 25  # the catalogue above, plus the two special cases
+
+
+def test_a_batch_that_does_not_fit_in_memory_is_one_line(ctx, capsys, monkeypatch):
+    # What torch raises on CPU when one allocation is larger than the machine.
+    from mixft.trainer import Trainer
+
+    def fit(self):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 78643200000 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(Trainer, "fit", fit)
+    before = _snapshot(ctx.out)
+    code = main(base_args(ctx) + ["--batch-size", "100000"])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and "--batch-size 100000 does not fit in cpu memory" in lines[0], lines
+    after = _snapshot(ctx.out)
+    after.pop(".mixft.lock")  # the run had started (and held the directory) when the step failed
+    assert after == before

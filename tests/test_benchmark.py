@@ -1,20 +1,33 @@
-"""mixft.bench and scripts/benchmark.py on tiny sizes: the machinery, not the figures."""
+"""benchmarks/ and scripts/benchmark.py on tiny sizes: the machinery, not the figures."""
 
+import ast
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from mixft.bench import cli
-from mixft.bench.bert import BertSetup, WorkCounter, bert_matmul_flops
-from mixft.bench.ablation import ALL, REFERENCE, ablation_table, ablation_variants, run_ablation
-from mixft.bench.mlp import CPU_FP16_SKIP, MLPSizes, mlp_table, run_mlp_benchmark
-from mixft.bench.peers import LossOutputModel, PeersConfig, peers_table, run_peers, same_state, state_fingerprint
-from mixft.bench.scaling import ScalingConfig, run_scaling, saved_activation_bytes, scaling_tables
-from mixft.bench.steps import run_step_benchmark
-from mixft.bench.timing import StepTimer, markdown_table, matmul_peak
+from benchmarks import cli
+from benchmarks.bert import (
+    BertSetup,
+    WorkCounter,
+    bert_matmul_flops,
+    encoder_config,
+    make_optimizer,
+    optimizer_groups,
+    prepare_bert,
+)
+from benchmarks.mlp import CPU_FP16_SKIP, MLPSizes, mlp_table, run_mlp_benchmark
+from benchmarks.peers import LossOutputModel, PeersConfig, peers_table, run_peers, same_state, state_fingerprint
+from benchmarks.scaling import ScalingConfig, run_scaling, saved_activation_bytes, scaling_tables
+from benchmarks.steps import run_step_benchmark
+from benchmarks.timing import StepTimer, markdown_table, matmul_peak
 from mixft.data.generated import generated_splits
 from mixft.precision import PRECISIONS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TINY_MLP = MLPSizes(width=64, layers=3, batch_size=16, batches=2, epochs=1)
 
@@ -82,20 +95,24 @@ def test_step_benchmark_ratio_is_of_the_medians(tiny_bert):
     assert bf16.speedup_vs_fp32 == pytest.approx(fp32.median_step_s / bf16.median_step_s)
 
 
+def build_tiny(tiny_bert, precision="fp32", seed=0):
+    """The recipe's parts for the tiny setup, through the protocol (prepare, build)."""
+    bert = prepare_bert(tiny_bert)
+    return bert.recipe.build(bert.cfg, bert.prepared, PRECISIONS[precision], torch.device("cpu"), seed)
+
+
 def test_bert_matmul_flops_match_torch_flop_counter(tiny_bert):
     # The reference: torch's FlopCounterMode over a real forward + backward (training mode,
     # so every matmul and attention product runs as in a training step).
     from torch.utils.flop_counter import FlopCounterMode
 
-    from mixft.registry import get_recipe
-
-    model = get_recipe("bert-sst2").build_model(tiny_bert.model, seed=0).train()
+    model = build_tiny(tiny_bert).model.train()
     shapes = [(4, 12), (3, 7)]
     with FlopCounterMode(display=False) as counter:
         for batch, length in shapes:
             ids = torch.randint(1000, 2000, (batch, length))
             model(input_ids=ids, attention_mask=torch.ones_like(ids)).sum().backward()
-    assert bert_matmul_flops(model.encoder.config, shapes) == counter.get_total_flops()
+    assert bert_matmul_flops(encoder_config(model), shapes) == counter.get_total_flops()
 
 
 def test_step_benchmark_reports_matmul_efficiency(tiny_bert):
@@ -117,16 +134,65 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
         assert r["samples"] == 2 * 8  # ...on the same batch size (counted at the model's forward)
         assert r["time_s"] > 0 and 0 <= r["accuracy"] <= 1
         assert r["mixft_ratio"] == pytest.approx(mixft[r["precision"]]["samples_per_s"] / r["samples_per_s"])
+    # Every framework stepped the recipe's own optimizer: the same param groups, with the
+    # recipe's weight decay per group (a no-decay group for biases and LayerNorm).
+    parts = build_tiny(tiny_bert)
+    reference = optimizer_groups(make_optimizer(parts, parts.model), parts.model)
+    assert len({g["weight_decay"] for g in reference}) > 1
+    for r in rows:
+        assert r["extra"]["optimizer_groups"] == reference, (r["framework"], r["precision"])
     bf16_hf = next(r for r in rows if r["precision"] == "bf16" and r["framework"] == "hf-trainer")
     assert "bf16=True" in bf16_hf["settings"] and "group_by_length" in bf16_hf["settings"]
     table = peers_table(report)
     assert table.count("| yes |") == 6 and "hf-trainer" in table and "accelerate" in table
 
 
-def test_same_state_detects_a_changed_weight(tiny_bert):
-    from recipes.bert_sst2 import build_model
+def test_optimizer_groups_tell_a_peer_that_decays_every_parameter(tiny_bert):
+    # The bug the peers harness once had: AdamW(model.parameters(), weight_decay=0.01) in the
+    # accelerate loop, while the recipe spares biases and LayerNorm. The comparison that
+    # test_peers_rows... makes must see the difference.
+    parts = build_tiny(tiny_bert)
+    recipe_groups = optimizer_groups(make_optimizer(parts, parts.model), parts.model)
+    lr = recipe_groups[0]["lr"]
+    decay_all = torch.optim.AdamW(parts.model.parameters(), lr=lr, weight_decay=recipe_groups[0]["weight_decay"])
+    assert optimizer_groups(decay_all, parts.model) != recipe_groups
+    no_decay = {n for g in recipe_groups if g["weight_decay"] == 0 for n in g["params"]}
+    assert no_decay and all(n.endswith("bias") or "LayerNorm" in n or "layernorm" in n.lower() for n in no_decay)
 
-    a, b = build_model(tiny_bert.model, 0), build_model(tiny_bert.model, 0)
+
+def _recipe_uses(path: Path) -> list[str]:
+    """Every ``<...>recipe.NAME`` attribute and every ``recipes`` import in a source file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if name == "recipe":
+                found.append(node.attr)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "recipes":
+            found.append(f"from {node.module} import")
+        elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "recipes" for a in node.names):
+            found.append("import recipes")
+    return found
+
+
+def test_benchmarks_reach_recipes_only_through_the_protocol():
+    protocol = {"prepare", "build", "DEFAULTS"}
+    files = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert files
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert not set(_recipe_uses(path)) - protocol, (path.name, _recipe_uses(path))
+        for constant in ("WEIGHT_DECAY", "WARMUP_FRACTION", "pad_multiple", "build_model"):
+            assert constant not in text, (path.name, constant)
+    # The checker itself sees what it must refuse.
+    probe = ROOT / "benchmarks" / "bert.py"
+    assert "prepare" in _recipe_uses(probe)
+
+
+def test_same_state_detects_a_changed_weight(tiny_bert):
+    a, b = build_tiny(tiny_bert).model, build_tiny(tiny_bert).model
     ref = state_fingerprint(a)
     assert same_state(b, ref)
     with torch.no_grad():
@@ -135,9 +201,8 @@ def test_same_state_detects_a_changed_weight(tiny_bert):
 
 
 def test_hf_wrapper_returns_the_recipe_loss(tiny_bert):
-    from recipes.bert_sst2 import build_model, loss_fn
-
-    model = build_model(tiny_bert.model, 0).eval()
+    parts = build_tiny(tiny_bert)
+    model, loss_fn = parts.model.eval(), parts.loss_fn
     ids = torch.tensor([[101, 2307, 102], [101, 2919, 102]])
     labels = torch.tensor([1.0, 0.0])
     out = LossOutputModel(model, loss_fn)(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
@@ -146,9 +211,7 @@ def test_hf_wrapper_returns_the_recipe_loss(tiny_bert):
 
 
 def test_work_counter_counts_real_and_padded_tokens(tiny_bert):
-    from recipes.bert_sst2 import build_model
-
-    model = build_model(tiny_bert.model, 0).train()
+    model = build_tiny(tiny_bert).model.train()
     ids = torch.tensor([[101, 2307, 102, 0], [101, 2919, 2307, 102]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
     with WorkCounter(model) as work:
@@ -159,9 +222,8 @@ def test_work_counter_counts_real_and_padded_tokens(tiny_bert):
 
 
 def test_saved_activations_shrink_under_bf16(tiny_bert):
-    from recipes.bert_sst2 import build_model, loss_fn
-
-    model = build_model(tiny_bert.model, 0)
+    parts = build_tiny(tiny_bert)
+    model, loss_fn = parts.model, parts.loss_fn
     batch = {"input_ids": torch.randint(1000, 2000, (8, 32)), "attention_mask": torch.ones(8, 32, dtype=torch.long),
              "labels": torch.ones(8)}
     cpu = torch.device("cpu")
@@ -191,26 +253,6 @@ def test_step_timer_summary_skips_warmup():
         timer.summary(warmup=4)
 
 
-def test_ablation_turns_on_one_switch_at_a_time_and_times_every_variant(tiny_bert):
-    variants = ablation_variants()
-    assert all(not on for on in variants[REFERENCE].to_dict().values())
-    singles = [v for name, v in variants.items() if name.startswith("+ ")]
-    assert len(singles) == 3 and all(sum(v.to_dict().values()) == 1 for v in singles)
-    assert "+ compile" in ablation_variants(with_compile=True)
-
-    report = run_ablation(tiny_bert, steps=2, warmup=1, rounds=2, precisions=["fp32"])
-    assert [r.variant for r in report.rows] == list(variants)
-    ref = next(r for r in report.rows if r.variant == REFERENCE)
-    for r in report.rows:
-        assert len(r.step_times_s) == 2 * 2 and len(r.first_step_s) == 2  # timed steps of both rounds
-        assert r.median_step_s == pytest.approx(sorted(r.step_times_s)[1] / 2 + sorted(r.step_times_s)[2] / 2)
-        pairs = sorted(a / b for a, b in zip(ref.step_times_s, r.step_times_s))
-        assert r.speedup_vs_reference == pytest.approx(pairs[1] / 2 + pairs[2] / 2)
-    assert ref.speedup_vs_reference == 1.0
-    assert f"| fp32 | {ALL} |" in ablation_table(report)
-    assert all(variants[ALL].to_dict()[k] for k in ("fast_cpu_dropout", "keep_freed_memory", "clip_in_optimizer"))
-
-
 def test_markdown_table_shape():
     assert markdown_table(["a", "b"], [[1, 2]]).splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |"]
 
@@ -228,8 +270,16 @@ def test_cli_writes_json_with_the_mlp_modes(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv", [["--out", "."], ["--frameworks", "mixft,nope"], ["--steps", "0"],
-                                  ["--device", "tpu"], ["--precisions", "tf32"]])
+                                  ["--device", "tpu"], ["--precisions", "tf32"], ["--ablation"]])
 def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
     assert cli.main(argv + ["--no-mlp", "--no-steps"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("benchmark.py: error:") and "\n" not in err
+
+
+def test_script_runs_from_any_directory(tmp_path):
+    # scripts/benchmark.py finds benchmarks/ beside it, not through the working directory.
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--peers" in done.stdout and "--ablation" not in done.stdout

@@ -23,16 +23,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from conftest import without_timings
-from mixft.checkpoint import (
-    CheckpointError,
-    Checkpointer,
-    capture_rng_state,
-    load_checkpoint,
-    restore_rng_state,
-    resume,
-    save_checkpoint,
-)
+from mixft.checkpoint import CheckpointError, Checkpointer, load_checkpoint, resume, save_checkpoint
 from mixft.cli import main
+from mixft.rng import capture_rng_state, restore_rng_state
 from mixft.trainer import Callback, StopTraining, Trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -325,3 +318,25 @@ def test_sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run(tmp_
     new_w = torch.load(ckpt, weights_only=True)["trainer"]["model"]
     assert ref_w.keys() == new_w.keys() and all(torch.equal(ref_w[k], new_w[k]) for k in ref_w)
     print("checkpoint step after each kill:", steps_at_kill)
+
+
+def test_resume_keeps_finished_runs_and_retrains_interrupted_ones_by_their_stop_kind(tmp_path):
+    from mixft.checkpoint import finished_runs
+    from mixft.config import RunConfig
+    from mixft.results import RunResult, write_results
+
+    def run(precision, message, kind):
+        return RunResult(precision=precision, autocast_dtype=None, grad_scaler=False, device="cpu", device_name="cpu",
+                         seed=0, stopped_early=message, stop_kind=kind)
+
+    write_results(tmp_path / "results.json", [
+        run("fp32", None, None),
+        run("bf16", "interrupted (SIGINT)", "interrupt"),
+        run("fp16", "training collapsed: the loss is nan at step 6", "collapse"),
+        run("tf32", "interrupted by my own callback's rule", "callback"),  # the message is not parsed
+    ])
+    cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16", "fp16", "tf32"])
+    done = finished_runs(cfg, cfg.precisions)
+    # Interrupted: continued from its checkpoint. Collapsed or stopped otherwise: kept as it ended.
+    assert sorted(name for name, _ in done) == ["fp16", "fp32", "tf32"]
+    assert done[("fp16", 0)].stop_kind == "collapse"

@@ -25,7 +25,7 @@ class Recorder(RunObserver):
     def __init__(self):
         self.seen = []
 
-    def callbacks(self, precision, seed):
+    def callbacks(self, cfg, precision, seed):
         seen = self.seen
 
         class Capture(Callback):

@@ -75,7 +75,7 @@ def test_diagnosis_restores_training_mode_and_leaves_no_hooks():
 def test_fp16_collapse_from_an_overflowing_layer_is_stopped_and_diagnosed():
     detector = CollapseDetector(max_consecutive_skips=3)
     result = make_trainer(overflowing_model(), "fp16", [detector]).fit()
-    assert is_collapse(result.stopped_early)
+    assert is_collapse(result)
     assert "first non-finite output: 2 (Linear)" in result.stopped_early
     assert detector.diagnosis.first_nonfinite.name == "2"
 

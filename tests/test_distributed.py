@@ -50,22 +50,27 @@ def test_eval_shards_keep_every_example():
     assert sorted(i for s in shards for b in s for i in b) == list(range(10))
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_two_process_ddp_equals_single_process_accumulation(tmp_path, precision):
+@pytest.mark.parametrize("precision,grad_accum", [("fp32", 1), ("bf16", 1), ("fp32", 2), ("fp16", 2)])
+def test_two_process_ddp_equals_single_process_accumulation(tmp_path, precision, grad_accum):
     sys.path.insert(0, str(ROOT / "tests"))
     import ddp_worker
 
     out = tmp_path / "ddp.pt"
-    torchrun("tests/ddp_worker.py", str(out), precision)
+    torchrun("tests/ddp_worker.py", str(out), precision, str(grad_accum))
     ddp = torch.load(out)
     assert ddp["world"] == 2
-    # Two ranks x batch 4, gradients averaged == one process accumulating 2 x batch 4.
-    trainer, result = ddp_worker.train(precision, grad_accum=2)
-    assert ddp["steps"] == result.steps == 4
+    # Two ranks x grad_accum micro-batches of 4, gradients averaged == one process
+    # accumulating 2 x grad_accum micro-batches of 4.
+    trainer, result = ddp_worker.train(precision, grad_accum=2 * grad_accum)
+    assert ddp["steps"] == result.steps == 8 // (2 * grad_accum)
     assert ddp["samples"] == trainer.state.samples == 32  # global count, not one rank's
+    # DDP all-reduced once per window: every micro-batch but a window's last ran under no_sync.
+    assert ddp["no_sync_calls"] == ddp["steps"] * (grad_accum - 1)
+    # fp16: both runs scaled, unscaled and stepped alike (DDP averages the scaled gradients).
+    assert (ddp["final_loss_scale"], ddp["skipped"]) == (result.final_loss_scale, result.skipped_steps)
     single = torch.cat([p.detach().reshape(-1) for p in trainer.module.parameters()])
-    tol = {"fp32": dict(rtol=1e-5, atol=1e-6), "bf16": dict(rtol=2e-2, atol=2e-3)}[precision]
-    torch.testing.assert_close(ddp["weights"], single, **tol)
+    tol = {"fp32": dict(rtol=1e-5, atol=1e-6), "bf16": dict(rtol=2e-2, atol=2e-3), "fp16": dict(rtol=1e-2, atol=1e-3)}
+    torch.testing.assert_close(ddp["weights"], single, **tol[precision])
     # Metrics gathered from both ranks' shards equal the single-process evaluation.
     assert ddp["eval"]["accuracy"] == pytest.approx(result.eval["accuracy"])
     assert ddp["eval"]["loss"] == pytest.approx(result.eval["loss"], rel=1e-4)

@@ -69,7 +69,7 @@ def test_injected_steps_are_skipped_counted_and_do_not_step_the_schedule(precisi
 def test_consecutive_skips_stop_the_run_with_a_diagnosis():
     detector = CollapseDetector(max_consecutive_skips=3)
     result = make_trainer("fp32", [InjectNonFinite(1.0), detector]).fit()
-    assert result.steps == 3 and is_collapse(result.stopped_early)
+    assert result.steps == 3 and is_collapse(result) and result.stop_kind == "collapse"
     assert "3 optimizer steps in a row were skipped" in result.stopped_early
     assert "diagnosis: forward pass finite" in result.stopped_early
     assert "fault injection is on" in result.stopped_early
@@ -113,7 +113,7 @@ def test_last_checkpoint_before_the_collapse_is_kept(tmp_path):
     path = tmp_path / "ckpt.pt"
     detector = CollapseDetector(max_consecutive_skips=3, check_every=100, diagnose=False)
     result = make_trainer("bf16", [Step(), detector, Checkpointer(path, every=2)], loss_fn=loss_fn).fit()
-    assert result.steps == 7 and is_collapse(result.stopped_early)  # steps 5, 6, 7 skipped
+    assert result.steps == 7 and is_collapse(result)  # steps 5, 6, 7 skipped
     assert load_checkpoint(path)["meta"]["step"] == 4  # step 6's save was refused: its loss was NaN
 
 
@@ -131,7 +131,7 @@ def test_cli_injection_run_counts_its_skipped_steps(tmp_path, tiny_bert_dir, tin
     expected = [s for s in range(1, 9) if InjectNonFinite(0.4, seed=0).fires(s)]
     assert expected and run["skipped_steps"] == len(expected)
     assert [s for s, k in zip(run["history"]["step"], run["history"]["skipped"]) if k] == expected
-    assert run["config"]["inject_nonfinite"] == 0.4 and run["stopped_early"] is None
+    assert run["config"]["inject_nonfinite"] == 0.4 and run["stopped_early"] is None and run["stop_kind"] is None
 
 
 def test_cli_collapse_exits_3_with_the_diagnosis_and_keeps_results(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
@@ -142,4 +142,5 @@ def test_cli_collapse_exits_3_with_the_diagnosis_and_keeps_results(tmp_path, tin
     assert "training collapsed: 2 optimizer steps in a row were skipped" in err and "diagnosis:" in err
     run = json.loads((out / "results.json").read_text())["runs"][0]
     assert run["steps"] == 2 and "suggested fix" in run["stopped_early"]
+    assert run["stop_kind"] == "collapse" and is_collapse(run)  # the field, not the message, says so
     assert not (out / "checkpoint.pt").exists()  # stopped at step 2, before any save point (20, epoch end)

@@ -375,3 +375,49 @@ def test_uncached_repo_with_reachable_hub(live_hub):
     assert time.monotonic() - start < 5
     assert resolved == ResolvedModel("bert-base-uncased", "bert-base-uncased", "hub", None)
     assert "HF_HUB_OFFLINE" not in os.environ and constants.HF_HUB_OFFLINE is False
+
+
+# ---------------------------------------------------------------------------------------
+# Only the default model falls back (issue 13 item 7)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offline_env", [True, False])
+def test_explicit_model_not_found_is_refused_not_swapped(monkeypatch, offline_env):
+    """`--model roberta-larg` used to train the shipped MiniLM and exit 0."""
+    if offline_env:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(UsageError) as info:
+        resolve_model("roberta-larg", hub_timeout=1.0)
+    assert time.monotonic() - start < 5
+    why = "offline mode is set (HF_HUB_OFFLINE)" if offline_env else "the model hub is unreachable"
+    assert str(info.value) == (
+        f"--model roberta-larg: not a local directory, not in the Hugging Face cache, and {why}; "
+        "check the name, or pass a local model directory"
+    )
+    assert constants.HF_HUB_OFFLINE is True  # the later data loading must not wait for the hub either
+
+
+def test_fallback_false_refuses_even_the_default(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match="^--model bert-base-uncased: not a local directory"):
+        resolve_model(hub.DEFAULT_MODEL, fallback=False)
+
+
+def test_fallback_true_lets_any_name_fall_back(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    resolved = resolve_model("org/some-model", fallback=True)
+    assert resolved.source == "shipped" and Path(resolved.path) == shipped_model_dir()
+    assert resolved.notice.startswith("notice: offline mode is set (HF_HUB_OFFLINE) and 'org/some-model'")
+
+
+def test_explicit_model_found_is_unaffected_by_fallback(monkeypatch, live_hub, tmp_path, tiny_bert_files):
+    """fallback only decides what happens when nothing is found: found models resolve as before."""
+    import huggingface_hub
+
+    assert resolve_model("org/model", fallback=False).source == "hub"
+    model_dir = _copy_model(tiny_bert_files, tmp_path / "m")
+    assert resolve_model(str(model_dir), fallback=False).source == "path"
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo_id, filename, *a, **k: f"/c/{filename}")
+    assert resolve_model("org/cached", fallback=False).source == "cache"

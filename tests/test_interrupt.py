@@ -19,7 +19,7 @@ import mixft.cli
 from conftest import without_timings
 from mixft.checkpoint import Checkpointer, load_checkpoint, resume
 from mixft.cli import main
-from mixft.interrupt import Interrupted, SignalHandler, StopOnSignal
+from mixft.interrupt import Interrupted, SignalHandler, StopOnSignal, is_interrupted
 from mixft.trainer import Callback, Trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +60,7 @@ def test_first_signal_stops_at_the_step_end_with_a_checkpoint(tmp_path, sig, cod
         trainer = make_trainer([raiser, StopOnSignal(handler), Checkpointer(path, every=0)])
         result = trainer.fit()
     assert result.stopped_early == f"interrupted ({signal.Signals(sig).name})"
+    assert result.stop_kind == "interrupt" and is_interrupted(result) and is_interrupted(result.to_dict())
     assert result.steps == 3 and raiser.steps_after_signal == 0
     assert handler.exit_code == code
     assert load_checkpoint(path)["meta"]["step"] == 3  # saved although every=0: the stop forces it
@@ -134,8 +135,8 @@ def test_cli_compare_interrupted_then_resumed_matches_uninterrupted(tmp_path, ti
     err = capsys.readouterr().err.strip().splitlines()
     assert "checkpoint-bf16-seed0.pt" in err[-1] and "rerun the same command with --resume" in err[-1]
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert [(r["precision"], r["stopped_early"], r["steps"]) for r in runs] == [
-        ("fp32", None, 4), ("bf16", "interrupted (SIGINT)", 2)]
+    assert [(r["precision"], r["stopped_early"], r["stop_kind"], r["steps"]) for r in runs] == [
+        ("fp32", None, None, 4), ("bf16", "interrupted (SIGINT)", "interrupt", 2)]
     assert load_checkpoint(out / "checkpoint-bf16-seed0.pt")["meta"]["step"] == 2
     assert not (out / "report.md").exists()  # no comparison report from half a comparison
 

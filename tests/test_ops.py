@@ -26,3 +26,26 @@ def test_gradient_matches_autograd_of_builtin_softplus():
     x2 = x.detach().clone().requires_grad_(True)
     torch.nn.functional.softplus(x2).sum().backward()
     torch.testing.assert_close(x.grad, x2.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_backward_runs_in_the_forwards_autocast_state_even_inside_autocast(monkeypatch, dtype):
+    # custom_bwd: the backward runs as the forward did (autocast off, fp32), whatever
+    # surrounds the backward call. Without it, a backward called under autocast (a
+    # gradient penalty's autograd.grad, a user's loop) would run its ops under autocast.
+    seen = []
+    real_sigmoid = torch.sigmoid
+
+    def spy(x):  # stable_softplus's backward calls torch.sigmoid
+        seen.append((torch.is_autocast_enabled("cpu"), x.dtype))
+        return real_sigmoid(x)
+
+    x = torch.randn(16, dtype=torch.float32, requires_grad=True)
+    with torch.autocast("cpu", dtype=dtype):
+        y = stable_softplus(x.to(dtype))
+        monkeypatch.setattr(torch, "sigmoid", spy)
+        y.sum().backward()  # inside autocast on purpose
+    monkeypatch.undo()
+    assert seen == [(False, torch.float32)]
+    # The fp32 gradient, rounded once where it flows back through the cast to ``dtype``.
+    torch.testing.assert_close(x.grad, torch.sigmoid(x.detach().to(dtype).float()).to(dtype).float())

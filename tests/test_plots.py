@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
+import matplotlib.figure
 import pytest
 
 from mixft import plots
@@ -31,8 +36,51 @@ def written(base_doc, tmp_path_factory) -> list[Path]:
     return plots.write_plots(base_doc, tmp_path_factory.mktemp("plots"))
 
 
-def test_uses_agg_backend():
-    assert matplotlib.get_backend().lower() == "agg"
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_importing_plots_does_not_import_matplotlib():
+    done = _python("import sys, mixft, mixft.plots, mixft.report, mixft.summary\n"
+                   "assert not [m for m in sys.modules if m.startswith('matplotlib')], 'matplotlib imported'")
+    assert done.returncode == 0, done.stderr
+
+
+def test_writing_plots_forces_no_backend(tmp_path):
+    # A notebook's backend (here: svg, through MPLBACKEND) must survive write_plots: no
+    # matplotlib.use("Agg"), no pyplot (which would pick and lock a backend).
+    code = (
+        "import json, sys\n"
+        "from mixft.plots import write_plots\n"
+        f"written = write_plots(json.load(open({str(FIXTURE)!r})), {str(tmp_path)!r})\n"
+        "assert len(written) == 4, written\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
+        "import matplotlib\n"
+        "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
+    )
+    done = _python(code, MPLBACKEND="svg")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(ALL)
+
+
+def _imports(module: str) -> set[str]:
+    """The mixft modules a mixft module imports (relative or absolute, at any level)."""
+    path = Path(plots.__file__).parent / f"{module}.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = (node.module or "").removeprefix("mixft.") if node.level or (node.module or "").startswith("mixft") else ""
+            found |= {base} if base else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("mixft.") for a in node.names if a.name.startswith("mixft.")}
+    return found
+
+
+def test_report_and_plots_share_summary_and_import_neither_each_other():
+    assert "summary" in _imports("report") and "summary" in _imports("plots")
+    assert "plots" not in _imports("report") and "report" not in _imports("plots")
+    assert "report" not in _imports("results")
 
 
 def test_writes_four_valid_pngs(written):

@@ -1,7 +1,7 @@
 """The README example: its bugs, its autocast trap, the corrected loops, and the script.
 
 Everything runs on tiny config-built BERTs (hidden 32, one layer) so the file takes
-seconds on a CPU; the script test runs scripts/readme_example.py in-process.
+seconds on a CPU; the script test runs examples/readme_example.py in-process.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import mixft
 from mixft.data.generated import generate_sentiment
 from mixft.hub import shipped_model_dir
 from mixft.models import BertClassifier
-from mixft.readme_example import (
+from examples.readme_example import (
     BUGS,
     ReadmeModelAsWritten,
     RecordingLoss,
@@ -39,7 +39,8 @@ from mixft.readme_example import (
 from mixft.results import RunResult, compare_frame, results_frame
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "readme_example.py"
+SCRIPT = ROOT / "examples" / "readme_example.py"
+ENTRY_POINT = ROOT / "scripts" / "readme_example.py"  # the same main, from scripts/
 HIDDEN = 32  # anything but 512, so the README's Linear(512, 1) must fail
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -278,7 +279,16 @@ def test_script_end_to_end(monkeypatch, capsys, tmp_path, tiny_model_dir, tiny_d
     assert all(r["skipped_steps"] == 0 for r in runs)
     assert all(0.0 <= r["eval"]["accuracy"] <= 1.0 for r in runs)
     assert runs[0]["dataset"].endswith("(24 train / 8 eval)")
-    assert (tmp_path / "out" / "report.md").is_file()
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "](loss.png)" in report and (tmp_path / "out" / "loss.png").is_file()  # the charts came along
+
+
+@pytest.mark.parametrize("script", [SCRIPT, ENTRY_POINT])
+def test_scripts_run_from_any_directory(tmp_path, script):
+    done = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: readme_example.py") and "--output-dir" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mixft.plots import write_plots
 from mixft.report import render_markdown, summarize, write_report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_compare.json"
@@ -36,9 +37,22 @@ def acc(r):
     return r["eval"]["accuracy"]
 
 
-def table_rows(md: str) -> dict[str, dict[str, str]]:
-    """The report's table as {precision: {header: cell}}."""
-    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+def tables(md: str) -> list[list[str]]:
+    """The report's markdown tables, each as its lines, in order."""
+    found: list[list[str]] = []
+    previous = ""
+    for ln in md.splitlines():
+        if ln.startswith("|"):
+            if not previous.startswith("|"):
+                found.append([])
+            found[-1].append(ln)
+        previous = ln
+    return found
+
+
+def table_rows(md: str, index: int = 0) -> dict[str, dict[str, str]]:
+    """The report's ``index``-th table (0: the comparison) as {first cell: {header: cell}}."""
+    lines = tables(md)[index]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert set(lines[1].replace("|", "").replace("-", "").replace(":", "")) == set()
     rows = {}
@@ -193,7 +207,7 @@ def test_every_table_number_is_derivable(doc):
                     allowed.add(f"{val:{fmt}}")
         if r["peak_memory_mib_mean"] is not None:
             allowed.add(f"{r['peak_memory_mib_mean']:.1f}")
-    table = "\n".join(ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| precision"))
+    table = "\n".join(tables(md)[0][2:])  # the comparison table's body
     table = re.sub(r"\b(fp32|bf16|fp16|tf32)\b", "", table)
     numbers = re.findall(r"[+-]?\d+(?:\.\d+)?", table)
     assert numbers
@@ -282,6 +296,45 @@ def test_cpu_rss_note(doc):
     md = render_markdown(doc)
     assert "peak memory (MiB, RSS)" in md
     assert "resident set" in md and "not tensor memory" in md
+    assert "run order affects it" in md  # a later run's RSS carries what earlier runs left
+
+
+def with_start_memory(doc: dict) -> dict:
+    """The fixture as a CPU run would record it: RSS peaks and the RSS at each run's start."""
+    for i, r in enumerate(doc["runs"]):
+        r["peak_memory_kind"] = "cpu_rss"
+        if r["peak_memory_bytes"] is not None:
+            r["start_memory_bytes"] = r["peak_memory_bytes"] - (i + 1) * 3 * 2**20
+    return doc
+
+
+def test_memory_increase_over_start_beside_the_peak(doc):
+    doc = with_start_memory(doc)
+    rows = {r["precision"]: r for r in summarize(doc)}
+    md = render_markdown(doc)
+    table = table_rows(md)
+    headers = list(table["fp32"])
+    assert headers.index("increase over start (MiB)") == headers.index("peak memory (MiB, RSS)") + 1
+    for p in ("fp32", "bf16", "fp16"):
+        increases = values(doc, p, lambda r: r["peak_memory_bytes"] - r["start_memory_bytes"]
+                           if r.get("start_memory_bytes") is not None else None)
+        assert rows[p]["memory_increase_n"] == len(increases)
+        assert rows[p]["memory_increase_bytes_mean"] == pytest.approx(statistics.mean(increases))
+        assert table[p]["increase over start (MiB)"] == f"{statistics.mean(increases) / 2**20:.1f}"
+    assert "run order affects it" in md and "increase over start" in md.split("## How to read this")[1]
+
+
+def test_results_without_start_memory_have_no_increase_column(doc):
+    # Results files written before start_memory_bytes existed (the fixture) render as before.
+    assert not any("start_memory_bytes" in r for r in doc["runs"])
+    rows = summarize(doc)
+    assert all(r["memory_increase_n"] == 0 and r["memory_increase_bytes_mean"] is None for r in rows)
+    assert "increase over start" not in render_markdown(doc)
+    doc["runs"][0]["start_memory_bytes"] = None  # a device that could not tell: n/a, not a crash
+    doc["runs"][1]["start_memory_bytes"] = doc["runs"][1]["peak_memory_bytes"] - 2**20
+    table = table_rows(render_markdown(doc))
+    assert table["fp32"]["increase over start (MiB)"] == "1.0"
+    assert table["bf16"]["increase over start (MiB)"] == "n/a"
 
 
 def test_mixed_memory_kinds_no_ratio(doc):
@@ -309,7 +362,7 @@ def test_null_memory_run_is_noted(doc):
 
 def test_empty_document_renders():
     md = render_markdown({"mixft_version": "0.1.0", "created": None, "runs": []})
-    assert md.startswith("# ") and "No runs" in md
+    assert md.startswith("# ") and "No training runs" in md
     assert summarize({"runs": []}) == []
 
 
@@ -326,7 +379,7 @@ def test_plot_links_follow_given_list(doc):
 
 def test_write_report_writes_report_and_pngs(doc, tmp_path):
     out = tmp_path / "cmp"
-    written = write_report(doc, out)
+    written = write_report(doc, out, charts=write_plots)
     names = [p.name for p in written]
     assert names[0] == "report.md"
     assert sorted(names[1:]) == sorted(["loss.png", "loss_scale.png", "eval_accuracy.png", "time_memory.png"])
@@ -344,3 +397,269 @@ def test_write_report_writes_report_and_pngs(doc, tmp_path):
         w, h = im.size
         assert im.format == "PNG" and w >= 400 and h >= 200
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # atomic writes left no temp files
+
+
+def test_write_report_without_a_chart_writer_links_no_charts(doc, tmp_path):
+    written = write_report(doc, tmp_path)
+    assert written == [tmp_path / "report.md"]
+    md = written[0].read_text(encoding="utf-8")
+    assert md == render_markdown(doc, plots=[]) and "## Charts" not in md and ".png" not in md
+
+
+# ---------------------------------------------------------------------------- every task's metrics
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def load(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+
+
+def metric(name: str):
+    return lambda r: r["eval"].get(name)
+
+
+def history_values(doc: dict, precision: str, epoch: int, name: str) -> list[float]:
+    return [e[name] for r in runs_of(doc, precision) for e in r["eval_history"] if e["epoch"] == epoch]
+
+
+def test_multiclass_table_has_accuracy_and_macro_f1_with_deltas_in_points():
+    doc = load("results_multiclass.json")
+    rows = table_rows(render_markdown(doc))
+    assert list(rows["fp32"]) == [
+        "precision", "accuracy", "Δacc vs fp32 (pts)", "macro-F1", "ΔF1 vs fp32 (pts)", "train time (s)",
+        "speedup", "samples/s", "peak memory (MiB, RSS)", "increase over start (MiB)", "memory ratio",
+        "skipped steps", "final loss scale",
+    ]
+    for name, header, delta in (("accuracy", "accuracy", "Δacc vs fp32 (pts)"), ("f1", "macro-F1", "ΔF1 vs fp32 (pts)")):
+        base = statistics.mean(values(doc, "fp32", metric(name)))
+        for p in ("fp32", "bf16"):
+            assert rows[p][header] == pm(values(doc, p, metric(name)), ".4f")
+        assert rows["fp32"][delta] == "baseline"
+        assert rows["bf16"][delta] == f"{(statistics.mean(values(doc, 'bf16', metric(name))) - base) * 100:+.2f}"
+    # The fixture's bf16 F1 is lower than fp32's: the Δ is a real, negative number.
+    assert rows["bf16"]["ΔF1 vs fp32 (pts)"].startswith("-")
+
+
+def test_summarize_gives_every_metric_and_its_delta():
+    doc = load("results_multiclass.json")
+    rows = {r["precision"]: r for r in summarize(doc)}
+    f1 = {p: values(doc, p, metric("f1")) for p in ("fp32", "bf16")}
+    assert rows["bf16"]["f1_n"] == 2
+    assert rows["bf16"]["f1_mean"] == pytest.approx(statistics.mean(f1["bf16"]))
+    assert rows["bf16"]["f1_std"] == pytest.approx(statistics.stdev(f1["bf16"]))
+    assert rows["bf16"]["delta_f1_pts"] == pytest.approx((statistics.mean(f1["bf16"]) - statistics.mean(f1["fp32"])) * 100)
+    for r in rows.values():  # eval keys that are not metrics get no columns
+        assert not {f"{k}_{s}" for k in ("loss", "time_s", "samples_per_s") for s in ("n", "pts")} & set(r)
+        assert not {"loss_mean", "time_s_mean", "delta_loss", "delta_time_s", "delta_samples_per_s"} & set(r)
+
+
+def test_task_line_names_kind_labels_in_id_order_and_columns():
+    doc = load("results_multiclass.json")
+    md = render_markdown(doc)
+    line = next(ln for ln in md.splitlines() if ln.startswith("**task**"))
+    assert "multi-class classification" in line and "3 labels" in line
+    assert "negative, neutral, positive" in line  # id order, as results.json lists them
+    assert "`text`" in line and "label column: `label`" in line
+    doc["runs"][0]["task"]["names"] = ["positive", "negative", "neutral"]  # another order is shown as is
+    assert "positive, negative, neutral" in render_markdown(doc)
+
+
+def test_regression_table_has_correlations_and_no_accuracy():
+    doc = load("results_regression.json")
+    assert not any("accuracy" in r["eval"] for r in doc["runs"])
+    md = render_markdown(doc)
+    rows = table_rows(md)
+    headers = list(rows["fp32"])
+    assert headers[:5] == ["precision", "Pearson r", "ΔPearson vs fp32", "Spearman ρ", "ΔSpearman vs fp32"]
+    assert "accuracy" not in headers and not any(h.startswith("Δacc") for h in headers)
+    for name, header, delta in (("pearsonr", "Pearson r", "ΔPearson vs fp32"),
+                                ("spearmanr", "Spearman ρ", "ΔSpearman vs fp32")):
+        base = statistics.mean(values(doc, "fp32", metric(name)))
+        bf16 = statistics.mean(values(doc, "bf16", metric(name)))
+        assert rows["bf16"][header] == pm(values(doc, "bf16", metric(name)), ".4f")
+        assert rows["bf16"][delta] == f"{bf16 - base:+.4f}"  # correlations keep their units, not points
+    summary = {r["precision"]: r for r in summarize(doc)}
+    assert summary["bf16"]["accuracy_mean"] is None and summary["bf16"]["delta_accuracy_pts"] is None
+    assert summary["bf16"]["delta_pearsonr"] == pytest.approx(
+        statistics.mean(values(doc, "bf16", metric("pearsonr"))) - statistics.mean(values(doc, "fp32", metric("pearsonr"))))
+    line = next(ln for ln in md.splitlines() if ln.startswith("**task**"))
+    assert "regression" in line and "`stsb`" in line and "`sentence1`, `sentence2`" in line
+
+
+def test_regression_noise_note_uses_the_first_correlation():
+    doc = load("results_regression.json")
+    md = render_markdown(doc)
+    a, b = values(doc, "bf16", metric("pearsonr")), values(doc, "fp32", metric("pearsonr"))
+    pooled = ((statistics.stdev(a) ** 2 + statistics.stdev(b) ** 2) / 2) ** 0.5
+    assert f"ΔPearson {statistics.mean(a) - statistics.mean(b):+.4f} is within 2× the seed spread" in md
+    assert f"pooled std {pooled:.4f}, 2 vs 2 seeds" in md
+    assert "Δacc" not in md
+
+
+@pytest.mark.parametrize("fixture, metrics, headers", [
+    ("results_multiclass.json", ["accuracy", "f1"], ["accuracy", "macro-F1"]),
+    ("results_regression.json", ["pearsonr", "spearmanr"], ["Pearson r", "Spearman ρ"]),
+    ("results_compare.json", ["accuracy"], ["accuracy"]),
+])
+def test_eval_history_table_every_metric_per_precision_per_epoch(fixture, metrics, headers):
+    doc = load(fixture)
+    md = render_markdown(doc)
+    assert "## Eval per epoch" in md
+    history = tables(md)[1]
+    header = [c.strip() for c in history[0].strip("|").split("|")]
+    assert header == ["epoch", "precision", "step", *headers, "eval loss"]
+    body = [[c.strip() for c in ln.strip("|").split("|")] for ln in history[2:]]
+    precisions = list(dict.fromkeys(r["precision"] for r in doc["runs"]))
+    epochs = sorted({e["epoch"] for r in doc["runs"] for e in r["eval_history"]})
+    assert [(row[0], row[1]) for row in body] == [(str(e), p) for e in epochs for p in precisions]
+    for row in body:
+        epoch, p = int(row[0]), row[1]
+        for name, cell in zip(metrics + ["loss"], row[3:]):
+            assert cell == pm(history_values(doc, p, epoch, name), ".4f"), (epoch, p, name)
+
+
+def test_eval_history_absent_means_no_history_section(doc):
+    for r in doc["runs"]:
+        r["eval_history"] = []
+    assert "## Eval per epoch" not in render_markdown(doc)
+
+
+def test_old_documents_without_task_or_hardware_render_as_before(doc):
+    assert "task" not in doc["runs"][0] and "hardware" not in doc
+    md = render_markdown(doc)
+    assert "**task**" not in md and "## Hardware" not in md and "(probe)" not in md
+    assert list(table_rows(md)["fp32"])[:3] == ["precision", "accuracy", "Δacc vs fp32 (pts)"]
+    for r in doc["runs"]:  # a recipe without labels (mlp-synthetic) records task: null
+        r["task"] = None
+    assert "**task**" not in render_markdown(doc)
+
+
+def test_runs_without_any_metric_keep_an_accuracy_column(doc):
+    for r in doc["runs"]:
+        r["eval"] = {"loss": 0.5}
+        r["eval_history"] = []
+    cells = table_rows(render_markdown(doc))["bf16"]
+    assert cells["accuracy"] == "n/a" and cells["Δacc vs fp32 (pts)"] == "n/a"
+
+
+# ---------------------------------------------------------------------------- hardware and probe
+
+
+def cpu_hardware(amx: bool | None, **extra) -> dict:
+    flags = {"amx_bf16": amx, "avx512_bf16": amx, "avx512_fp16": False if amx is not None else None}
+    return {"device": "cpu", "cpu": {"model": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "cores": 2,
+                                     "flags": flags, "source": "/proc/cpuinfo"},
+            "gpu": None, "torch": "2.13.0+cpu", "torch_threads": 2, "cuda": None, "python": "3.11.9", "os": "Linux",
+            **extra}
+
+
+def probe_dict(hw: dict) -> dict:
+    from mixft.probe import PrecisionProbe, ProbeResult
+
+    rows = [PrecisionProbe("fp32", step_s=0.2, step_times_s=[0.31, 0.2, 0.21, 0.2], warmup_steps=1,
+                           speedup_vs_fp32=1.0, matmul_flops_per_s=2.45e11, matmul_ratio_vs_fp32=1.0),
+            PrecisionProbe("bf16", step_s=0.125, step_times_s=[0.2, 0.125, 0.126, 0.125], warmup_steps=1,
+                           speedup_vs_fp32=1.6, matmul_flops_per_s=1.162e12, matmul_ratio_vs_fp32=4.74)]
+    result = ProbeResult(recipe="bert-sst2", model="tiny-bert", dataset="sst2", device="cpu", hardware=hw,
+                         batch={"shape": [32, 25], "samples": 32, "tokens": 640},
+                         matmul_shapes=[{"rows": 800, "in": 384, "out": 384, "bias": True, "calls": 24}],
+                         rows=rows, recommended="bf16", reason="bf16: 1.60x fp32 per training step",
+                         measured_at="2026-11-22T12:00:00+00:00", wall_s=21.3, time_budget_s=30.0)
+    return json.loads(json.dumps(result.to_dict()))  # as results.json stores it
+
+
+def section(md: str, heading: str) -> str:
+    """The text of a ``## heading`` section, up to the next ``## ``."""
+    start = md.index(heading)
+    end = md.find("\n## ", start + len(heading))
+    return md[start:] if end < 0 else md[start:end]
+
+
+@pytest.mark.parametrize("amx, says", [(True, "This CPU has AMX"), (False, "This CPU has no AMX"),
+                                       (None, "flags are unknown")])
+def test_hardware_section_names_machine_flags_and_the_amx_dependence(doc, amx, says):
+    from mixft.hardware import hardware_line
+
+    hw = cpu_hardware(amx)
+    doc["hardware"] = hw
+    text = section(render_markdown(doc), "## Hardware")
+    assert hardware_line(hw) in text
+    yes_no = {True: "yes", False: "no", None: "unknown"}
+    for flag, value in hw["cpu"]["flags"].items():
+        assert f"`{flag}` {yes_no[value]}" in text
+    assert "torch 2.13.0+cpu (2 threads)" in text
+    assert "depends on the CPU" in text and "AMX" in text and says in text
+
+
+def test_gpu_hardware_lists_the_gpu(doc):
+    from mixft.hardware import hardware_line
+
+    hw = cpu_hardware(False, device="cuda:0", cuda="12.4",
+                      gpu={"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "tf32": True,
+                           "bf16": True, "memory_bytes": 80 * 2**30})
+    doc["hardware"] = hw
+    text = section(render_markdown(doc), "## Hardware")
+    assert hardware_line(hw) in text and "NVIDIA H100 80GB HBM3" in text
+    assert "compute capability 9.0 · TF32 yes · bf16 yes · 80 GiB" in text and "CUDA 12.4" in text
+    assert "tensor cores" in text
+
+
+def test_probe_section_renders_from_the_stored_dict(doc):
+    from mixft.probe import ProbeResult, probe_markdown
+
+    hw = cpu_hardware(True)
+    doc["hardware"] = {**hw, "probe": probe_dict(hw)}
+    md = render_markdown(doc)
+    expected = probe_markdown(ProbeResult.from_dict(doc["hardware"]["probe"])).rstrip("\n")
+    assert expected in md
+    probe_text = section(md, "(probe)")
+    assert "bf16: 1.60x fp32 per training step" in probe_text and "1162.0" in probe_text
+    # Hardware first, then the probe, then the charts.
+    assert md.index("## Hardware") < md.index("(probe)") < md.index("## Charts")
+
+
+def test_probe_only_document_renders_hardware_and_probe():
+    hw = cpu_hardware(False)
+    md = render_markdown({"created": "2026-11-22T12:00:00+00:00", "runs": [], "hardware": {**hw, "probe": probe_dict(hw)}})
+    assert "No training runs" in md and "probe below" in md
+    assert "## Hardware" in md and "This CPU has no AMX" in md
+    assert "| bf16 | 125.0 | 1.60x |" in md
+
+
+def test_unreadable_probe_and_partial_hardware_do_not_crash(doc):
+    doc["hardware"] = {"device": "cpu", "probe": {"format": 99, "rows": "?"}}
+    md = render_markdown(doc)
+    assert "## Hardware" in md and "`amx_bf16` unknown" in md
+    assert "cannot read" in section(md, "(probe)") and "format 99" in md
+
+
+def test_results_document_puts_hardware_at_the_top_level():
+    from mixft.results import results_document
+
+    run = load("results_multiclass.json")["runs"][0]
+    hw = cpu_hardware(True)
+    doc = results_document([run], hardware=hw)
+    assert doc["hardware"] == hw and doc["runs"] == [run]
+    assert "hardware" not in results_document([run])  # older shape when no hardware is given
+    assert "## Hardware" in render_markdown(doc)
+
+
+# ---------------------------------------------------------------------------- frames
+
+
+def test_results_frame_and_compare_frame_carry_every_metric():
+    from mixft.results import compare_frame, results_frame
+
+    doc = load("results_regression.json")
+    frame = results_frame(doc)
+    cols = list(frame.columns)
+    assert cols[cols.index("accuracy") + 1:cols.index("accuracy") + 3] == ["pearsonr", "spearmanr"]
+    assert list(frame["pearsonr"]) == [r["eval"]["pearsonr"] for r in doc["runs"]]
+    assert frame["accuracy"].isna().all()
+    cmp = compare_frame(doc)
+    assert cmp.loc["bf16", "spearmanr_mean"] == pytest.approx(statistics.mean(values(doc, "bf16", metric("spearmanr"))))
+    assert cmp.loc["bf16", "delta_spearmanr"] == pytest.approx(
+        statistics.mean(values(doc, "bf16", metric("spearmanr"))) - statistics.mean(values(doc, "fp32", metric("spearmanr"))))
+    multi = compare_frame(load("results_multiclass.json"))
+    assert {"f1_mean", "f1_std", "delta_f1_pts", "accuracy_mean", "delta_accuracy_pts"} <= set(multi.columns)

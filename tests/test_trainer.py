@@ -244,6 +244,25 @@ def test_callback_can_stop_training_with_a_reason():
     x, y = regression_data(64)
     result = Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 4), callbacks=[StopAt2()]).fit()
     assert result.steps == 2 and result.stopped_early == "enough"
+    assert result.stop_kind == "callback"  # what code reads; the message is for people
+    assert result.to_dict()["stop_kind"] == "callback"
+
+
+def test_a_run_that_spends_its_budget_has_no_stop_kind_and_kinds_are_checked():
+    x, y = regression_data(16)
+    result = Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 8)).fit()
+    assert (result.stopped_early, result.stop_kind) == (None, None)
+    with pytest.raises(ValueError, match="collapse, interrupt, callback"):
+        StopTraining("oops", kind="crash")
+
+
+def test_cpu_memory_is_reported_with_the_rss_at_the_start():
+    x, y = regression_data(64)
+    result = Trainer(make_mlp(width=256), sgd(), nn.MSELoss(), loader(x, y, 16), epochs=2).fit()
+    assert result.peak_memory_kind == "cpu_rss"
+    # The process's RSS when the run began: what the run added is peak - start.
+    assert 0 < result.start_memory_bytes <= result.peak_memory_bytes
+    assert result.to_dict()["start_memory_bytes"] == result.start_memory_bytes
 
 
 def test_several_optimizers_share_one_scaler():
@@ -298,3 +317,92 @@ def test_trainer_matches_a_plain_hand_written_loop_on_a_fixed_seed():
     trainer.fit()
     assert trainer.total_steps == 6
     torch.testing.assert_close(flat(trainer.model), flat(ref), rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------- fused optimizers
+def test_fused_adamw_availability_is_probed_not_assumed(monkeypatch):
+    from mixft.optim import fused_adamw_available
+
+    assert fused_adamw_available(torch.device("cpu")) is True  # torch >= 2.4 fuses AdamW on CPU
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+
+    monkeypatch.setattr(torch.optim, "AdamW", refuse)
+    assert fused_adamw_available(torch.device("cpu")) is False
+
+
+def _fused_reference(x, y, max_norm, lr=1e-2):
+    ref = make_mlp()
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, fused=True)
+    norms = []
+    for xb, yb in loader(x, y, 8):
+        opt.zero_grad()
+        nn.MSELoss()(ref(xb), yb).backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)))
+        opt.step()
+    return ref, norms
+
+
+def test_fused_adamw_with_clipping_matches_clip_then_step():
+    x, y = regression_data(48)
+    max_norm = 0.3  # well below the gradient norms here: every step clips
+    ref, ref_norms = _fused_reference(x, y, max_norm)
+    assert min(ref_norms) > 2 * max_norm
+    trainer = Trainer(make_mlp(), lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True), nn.MSELoss(),
+                      loader(x, y, 8), max_grad_norm=max_norm, device="cpu")
+    result = trainer.fit()
+    torch.testing.assert_close(flat(trainer.model), flat(ref), rtol=1e-6, atol=1e-7)
+    assert result.history["grad_norm"] == pytest.approx(ref_norms, rel=1e-6)
+
+
+def test_fused_and_plain_optimizers_side_by_side_are_clipped_by_one_global_norm():
+    x, y = regression_data(48)
+
+    def reference():
+        model = make_mlp()
+        a = torch.optim.AdamW(model[0].parameters(), lr=1e-2, fused=True)
+        b = torch.optim.SGD(model[2].parameters(), lr=0.05)
+        for xb, yb in loader(x, y, 8):
+            a.zero_grad(), b.zero_grad()
+            nn.MSELoss()(model(xb), yb).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.3)
+            a.step(), b.step()
+        return model
+
+    model = make_mlp()
+    opts = [torch.optim.AdamW(model[0].parameters(), lr=1e-2, fused=True), torch.optim.SGD(model[2].parameters(), lr=0.05)]
+    Trainer(model, opts, nn.MSELoss(), loader(x, y, 8), max_grad_norm=0.3, device="cpu").fit()
+    torch.testing.assert_close(flat(model), flat(reference()), rtol=1e-6, atol=1e-7)
+
+
+# ------------------------------------------------------------------ from_parts
+def test_from_parts_builds_the_trainer_a_hand_written_call_would():
+    from mixft.config import RunConfig
+    from mixft.recipe import TrainerParts
+
+    x, y = regression_data(48)
+
+    def parts():
+        return TrainerParts(model=make_mlp(), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), loss_fn=nn.MSELoss(),
+                            train_loader=loader(x, y, 4), eval_loader=loader(x, y, 16),
+                            lr_scheduler=lambda o, n: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, n),
+                            predict_fn=lambda out: out, run_info={"model": "mlp", "dataset": "toy"})
+
+    cfg = RunConfig(recipe="mlp", epochs=2, max_steps=5, grad_accum=2, max_grad_norm=0.4, batch_size=4, lr=1e-2)
+    trainer = Trainer.from_parts(parts(), cfg, precision="bf16", device="cpu", seed=3)
+    assert (trainer.grad_accum, trainer.max_grad_norm, trainer.epochs, trainer.max_steps) == (2, 0.4, 2, 5)
+    assert (trainer.precision.name, trainer.seed, trainer.total_steps) == ("bf16", 3, 5)
+    result = trainer.fit()
+    p = parts()
+    by_hand = Trainer(p.model, p.optimizer, p.loss_fn, p.train_loader, eval_loader=p.eval_loader, precision="bf16",
+                      device="cpu", lr_scheduler=p.lr_scheduler, grad_accum=2, max_grad_norm=0.4, epochs=2,
+                      max_steps=5, predict_fn=p.predict_fn, seed=3)
+    by_hand.fit()
+    assert torch.equal(flat(trainer.model), flat(by_hand.model))
+    assert (result.model, result.dataset, result.steps) == ("mlp", "toy", 5)
+    assert result.config["grad_accum"] == 2 and result.config["recipe"] == "mlp"
+    assert result.config["precisions"] is None and result.config["seeds"] is None  # one run's own config
+    # max_grad_norm 0 means "no clipping" on the command line: the trainer gets None.
+    assert Trainer.from_parts(parts(), RunConfig(epochs=1, max_grad_norm=0.0), precision="fp32", device="cpu",
+                              seed=0).max_grad_norm is None

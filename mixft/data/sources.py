@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mixft.hub import go_offline, hub_reachable
+from mixft.errors import UsageError
 from mixft.log import logger
 
 GLUE_REPO = "nyu-mll/glue"
+MAX_GENERATED = 1_000_000  # sentences per split of the generated set: ~12 s and ~1 GiB to make
 GLUE_CONFIG = "sst2"
 GLUE_NAME = "glue/sst2"
 # GLUE's test split is unlabelled (label -1): never use it.
@@ -87,6 +89,13 @@ def load_sentiment_data(
 
     from mixft.data.generated import DATASET_NAME, generated_splits
 
+    for what, size in (("training", generated_train_size), ("evaluation", generated_eval_size)):
+        if size > MAX_GENERATED:
+            # Checked before generating: 10 million sentences would end in a MemoryError
+            # after half a minute instead.
+            raise UsageError(f"--max-{'train' if what == 'training' else 'eval'}-samples {size}: mixft's generated "
+                             f"sentiment set offers at most {MAX_GENERATED} {what} sentences (GLUE SST-2 is not "
+                             "reachable or cached here); pass --data-dir for more data")
     train, evaluation = generated_splits(generated_train_size, generated_eval_size, seed)
     train, evaluation = list(train), list(evaluation)
     notice = (

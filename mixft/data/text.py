@@ -42,8 +42,29 @@ def tokenize_rows(rows: list[dict], tokenizer, max_length: int) -> list[dict[str
     return ds.to_list()
 
 
+def _is_arrow(examples) -> bool:
+    # Duck-typed: a datasets.Dataset, without importing datasets for the list-of-dicts path.
+    return hasattr(examples, "column_names") and hasattr(examples, "__getitems__")
+
+
+def _column(examples, name: str):
+    """One scalar column of a Dataset as a numpy array (honours selections and splits)."""
+    return examples.select_columns([name]).with_format("arrow")[:].column(0).to_numpy()
+
+
+def _lengths_and_rows(examples):
+    """Per-example token counts, and what the DataLoader indexes (Arrow: without ``lengths``)."""
+    if not _is_arrow(examples):
+        return [len(e["input_ids"]) for e in examples], examples
+    if "lengths" in examples.column_names:
+        lengths = _column(examples, "lengths").tolist()
+        return lengths, examples.remove_columns(["lengths"]).with_format(None)
+    lengths = [len(ids) for ids in examples.select_columns(["input_ids"])["input_ids"]]
+    return lengths, examples.with_format(None)
+
+
 def make_loader(
-    examples: list[dict[str, Any]],
+    examples,
     tokenizer,
     batch_size: int,
     *,
@@ -53,14 +74,22 @@ def make_loader(
     num_workers: int = 0,
     pin_memory: bool = False,
 ) -> DataLoader:
-    """A DataLoader of length-grouped, dynamically padded batches (see LengthGroupedBatchSampler)."""
+    """A DataLoader of length-grouped, dynamically padded batches (see LengthGroupedBatchSampler).
+
+    ``examples``: a tokenised ``datasets.Dataset`` (from mixft.data.tokenize, its ``lengths``
+    column drives the grouping and is not passed to the model) or a list of example dicts
+    (from :func:`tokenize_rows`). From a Dataset the DataLoader fetches each batch with one
+    Arrow read (``Dataset.__getitems__``), not one per example.
+
+    Usage: ``loader = make_loader(train, tokenizer, 32, shuffle=True, seed=0)``
+    """
     from transformers import DataCollatorWithPadding
 
-    lengths = [len(e["input_ids"]) for e in examples]
+    lengths, rows = _lengths_and_rows(examples)
     sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, shuffle=shuffle)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
     return DataLoader(
-        examples,
+        rows,
         batch_sampler=sampler,
         collate_fn=collator,
         num_workers=num_workers,
@@ -79,5 +108,8 @@ def padding_efficiency(loader: DataLoader) -> float:
     return real / padded if padded else 1.0
 
 
-def labels_tensor(examples: list[dict[str, Any]]) -> torch.Tensor:
+def labels_tensor(examples) -> torch.Tensor:
+    """The ``labels`` of a list of example dicts or of a tokenised ``datasets.Dataset``."""
+    if _is_arrow(examples):
+        return torch.from_numpy(_column(examples, "labels").copy())
     return torch.tensor([e["labels"] for e in examples])

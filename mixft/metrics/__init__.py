@@ -1,4 +1,8 @@
-"""Metrics that load offline: `evaluate` modules shipped inside mixft."""
+"""Metrics that load offline: `evaluate` modules shipped inside mixft.
+
+Shipped: accuracy, f1 (binary or macro/micro/weighted), matthews_correlation, pearsonr,
+spearmanr. ``mixft.metrics.task`` chooses a task's metrics and computes them together.
+"""
 
 from __future__ import annotations
 

@@ -125,3 +125,35 @@ def test_optimizer_factory_updates_the_parameters_it_is_given(tiny_bert_dir, tin
     assert decay == {0.0, bert_sst2.WEIGHT_DECAY}
     no_decay_group = next(g for g in opt.param_groups if g["weight_decay"] == 0.0)
     assert all(p.ndim == 1 for p in no_decay_group["params"])
+
+
+def test_weights_missing_from_the_checkpoint_are_the_same_in_every_run(tmp_path):
+    # A BERT saved without its pooler: from_pretrained initialises the pooler randomly.
+    # The runs of one --compare must start from the same pooler, whatever the global RNG
+    # did before (audit 6c: the recipe seeded only after loading).
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+                        max_position_embeddings=64)
+    BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path / "no-pooler")
+    torch.manual_seed(1)
+    a = bert_sst2.build_model(str(tmp_path / "no-pooler"), seed=5)
+    torch.manual_seed(2)  # another run, another RNG history before the build
+    torch.rand(100)
+    b = bert_sst2.build_model(str(tmp_path / "no-pooler"), seed=5)
+    assert torch.equal(a.encoder.pooler.dense.weight, b.encoder.pooler.dense.weight)
+    assert torch.equal(a.classifier.weight, b.classifier.weight)
+
+
+def test_every_precision_of_a_comparison_gets_the_same_padding(tiny_bert_dir, tiny_data_dir):
+    # Audit 6d: padding to a multiple of 8 only for the AMP runs on CUDA gave fp32 and
+    # AMP different batch shapes. Built for a CUDA device (nothing is moved there).
+    from mixft.config import RunConfig
+    from mixft.precision import PRECISIONS
+
+    cfg = RunConfig(model=str(tiny_bert_dir), data_dir=str(tiny_data_dir)).with_defaults(bert_sst2.DEFAULTS)
+    prepared = bert_sst2.prepare(cfg)
+    cuda = torch.device("cuda")
+    pads = {name: bert_sst2.build(cfg, prepared, PRECISIONS[name], cuda, 0).train_loader.collate_fn.pad_to_multiple_of
+            for name in ("fp32", "tf32", "fp16", "bf16")}
+    assert len(set(pads.values())) == 1, pads

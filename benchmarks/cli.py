@@ -3,8 +3,7 @@
 Runs, in one process: (a) the seed notebook's MLP benchmark in three modes, (b) bert-sst2
 step time, fp32 vs the device's AMP precision; with ``--peers`` the same BERT fine-tune
 in mixft, ``transformers.Trainer`` and ``accelerate``; with ``--scaling`` throughput vs
-batch size and sequence length; with ``--ablation`` what each of mixft's speed switches
-(``mixft.speed``) buys in a bert-sst2 step. Prints markdown tables; ``--out FILE.json`` keeps every
+batch size and sequence length. Prints markdown tables; ``--out FILE.json`` keeps every
 measurement (written atomically). Bad options end with one line on stderr, exit code 2.
 
 Usage::
@@ -50,10 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write every measurement to this JSON file (atomically)")
     p.add_argument("--peers", action="store_true", help="also: mixft vs transformers.Trainer vs accelerate")
     p.add_argument("--scaling", action="store_true", help="also: throughput vs batch size and sequence length")
-    p.add_argument("--ablation", action="store_true",
-                   help="also: bert-sst2 step time with each of mixft's speed switches on and off")
-    p.add_argument("--ablation-compile", action="store_true",
-                   help="--ablation with torch.compile variants too (a compilation per variant and round)")
     p.add_argument("--no-mlp", action="store_true", help="skip the MLP benchmark")
     p.add_argument("--no-steps", action="store_true", help="skip bert-sst2 step time")
     mlp = p.add_argument_group("MLP benchmark (default: the seed's 3 x Linear(4096), batch 512, 50 batches, 3 epochs)")
@@ -198,16 +193,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         doc["peers"] = report.to_dict()
         print("## mixft vs transformers.Trainer vs accelerate\n")
         print(peers_table(report) + "\n", flush=True)
-        save()
-
-    if args.ablation or args.ablation_compile:
-        from .ablation import ablation_table, run_ablation
-
-        report = run_ablation(setup, steps=steps, warmup=warmup, rounds=args.rounds, precisions=precisions,
-                              with_compile=args.ablation_compile)
-        doc["ablation"] = report.to_dict()
-        print("## What each speed switch buys (mixft.speed)\n")
-        print(ablation_table(report) + "\n", flush=True)
         save()
 
     if args.scaling:

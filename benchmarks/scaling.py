@@ -11,10 +11,12 @@ after warm-up; samples/s and real tokens/s over the timed steps):
   pass (activations: tensors saved by ``saved_tensors_hooks``, deduplicated by storage,
   parameters excluded). The latter is exact and shows what a half-precision dtype saves.
 * **length grid**: ``max_lengths`` x {``max_length`` padding, ``dynamic`` length-grouped
-  padding} x precisions at one batch size. ``max_length`` pads every batch to the cap
-  (what a fixed-shape pipeline does); ``dynamic`` pads each length-grouped batch to its
-  longest member (x8 under AMP). Sentences longer than the cap are truncated in both, so
-  both see the same real tokens; ``padding efficiency`` = real / computed tokens.
+  padding} x precisions at one batch size. Each cap is the recipe's own ``max_length``
+  (its ``prepare`` re-tokenises). ``max_length`` pads every batch to the cap (what a
+  fixed-shape pipeline does: the recipe's collator with ``padding="max_length"``, same
+  batches in the same order); ``dynamic`` is the recipe's loader as it is. Sentences
+  longer than the cap are truncated in both, so both see the same real tokens;
+  ``padding efficiency`` = real / computed tokens.
 
 Usage::
 
@@ -31,8 +33,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from mixft.data.batching import LengthGroupedBatchSampler
-from mixft.data.text import tokenize_rows
 from mixft.measure import device_name
 from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
 from mixft.trainer import Trainer
@@ -108,31 +108,30 @@ def saved_activation_bytes(model: torch.nn.Module, batch: dict, precision: Preci
     return sum(seen.values())
 
 
-def _fixed_length_loader(examples, tokenizer, batch_size: int, max_length: int, seed: int) -> DataLoader:
-    from transformers import DataCollatorWithPadding
+def fixed_length_loader(loader: DataLoader, max_length: int) -> DataLoader:
+    """``loader``'s examples and batches, each batch padded to ``max_length`` instead of its longest.
 
-    lengths = [len(e["input_ids"]) for e in examples]
-    sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, shuffle=True)  # same order as dynamic
-    collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=max_length, return_tensors="pt")
-    return DataLoader(examples, batch_sampler=sampler, collate_fn=collator)
+    ``loader`` is a recipe's train loader whose collator is a Hugging Face padding collator
+    (a dataclass with ``padding`` and ``max_length``, e.g. ``DataCollatorWithPadding``).
+    """
+    collator = loader.collate_fn
+    if not (dataclasses.is_dataclass(collator) and {"padding", "max_length"} <= {f.name for f in dataclasses.fields(collator)}):
+        raise ValueError(f"cannot pad {type(collator).__name__} batches to a fixed length (not an HF padding collator)")
+    fixed = dataclasses.replace(collator, padding="max_length", max_length=max_length, pad_to_multiple_of=None)
+    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, collate_fn=fixed)
 
 
 def _measure(bert: PreparedBert, precision: Precision, dev, cfg: ScalingConfig, *, batch_size: int,
-             examples: list | None = None, fixed_length: int | None = None) -> dict[str, Any]:
-    """One grid point: the recipe's parts at ``batch_size`` (optionally other examples / fixed padding)."""
+             fixed_length: int | None = None) -> dict[str, Any]:
+    """One grid point: the recipe's parts at ``batch_size`` (optionally every batch padded to ``fixed_length``)."""
     seed = cfg.setup.seed
-    run_cfg = dataclasses.replace(bert.cfg, batch_size=batch_size)
-    prepared = bert.prepared if examples is None else dataclasses.replace(bert.prepared, train_examples=examples)
-    parts = bert.recipe.build(run_cfg, prepared, precision, dev, seed)
-    loader = parts.train_loader
+    run_cfg = dataclasses.replace(bert.cfg, batch_size=batch_size, epochs=1, max_steps=cfg.warmup + cfg.steps)
+    parts = bert.recipe.build(run_cfg, bert.prepared, precision, dev, seed)
     if fixed_length is not None:
-        loader = _fixed_length_loader(prepared.train_examples, prepared.tokenizer, batch_size, fixed_length, seed)
+        parts = dataclasses.replace(parts, train_loader=fixed_length_loader(parts.train_loader, fixed_length))
     timer = StepTimer()
-    trainer = Trainer(
-        parts.model, parts.optimizer, parts.loss_fn, loader, precision=precision, device=dev,
-        lr_scheduler=parts.lr_scheduler, max_grad_norm=run_cfg.clip_norm, epochs=1,
-        max_steps=cfg.warmup + cfg.steps, seed=seed, callbacks=[timer],
-    )
+    trainer = Trainer.from_parts(dataclasses.replace(parts, eval_loader=None), run_cfg, precision=precision,
+                                 device=dev, seed=seed, callbacks=[timer])
     with WorkCounter(parts.model) as work, TimedRegion(dev) as region:
         trainer.fit()
     s = timer.summary(cfg.warmup)
@@ -141,7 +140,7 @@ def _measure(bert: PreparedBert, precision: Precision, dev, cfg: ScalingConfig, 
         "median_step_s": s["median_step_s"], "samples_per_s": s["samples_per_s"], "tokens_per_s": s["tokens_per_s"],
         "padding_efficiency": counts["real_tokens"] / counts["padded_tokens"] if counts["padded_tokens"] else None,
         "peak_memory_bytes": region.peak_bytes, "peak_memory_kind": region.memory_kind,
-        "model": parts.model, "loader": loader, "loss_fn": parts.loss_fn,
+        "parts": parts,
     }
 
 
@@ -152,43 +151,33 @@ def run_scaling(cfg: ScalingConfig) -> ScalingReport:
     names = [amp_precision_names(dev)[0] if n == "amp" else n for n in cfg.precisions]
     precisions = [resolve_precision(n, dev) for n in dict.fromkeys(names)]
     need = max(max(cfg.batch_sizes), cfg.length_batch_size) * (cfg.steps + cfg.warmup)
-    bert = prepare_bert(setup, max_train_samples=max(setup.train_samples, need), device=str(dev))
-    p = bert.prepared
-    report = ScalingReport(device=str(dev), device_name=device_name(dev), model=p.model_description,
-                           dataset=p.dataset_description, steps=cfg.steps, warmup=cfg.warmup)
+    samples = max(setup.train_samples, need)
+    bert = prepare_bert(setup, max_train_samples=samples, device=str(dev))
+    report = ScalingReport(device=str(dev), device_name=device_name(dev), model="", dataset="",
+                           steps=cfg.steps, warmup=cfg.warmup)
 
     for batch_size in sorted(cfg.batch_sizes):
         for precision in precisions:
             m = _measure(bert, precision, dev, cfg, batch_size=batch_size)
-            model, loader, loss_fn = m.pop("model"), m.pop("loader"), m.pop("loss_fn")
-            saved = saved_activation_bytes(model, next(iter(loader)), precision, dev, loss_fn)
+            parts = m.pop("parts")
+            report.model, report.dataset = parts.run_info.get("model", ""), parts.run_info.get("dataset", "")
+            batch = next(iter(parts.train_loader))
+            saved = saved_activation_bytes(parts.model, batch, precision, dev, parts.loss_fn)
             report.points.append(ScalingPoint("batch", precision.name, batch_size, bert.cfg.max_length, "dynamic",
                                               saved_activation_bytes=saved, **m))
-            del model, loader
+            del parts, batch
 
-    # Re-tokenise the same rows per cap (the recipe's tokenisation: truncation keeps [SEP]).
-    rows = _train_rows(bert)
+    # The same rows tokenised at each cap by the recipe's own prepare (its truncation keeps [SEP]).
     for max_length in sorted(cfg.max_lengths):
-        examples = tokenize_rows(rows, p.tokenizer, max_length)
+        capped = prepare_bert(setup, max_train_samples=samples, max_length=max_length, device=str(dev))
         for padding in PADDINGS:
             for precision in precisions:
-                m = _measure(bert, precision, dev, cfg, batch_size=cfg.length_batch_size, examples=examples,
+                m = _measure(capped, precision, dev, cfg, batch_size=cfg.length_batch_size,
                              fixed_length=max_length if padding == "max_length" else None)
-                for key in ("model", "loader", "loss_fn"):
-                    m.pop(key)
+                m.pop("parts")
                 report.points.append(ScalingPoint("length", precision.name, cfg.length_batch_size, max_length,
                                                   padding, **m))
     return report
-
-
-def _train_rows(bert: PreparedBert) -> list[dict]:
-    """The training rows the recipe tokenised (same source, seed and cap as its ``prepare``)."""
-    from mixft.data.sources import load_sentiment_data
-
-    cfg = bert.cfg
-    data = load_sentiment_data(cfg.data_dir, seed=cfg.seeds[0], generated_train_size=cfg.max_train_samples,
-                               generated_eval_size=cfg.max_eval_samples)
-    return data.train[: cfg.max_train_samples]
 
 
 def scaling_tables(report: ScalingReport) -> str:

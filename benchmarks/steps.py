@@ -1,13 +1,13 @@
 """bert-sst2 step time: fp32 against the device's AMP precision, side by side in one process.
 
 Each precision trains a fresh model (same seed: same initial weights, same batches) in
-mixft's Trainer for ``warmup + steps`` optimizer steps; a ``StepTimer`` reads the
+mixft's Trainer (``Trainer.from_parts``) for ``warmup + steps`` optimizer steps; a ``StepTimer`` reads the
 synchronised clock after every step. With ``rounds > 1`` this repeats, the precisions
 in a rotated order each round, so load from other processes on a shared machine falls
 on both alike. Reported per precision: the median (and the minimum) step time over every
 timed step of every round, samples/s and real (unpadded) tokens/s over those steps, and
-the ratio of the medians to fp32's. Under AMP on CUDA the recipe pads to multiples of 8, so an AMP
-batch may hold a few more padded tokens than the fp32 one; tokens/s counts real tokens only.
+the ratio of the medians to fp32's. Batches are padded as the recipe's loaders pad them;
+tokens/s counts real (unpadded) tokens only.
 
 Efficiency (MFU-style): the timed steps' matmul FLOPs (``bert_matmul_flops``: every
 Linear and attention product on the padded batches, forward and backward) over their
@@ -23,6 +23,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from mixft.measure import device_name
 from mixft.precision import amp_precision_names, configure_matmul, resolve_device, resolve_precision
 from mixft.trainer import Trainer
 
-from .bert import BertSetup, bert_matmul_flops, prepare_bert
+from .bert import BertSetup, bert_matmul_flops, encoder_config, prepare_bert
 from .timing import StepTimer, TimedRegion, flops, markdown_table, matmul_peak, mib, ratio, rotated
 
 
@@ -78,10 +79,11 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
     names = precisions or ["fp32", amp_precision_names(dev)[0]]
     # Enough examples for every step in one epoch: no epoch boundary inside the timing.
     need = setup.batch_size * (steps + warmup)
-    bert = prepare_bert(setup, max_train_samples=need, max_eval_samples=min(setup.eval_samples, 8), device=str(dev))
+    bert = prepare_bert(setup, max_train_samples=need, max_eval_samples=min(setup.eval_samples, 8), device=str(dev),
+                        epochs=1, max_steps=steps + warmup)
     report = StepReport(
-        device=str(dev), device_name=device_name(dev), model=bert.prepared.model_description,
-        dataset=bert.prepared.dataset_description, batch_size=setup.batch_size, max_length=bert.cfg.max_length,
+        device=str(dev), device_name=device_name(dev), model="", dataset="", batch_size=setup.batch_size,
+        max_length=bert.cfg.max_length,
     )
     timers: dict[str, list[StepTimer]] = {name: [] for name in names}
     peaks: dict[str, list] = {name: [] for name in names}
@@ -91,13 +93,11 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
         for name in rotated(names, rnd):
             precision = resolve_precision(name, dev)
             parts = bert.recipe.build(bert.cfg, bert.prepared, precision, dev, setup.seed)
-            config = parts.model.encoder.config
+            report.model, report.dataset = parts.run_info.get("model", ""), parts.run_info.get("dataset", "")
+            config = encoder_config(parts.model)
             timer = StepTimer()
-            trainer = Trainer(
-                parts.model, parts.optimizer, parts.loss_fn, parts.train_loader, eval_loader=None,
-                precision=precision, device=dev, lr_scheduler=parts.lr_scheduler, max_grad_norm=bert.cfg.clip_norm,
-                epochs=1, max_steps=steps + warmup, seed=setup.seed, callbacks=[timer],
-            )
+            trainer = Trainer.from_parts(dataclasses.replace(parts, eval_loader=None), bert.cfg, precision=precision,
+                                         device=dev, seed=setup.seed, callbacks=[timer])
             with TimedRegion(dev) as region:
                 trainer.fit()
             timers[name].append(timer)
@@ -115,8 +115,8 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
         known = [b for b in peaks[name] if b is not None]
         precision = resolve_precision(name, dev)
         achieved = sum(bert_matmul_flops(config, shapes) for shapes in merged.step_shapes) / sum(merged.step_times_s)
-        configure_matmul(precision, dev)  # TF32 on or off, as the run had it
-        peak = matmul_peak(dev, precision.autocast_dtype or torch.float32, 8192 if dev.type == "cuda" else 2048)
+        with configure_matmul(precision, dev):  # TF32 on or off, as the run had it
+            peak = matmul_peak(dev, precision.autocast_dtype or torch.float32, 8192 if dev.type == "cuda" else 2048)
         report.rows.append(StepRow(
             precision=precision.name, warmup_steps=warmup, rounds=rounds,
             min_step_s=min(merged.step_times_s), peak_memory_bytes=max(known) if known else None,

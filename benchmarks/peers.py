@@ -1,31 +1,34 @@
 """mixft against its peers: the same BERT fine-tune in three frameworks, one process, one after another.
 
-1. ``mixft``      mixft's ``Trainer`` with the ``bert-sst2`` recipe's parts (its loaders and
-                  fused AdamW), evaluation off during training.
+1. ``mixft``      ``Trainer.from_parts`` with the ``bert-sst2`` recipe's parts, evaluation off
+                  during training.
 2. ``hf-trainer`` ``transformers.Trainer``: ``bf16=True`` / ``fp16=True`` (nothing for fp32),
-                  ``DataCollatorWithPadding``, ``train_sampling_strategy="group_by_length"``
-                  (transformers 5's spelling of ``group_by_length=True``),
-                  ``optim="adamw_torch_fused"`` where the device has it, no evaluation,
+                  ``optimizers=(the recipe's optimizer, the recipe's schedule)``, the recipe's
+                  collator and tokenised examples, ``train_sampling_strategy="group_by_length"``
+                  (transformers 5's spelling of ``group_by_length=True``), no evaluation,
                   ``report_to=[]``, ``save_strategy="no"``, ``use_cpu=True`` on CPU.
 3. ``accelerate`` a plain loop under ``Accelerator(mixed_precision="no" | "bf16" | "fp16")`` on
-                  the recipe's loaders: ``prepare`` -> forward -> ``accelerator.backward`` ->
-                  ``clip_grad_norm_`` -> step -> schedule -> zero_grad.
+                  the recipe's train loader, optimizer and schedule: ``prepare`` -> forward ->
+                  ``accelerator.backward`` -> ``clip_grad_norm_`` -> step -> schedule -> zero_grad.
 
-Held equal: initial weights (``build_model(path, seed)`` for each, compared tensor by tensor
-with the first: ``initial_weights_identical``), tokenised data, batch size, epochs (or
-``max_steps``), lr, weight decay, linear warm-up (the same integer number of steps),
-gradient clipping, AdamW (fused where available), padding policy (the recipe's, for all
-three: multiples of 8 under mixed precision on CUDA, for tensor cores; the batch's longest
-otherwise, on CPU at every precision). Not equal, by design:
-each framework's own sampler (mixft's ``LengthGroupedBatchSampler``, HF's
-``LengthGroupedSampler``) and its own loop.
+Held equal, by construction: every framework trains the parts of one ``recipe.build`` call
+(the recipe protocol; nothing here knows the recipe's constants): its model (initial
+weights compared tensor by tensor with the first run's: ``initial_weights_identical``),
+tokenised data, collator and padding, its optimizer factory (param groups, weight decay
+per group, lr, fused or not: recorded per run as ``extra["optimizer_groups"]``), its
+schedule factory over the same number of steps, batch size, epochs (or ``max_steps``)
+and gradient clipping. Not equal, by design: each framework's own sampler (mixft's and
+the accelerate loop's ``LengthGroupedBatchSampler``, HF's ``LengthGroupedSampler``) and
+its own loop.
 
 Measured per run: wall time of the training call (device-synchronised; mixft ``fit()``,
-``hf_trainer.train()``, the accelerate loop), peak memory (CPU: process RSS, which an
+``hf_trainer.train()``, the accelerate loop with its ``Accelerator`` and ``prepare``; the
+optimizers are built before the clock starts), peak memory (CPU: process RSS, which an
 earlier run in the same process can leave high: compare with care), samples/s and real
 tokens/s from a forward pre-hook counting what each model really computed (so padding
-differences show), and accuracy from one shared evaluator on one eval set after training.
-``ratio`` is mixft's samples/s divided by the peer's (> 1: mixft is faster).
+differences show), and accuracy from one shared evaluator (the recipe's eval loader and
+``predict_fn``) after training. ``ratio`` is mixft's samples/s divided by the peer's
+(> 1: mixft is faster).
 
 With ``rounds > 1`` every framework trains ``rounds`` times, in a rotated order each round
 (a shared, noisy machine then hurts every framework alike); the table shows the median
@@ -39,7 +42,7 @@ Usage::
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -49,19 +52,28 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixft.config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.measure import device_name
 from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
-from mixft.speed import SpeedOptions, fused_adamw_available
+from mixft.recipe import TrainerParts
 from mixft.trainer import Trainer
 
-from .bert import BertSetup, PreparedBert, WorkCounter, evaluate_accuracy, eval_loader, pad_multiple, prepare_bert
+from .bert import (
+    BertSetup,
+    WorkCounter,
+    evaluate_accuracy,
+    make_optimizer,
+    make_scheduler,
+    optimizer_groups,
+    pad_description,
+    planned_steps,
+    prepare_bert,
+)
 from .timing import TimedRegion, markdown_table, mib, ratio, rotated
 
 FRAMEWORKS = ("mixft", "hf-trainer", "accelerate")
-WARMUP_FRACTION = 0.1
-WEIGHT_DECAY = 0.01
 
 
 @dataclass
@@ -165,11 +177,6 @@ class LossOutputModel(nn.Module):
         return out
 
 
-def planned_steps(n_train: int, batch_size: int, epochs: int, max_steps: int | None) -> int:
-    total = math.ceil(n_train / batch_size) * epochs
-    return min(total, max_steps) if max_steps else total
-
-
 def state_fingerprint(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -189,52 +196,47 @@ def _reset_accelerate_state() -> None:
 
 
 # ----------------------------------------------------------------------------- frameworks
-# Each returns (settings, train): the untimed set-up (loaders, the HF Trainer object) is done
-# here; ``train()`` is the timed part and returns extra facts. What each ``train()`` covers:
-# mixft: Trainer construction (its optimizer factory) + fit(); hf-trainer: train() (which
-# builds its optimizer, scheduler and dataloader); accelerate: Accelerator + prepare + loop.
+# Each returns (settings, train): the untimed set-up (model on the device, the recipe's
+# optimizer and schedule, the HF Trainer object) is done here; ``train()`` is the timed part
+# and returns extra facts, among them the param groups the optimizer really stepped.
 
 
-def _setup_mixft(bert: PreparedBert, model, precision: Precision, device, max_steps, seed):
-    parts = bert.recipe.build(bert.cfg, bert.prepared, precision, device, seed)
-    parts.model = None  # the recipe built its own copy; train the shared-init model instead
-    pad = pad_multiple(precision, device) or "longest"
-    fused = fused_adamw_available(device)
+def _optimizer_words(optimizer: torch.optim.Optimizer) -> str:
+    return f"{type(optimizer).__name__} fused={bool(optimizer.defaults.get('fused'))}"
+
+
+def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
+    # Evaluation off during training: every framework is scored by the same evaluator after.
+    trainer = Trainer.from_parts(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
+                                 device=device, seed=seed)
 
     def train() -> dict:
-        trainer = Trainer(
-            model, parts.optimizer, parts.loss_fn, parts.train_loader, eval_loader=None, precision=precision,
-            device=device, lr_scheduler=parts.lr_scheduler, max_grad_norm=bert.cfg.clip_norm,
-            epochs=bert.cfg.epochs, max_steps=max_steps, seed=seed,
-        )
         trainer.fit()
-        return {"steps": trainer.state.step, "skipped_steps": trainer.state.skipped_steps}
+        return {"steps": trainer.state.step, "skipped_steps": trainer.state.skipped_steps,
+                "optimizer_groups": optimizer_groups(trainer.optimizer, parts.model)}
 
-    switches = ", ".join(k for k, on in SpeedOptions().to_dict().items() if on)
-    return f"LengthGroupedBatchSampler, pad {pad}, AdamW fused={fused}, speed switches: {switches}", train
+    pad = pad_description(parts.train_loader)
+    return f"LengthGroupedBatchSampler, pad {pad}, {_optimizer_words(trainer.optimizer)}", train
 
 
-def _setup_hf(bert: PreparedBert, model, precision: Precision, device, max_steps, seed):
-    from transformers import DataCollatorWithPadding, PrinterCallback, TrainingArguments
+def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
+    from transformers import PrinterCallback, TrainingArguments
     from transformers import Trainer as HFTrainer
 
-    cfg, p = bert.cfg, bert.prepared
-    fused = fused_adamw_available(device)
-    total = planned_steps(len(p.train_examples), cfg.batch_size, cfg.epochs, max_steps)
+    model = parts.model.to(device)  # before the optimizer: its state must be for these tensors
+    optimizer = make_optimizer(parts, model)
+    total = planned_steps(len(parts.train_loader), cfg.grad_accum, cfg.epochs, cfg.max_steps)
+    scheduler = make_scheduler(parts, optimizer, total)
     out = tempfile.mkdtemp(prefix="mixft-hf-")  # save_strategy="no": stays empty
     args = TrainingArguments(
         output_dir=out,
         per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
         num_train_epochs=cfg.epochs,
-        max_steps=max_steps or -1,
-        learning_rate=cfg.lr,
-        weight_decay=WEIGHT_DECAY,
-        warmup_steps=int(WARMUP_FRACTION * total),  # the same integer as the recipe's schedule
-        lr_scheduler_type="linear",
+        max_steps=cfg.max_steps or -1,
         max_grad_norm=cfg.clip_norm or 0.0,
         bf16=precision.autocast_dtype == torch.bfloat16,
         fp16=precision.autocast_dtype == torch.float16,
-        optim="adamw_torch_fused" if fused else "adamw_torch",
         train_sampling_strategy="group_by_length",
         eval_strategy="no",
         save_strategy="no",
@@ -246,10 +248,11 @@ def _setup_hf(bert: PreparedBert, model, precision: Precision, device, max_steps
         disable_tqdm=True,
         seed=seed,
     )
-    collator = DataCollatorWithPadding(p.tokenizer, pad_to_multiple_of=pad_multiple(precision, device), return_tensors="pt")
+    # lr, weight decay and warm-up live in the recipe's optimizer and schedule, handed over
+    # whole: TrainingArguments' own optimizer settings are then unused.
     hf = HFTrainer(
-        model=LossOutputModel(model, bert.recipe.loss_fn), args=args, train_dataset=p.train_examples,
-        data_collator=collator, processing_class=p.tokenizer,
+        model=LossOutputModel(model, parts.loss_fn), args=args, train_dataset=parts.train_loader.dataset,
+        data_collator=parts.train_loader.collate_fn, optimizers=(optimizer, scheduler),
     )
     hf.remove_callback(PrinterCallback)  # it prints the final metrics; the library does not print
 
@@ -258,61 +261,56 @@ def _setup_hf(bert: PreparedBert, model, precision: Precision, device, max_steps
             output = hf.train()
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        return {"steps": hf.state.global_step, "hf_train_runtime_s": output.metrics.get("train_runtime")}
+        return {"steps": hf.state.global_step, "hf_train_runtime_s": output.metrics.get("train_runtime"),
+                "optimizer_groups": optimizer_groups(hf.optimizer, model)}
 
-    pad = pad_multiple(precision, device) or "longest"
     flag = {torch.bfloat16: "bf16=True", torch.float16: "fp16=True"}.get(precision.autocast_dtype, "no AMP flag")
-    optim = getattr(args.optim, "value", args.optim)
-    return f"{flag}, group_by_length, pad {pad}, optim={optim}", train
+    pad = pad_description(parts.train_loader)
+    return f"{flag}, group_by_length, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)", train
 
 
-def _setup_accelerate(bert: PreparedBert, model, precision: Precision, device, max_steps, seed):
+def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
     from accelerate import Accelerator
-    from transformers import get_linear_schedule_with_warmup
 
-    from mixft.data.text import make_loader
-
-    cfg, p = bert.cfg, bert.prepared
     mixed = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(precision.autocast_dtype, "no")
-    loader = make_loader(p.train_examples, p.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
-                         pad_to_multiple_of=pad_multiple(precision, device), pin_memory=device.type == "cuda")
+    model = parts.model.to(device)  # before the optimizer: its state must be for these tensors
+    optimizer = make_optimizer(parts, model)
+    loader = parts.train_loader
     sampler = loader.batch_sampler
-    fused = fused_adamw_available(device)
-    total = planned_steps(len(p.train_examples), cfg.batch_size, cfg.epochs, max_steps)
-    loss_fn = bert.recipe.loss_fn
+    total = planned_steps(len(loader), cfg.grad_accum, cfg.epochs, cfg.max_steps)
+    scheduler = make_scheduler(parts, optimizer, total)
 
     def train() -> dict:
-        nonlocal model, loader
         accelerator = Accelerator(mixed_precision=mixed, cpu=device.type == "cpu")
-        model = model.to(accelerator.device)  # before the optimizer: its state must be for these tensors
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=WEIGHT_DECAY, fused=fused)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(WARMUP_FRACTION * total), total)
-        model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+        wrapped, opt, batches, sched = accelerator.prepare(model, optimizer, loader, scheduler)
         torch.manual_seed(seed)
-        model.train()
+        wrapped.train()
         step = 0
         for epoch in range(cfg.epochs):
-            sampler.set_epoch(epoch)
-            for batch in loader:
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+            for batch in batches:
                 labels = batch.pop("labels")
-                logits = model(**batch)  # prepare() wrapped forward in autocast
-                loss = loss_fn(logits, labels)
+                logits = wrapped(**batch)  # prepare() wrapped forward in autocast
+                loss = parts.loss_fn(logits, labels)
                 accelerator.backward(loss)
                 if cfg.clip_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.clip_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                    accelerator.clip_grad_norm_(wrapped.parameters(), cfg.clip_norm)
+                opt.step()
+                if sched is not None:
+                    sched.step()
+                opt.zero_grad(set_to_none=True)
                 step += 1
-                if max_steps and step >= max_steps:
+                if cfg.max_steps and step >= cfg.max_steps:
                     break
-            if max_steps and step >= max_steps:
+            if cfg.max_steps and step >= cfg.max_steps:
                 break
-        accelerator.unwrap_model(model, keep_fp32_wrapper=False)  # evaluation applies its own autocast
-        return {"steps": step}
+        accelerator.unwrap_model(wrapped, keep_fp32_wrapper=False)  # evaluation applies its own autocast
+        return {"steps": step, "optimizer_groups": optimizer_groups(opt, model)}
 
-    pad = pad_multiple(precision, device) or "longest"
-    return f'mixed_precision="{mixed}", LengthGroupedBatchSampler, pad {pad}, AdamW fused={fused}', train
+    pad = pad_description(loader)
+    return (f'mixed_precision="{mixed}", LengthGroupedBatchSampler, pad {pad}, '
+            f"recipe's {_optimizer_words(optimizer)}"), train
 
 
 _SETUP = {"mixft": _setup_mixft, "hf-trainer": _setup_hf, "accelerate": _setup_accelerate}
@@ -330,28 +328,31 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
     dev = resolve_device(setup.device)
     names = [amp_precision_names(dev)[0] if n == "amp" else n for n in cfg.precisions]
     precisions = [resolve_precision(n, dev) for n in dict.fromkeys(names)]
-    bert = prepare_bert(setup, device=str(dev))
+    bert = prepare_bert(setup, device=str(dev), max_steps=cfg.max_steps)
+    run_cfg = bert.cfg
     report = PeersReport(
-        device=str(dev), device_name=device_name(dev), model=bert.prepared.model_description,
-        dataset=bert.prepared.dataset_description, batch_size=bert.cfg.batch_size, epochs=bert.cfg.epochs,
-        max_steps=cfg.max_steps, lr=bert.cfg.lr, rounds=cfg.rounds,
+        device=str(dev), device_name=device_name(dev), model="", dataset="", batch_size=run_cfg.batch_size,
+        epochs=run_cfg.epochs, max_steps=cfg.max_steps, lr=run_cfg.lr, rounds=cfg.rounds,
     )
     reference: dict[str, torch.Tensor] | None = None
     for precision in precisions:
-        evaluation = eval_loader(bert, precision, dev)
         for rnd in range(cfg.rounds):
             for fw in rotated(cfg.frameworks, rnd):
-                model = bert.recipe.build_model(bert.prepared.model_path, setup.seed)
+                # A fresh recipe build per run: the same seed gives the same weights and data order.
+                parts = bert.recipe.build(run_cfg, bert.prepared, precision, dev, setup.seed)
+                report.model = report.model or parts.run_info.get("model", "")
+                report.dataset = report.dataset or parts.run_info.get("dataset", "")
+                model = parts.model
                 if reference is None:
                     reference = state_fingerprint(model)
                 identical = same_state(model, reference)
                 _reset_accelerate_state()
                 logger.info("peers: %s %s round %d", fw, precision.name, rnd + 1)
-                settings, train = _SETUP[fw](bert, model, precision, dev, cfg.max_steps, setup.seed)
+                settings, train = _SETUP[fw](run_cfg, parts, precision, dev, setup.seed)
                 with WorkCounter(model) as work, TimedRegion(dev) as region:
                     extra = train()
                 counts = work.totals()
-                accuracy = evaluate_accuracy(model, evaluation, precision, dev)
+                accuracy = evaluate_accuracy(model, parts.eval_loader, parts.predict_fn, precision, dev)
                 report.runs.append(PeerRun(
                     framework=fw, precision=precision.name, round=rnd + 1, settings=settings,
                     initial_weights_identical=identical, time_s=region.elapsed_s, samples=counts["samples"],
@@ -361,7 +362,7 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
                     peak_memory_bytes=region.peak_bytes, peak_memory_kind=region.memory_kind, accuracy=accuracy,
                     torch_threads=torch.get_num_threads(), load_avg_1m=_load_avg(), extra=extra,
                 ))
-                del model
+                del model, parts, train
         _reset_accelerate_state()
     return report
 

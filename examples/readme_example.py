@@ -1,3 +1,4 @@
+#!/usr/bin/env python
 """The README example, corrected and measured: its FP32 loop and its AMP loop, side by side.
 
 The README shows a BERT classifier and two training loops, single and mixed precision.
@@ -9,12 +10,12 @@ the script prints is taken from their source, so it is exactly the code that run
 
 Usage::
 
-    python scripts/readme_example.py                  # offline defaults, minutes on a laptop CPU
-    python scripts/readme_example.py --model bert-base-uncased --data-dir glue/SST-2 --epochs 5
+    python examples/readme_example.py                 # offline defaults, minutes on a laptop CPU
+    python examples/readme_example.py --model bert-base-uncased --data-dir glue/SST-2 --epochs 5
 
-or in Python::
+(``scripts/readme_example.py`` is the same entry point) or in Python, from the repository root::
 
-    from mixft.readme_example import ExampleConfig, prepare, run_comparison
+    from examples.readme_example import ExampleConfig, prepare, run_comparison
     fp32, amp = run_comparison(prepare(ExampleConfig(max_train_samples=200)))
 
 Both loops are measured the same way (mixft's device-synchronised Stopwatch and
@@ -39,12 +40,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import UsageError
-from .log import logger
-from .measure import PeakMemory, Stopwatch, device_name
-from .models import BertClassifier
-from .precision import Precision, precision_notice, resolve_device, resolve_precision
-from .results import RunResult
+from mixft.errors import UsageError
+from mixft.log import logger
+from mixft.measure import PeakMemory, Stopwatch, device_name
+from mixft.models import BertClassifier
+from mixft.precision import Precision, precision_notice, resolve_device, resolve_precision
+from mixft.results import RunResult
 
 PROG = "readme_example.py"
 README_EPOCHS = 5  # what the README trains for; the default here is smaller, see ExampleConfig
@@ -430,9 +431,9 @@ def prepare(cfg: ExampleConfig) -> Prepared:
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from .data.sources import load_sentiment_data
-    from .data.text import tokenize_rows
-    from .hub import resolve_model
+    from mixft.data.sources import load_sentiment_data
+    from mixft.data.text import tokenize_rows
+    from mixft.hub import resolve_model
 
     cfg.validate()
     device = resolve_device(cfg.device)
@@ -692,7 +693,7 @@ def side_by_side(fp32: RunResult, amp: RunResult) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cliargs import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
+    from mixft.cliargs import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
 
     d = ExampleConfig()
     p = _Parser(
@@ -728,14 +729,15 @@ def config_from_args(args: argparse.Namespace) -> ExampleConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of scripts/readme_example.py. Returns the exit code (2 for bad input)."""
+    """Entry point of examples/readme_example.py (and scripts/readme_example.py). Returns the exit code (2 for bad input)."""
     try:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args).validate()
         if args.output_dir:
-            from .runner import check_writable
+            from mixft.outdir import check_output_dir
+            from mixft.summary import CHART_TITLES
 
-            check_writable(Path(args.output_dir))
+            check_output_dir(Path(args.output_dir), files=["results.json", "report.md", *CHART_TITLES])
         prepared = prepare(cfg)  # model, data, device, precisions: every check before any work
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -779,11 +781,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("Peak memory on CPU is the process's RSS (Python, libraries and data included), and the "
             "AMP run follows the fp32 run in the same process: read it as an upper bound, not tensor memory.")
     if args.output_dir:
-        from .report import write_report
-        from .results import results_document, write_results
+        from mixft.plots import write_plots
+        from mixft.report import write_report
+        from mixft.results import results_document, write_results
 
         out = Path(args.output_dir)
         write_results(out / "results.json", [fp32, amp])
-        write_report(results_document([fp32, amp]), out)
+        write_report(results_document([fp32, amp]), out, charts=write_plots)
         say(f"results: {out / 'results.json'}", f"report:  {out / 'report.md'}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -37,10 +37,12 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from mixft.config import RunConfig
 from mixft.measure import device_name
@@ -77,6 +79,17 @@ class MLPSizes:
             recipe=RECIPE, device=device, batch_size=self.batch_size, epochs=self.epochs,
             extra={"width": self.width, "layers": self.layers, "batches": self.batches, "eval_batches": 0},
         )
+
+    def scale_note(self) -> str | None:
+        """None at the seed's sizes (this class's defaults), else what differs, in one line."""
+        seed = MLPSizes()
+        if self == seed:
+            return None
+        work = self.width**2 * self.layers * self.batch_size * self.batches * self.epochs
+        smaller = work < seed.width**2 * seed.layers * seed.batch_size * seed.batches * seed.epochs
+        changed = ", ".join(f"{k} {v} (seed {getattr(seed, k)})" for k, v in asdict(self).items()
+                            if v != getattr(seed, k))
+        return f"sizes {'scaled down' if smaller else 'changed'} from the seed's: {changed}"
 
 
 @dataclass
@@ -153,9 +166,9 @@ def run_mlp_benchmark(
     # rounds (a shared machine's load drifts; the fraction compares like with like).
     n = peak_n or (8192 if dev.type == "cuda" else 2048)
 
-    weights = recipe.linear_weight_count(recipe.build_model(sizes.width, sizes.layers, seed))
+    weights = linear_weight_count(recipe.build(cfg, prepared, precisions["default"], dev, seed).model)
     report = MLPReport(
-        device=str(dev), device_name=device_name(dev), sizes=asdict(sizes), scaled=prepared.scaled,
+        device=str(dev), device_name=device_name(dev), sizes=asdict(sizes), scaled=sizes.scale_note(),
         linear_weights=weights, flop_rule=FLOP_RULE,
     )
     runs: dict[str, list[ModeResult]] = {m: [] for m in to_run}
@@ -183,11 +196,9 @@ def run_mlp_benchmark(
 def _train_mode(recipe, cfg, prepared, mode: str, precision: Precision, dev, seed: int, weights: int,
                 peak: MatmulPeak) -> ModeResult:
     parts = recipe.build(cfg, prepared, precision, dev, seed)
-    trainer = Trainer(
-        parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
-        eval_loader=None, precision=precision, device=dev, max_grad_norm=cfg.clip_norm,
-        epochs=cfg.epochs, seed=seed,
-    )
+    # The seed times training alone: no evaluation inside the timed fit().
+    trainer = Trainer.from_parts(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
+                                 device=dev, seed=seed)
     with TimedRegion(dev) as region:  # the seed's start_timer() ... end_timer_and_print()
         result = trainer.fit()
     achieved = 6 * weights * trainer.state.samples / region.elapsed_s
@@ -199,6 +210,11 @@ def _train_mode(recipe, cfg, prepared, mode: str, precision: Precision, dev, see
         peak_above_start_bytes=region.peak_above_start_bytes, achieved_flops_per_s=achieved,
         matmul_peak=asdict(peak), fraction_of_peak=achieved / peak.flops_per_s,
     )
+
+
+def linear_weight_count(model: nn.Module) -> int:
+    """Weights of every ``nn.Linear`` (biases excluded): what the matmuls multiply by."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
 def mlp_table(report: MLPReport) -> str:

@@ -1,24 +1,30 @@
-"""The bert-sst2 pieces the BERT benchmarks share: one preparation, one evaluator, one counter.
+"""The bert-sst2 pieces the BERT benchmarks share: one preparation, the recipe's parts, one evaluator.
 
-Everything goes through the ``bert-sst2`` recipe (looked up in the registry), so the
-benchmarks measure the model, tokenisation and loaders that ``finetune.py`` trains.
+Everything goes through the ``bert-sst2`` recipe's protocol (``get_recipe``, ``prepare``,
+``build``): the benchmarks measure the model, tokenisation, loaders, optimizer and
+schedule that ``finetune.py`` trains, and copy none of the recipe's constants. A peer
+framework gets its optimizer and scheduler from the same factories (``make_optimizer``,
+``make_scheduler``), so what is held equal is equal by construction.
 
 Usage::
 
-    setup = prepare_bert(BertSetup(train_samples=512, max_length=128))
-    model = setup.recipe.build_model(setup.prepared.model_path, seed=0)
+    bert = prepare_bert(BertSetup(train_samples=512, max_length=128))
+    parts = bert.recipe.build(bert.cfg, bert.prepared, precision, device, seed=0)
+    optimizer = make_optimizer(parts, parts.model)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
 from mixft.config import RunConfig
-from mixft.data.text import make_loader
 from mixft.precision import Precision
+from mixft.recipe import TrainerParts
 from mixft.registry import get_recipe
 
 RECIPE = "bert-sst2"
@@ -54,7 +60,7 @@ class BertSetup:
 class PreparedBert:
     recipe: ModuleType
     cfg: RunConfig  # with the recipe's defaults filled in
-    prepared: object  # the recipe's Prepared: tokenizer, tokenised examples, descriptions
+    prepared: Any  # whatever the recipe's prepare returned; handed back to its build, never read here
 
 
 def prepare_bert(setup: BertSetup, **overrides) -> PreparedBert:
@@ -64,23 +70,60 @@ def prepare_bert(setup: BertSetup, **overrides) -> PreparedBert:
     return PreparedBert(recipe, cfg, recipe.prepare(cfg))
 
 
-def pad_multiple(precision: Precision, device: torch.device) -> int | None:
-    """The recipe's padding policy (multiples of 8 under mixed precision on CUDA, else the
-    batch's longest): every framework in a comparison pads the way mixft's recipe does."""
-    return get_recipe(RECIPE).pad_multiple(precision, device)
+def make_optimizer(parts: TrainerParts, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The recipe's optimizer for ``model``'s parameters (its factory, or the optimizer it built).
+
+    Build it after the model is on its device (the optimizer's state follows the tensors).
+    """
+    opt = parts.optimizer
+    return opt if isinstance(opt, torch.optim.Optimizer) else opt(model.parameters())
 
 
-def eval_loader(bert: PreparedBert, precision: Precision, device: torch.device, batch_size: int | None = None):
-    p = bert.prepared
-    return make_loader(p.eval_examples, p.tokenizer, batch_size or bert.cfg.batch_size * 2, shuffle=False,
-                       pad_to_multiple_of=pad_multiple(precision, device))
+def make_scheduler(parts: TrainerParts, optimizer: torch.optim.Optimizer, total_steps: int):
+    """The recipe's learning-rate schedule over ``total_steps`` optimizer steps (None if it has none)."""
+    sched = parts.lr_scheduler
+    if sched is None or not callable(sched) or hasattr(sched, "step"):
+        return sched
+    return sched(optimizer, total_steps)
+
+
+def planned_steps(n_batches: int, grad_accum: int, epochs: int, max_steps: int | None) -> int:
+    """Optimizer steps of a run, counted as mixft's Trainer counts them (the schedule's length)."""
+    total = math.ceil(n_batches / grad_accum) * epochs
+    return min(total, max_steps) if max_steps else total
+
+
+def optimizer_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> list[dict[str, Any]]:
+    """Each param group's weight decay, initial lr and parameter names (sorted): what a run optimised how.
+
+    Two frameworks fed the same factory give equal lists; a peer that decays every
+    parameter (or forgets the recipe's no-decay group) does not.
+    Usage: ``optimizer_groups(opt, model) == optimizer_groups(reference_opt, reference_model)``
+    """
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [
+        {
+            "weight_decay": group.get("weight_decay", 0.0),
+            "lr": group.get("initial_lr", group["lr"]),  # schedulers move "lr"; "initial_lr" stays
+            "params": sorted(names.get(id(p), "?") for p in group["params"]),
+        }
+        for group in optimizer.param_groups
+    ]
+
+
+def pad_description(loader) -> str:
+    """How ``loader``'s collator pads: ``"x8"`` style multiples, or ``"longest"``."""
+    multiple = getattr(getattr(loader, "collate_fn", None), "pad_to_multiple_of", None)
+    return f"x{multiple}" if multiple else "longest"
 
 
 @torch.inference_mode()
-def evaluate_accuracy(model: torch.nn.Module, loader, precision: Precision, device: torch.device) -> float:
-    """Accuracy of a ``BertClassifier`` (logit > 0) over ``loader`` under ``precision``'s autocast.
+def evaluate_accuracy(model: torch.nn.Module, loader, predict_fn, precision: Precision,
+                      device: torch.device) -> float:
+    """Accuracy of ``model`` over ``loader`` under ``precision``'s autocast, labels from ``predict_fn``.
 
-    One evaluator for every framework, so accuracy differences come from training alone.
+    One evaluator (the recipe's eval loader and ``predict_fn``) for every framework, so
+    accuracy differences come from training alone.
     """
     was_training = model.training
     model.eval()
@@ -91,8 +134,8 @@ def evaluate_accuracy(model: torch.nn.Module, loader, precision: Precision, devi
             batch = {k: v.to(device) for k, v in batch.items()}
             labels = batch.pop("labels")
             with torch.autocast(device.type, dtype=dtype, enabled=precision.autocast_enabled):
-                logits = model(**batch)
-            correct += int(((logits > 0).long() == labels.long()).sum())
+                outputs = model(**batch)
+            correct += int((predict_fn(outputs).long() == labels.long()).sum())
             total += int(labels.numel())
     finally:
         model.train(was_training)
@@ -141,6 +184,15 @@ class WorkCounter:
         real = int(torch.stack(self._real).sum()) if self._real else sum(self._padded)
         return {"forwards": len(self._samples), "samples": sum(self._samples), "real_tokens": real,
                 "padded_tokens": sum(self._padded)}
+
+
+def encoder_config(model: torch.nn.Module):
+    """The Hugging Face config of the first submodule that has one (the BERT encoder)."""
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "hidden_size"):
+            return config
+    raise ValueError(f"{type(model).__name__} holds no module with a Hugging Face config")
 
 
 def bert_matmul_flops(config, shapes) -> int:

@@ -1,0 +1,332 @@
+"""A text-classification (or regression) data set from the user's files or a hub dataset, checked.
+
+Usage::
+
+    from mixft.data.textdata import load_glue_data, load_text_data
+    data = load_text_data(train_file="topics_train.csv", validation_file="topics_validation.csv")
+    data = load_text_data(dataset="ag_news", validation_split=0.1, max_train_samples=5000)
+    data = load_glue_data("mrpc")
+    data.train, data.eval          # datasets.Dataset (Arrow), the source's own columns
+    data.task.kind, data.task.id2label, data.task.text_columns, data.description
+
+Everything a run needs to know about its data is settled here, before a model or
+tokenizer is loaded: the source, the columns, the label kind and names, the validation
+data, the sample caps. Every problem is one UsageError line. Data the user brings is
+used whole unless ``max_train_samples`` / ``max_eval_samples`` say otherwise; only
+mixft's generated stand-ins (for ``glue/sst2``, ``glue/mrpc``, ``ag_news`` when the hub
+is out of reach) have a default size, ``demo_train_size`` / ``demo_eval_size``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from mixft.data.columns import check_columns, check_text_columns, resolve_columns
+from mixft.data.labels import TASK_KINDS, LabelInfo, analyze_labels, check_eval_labels
+from mixft.errors import UsageError
+from mixft.log import logger
+
+DEMO_TRAIN_SIZE = 2000
+DEMO_EVAL_SIZE = 872  # SST-2's dev size
+# Split names that hold validation data on the hub, in order of preference.
+VALIDATION_SPLITS = ("validation", "validation_matched", "dev", "valid")
+
+
+@dataclass(frozen=True)
+class TextTask:
+    """What the model, loss and metrics need to know about the data."""
+
+    text_column: str
+    text_pair_column: str | None
+    label_column: str
+    labels: LabelInfo
+    glue_task: str | None = None  # the GLUE task name when the data is GLUE's (official metrics)
+
+    @property
+    def kind(self) -> str:
+        """"classification" or "regression"."""
+        return self.labels.kind
+
+    @property
+    def num_labels(self) -> int:
+        """Classes for classification, 1 for regression."""
+        return self.labels.num_labels
+
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        return self.labels.names
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        return self.labels.id2label
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return self.labels.label2id
+
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        return (self.text_column,) if self.text_pair_column is None else (self.text_column, self.text_pair_column)
+
+    @property
+    def is_pair(self) -> bool:
+        return self.text_pair_column is not None
+
+
+@dataclass(frozen=True)
+class TextData:
+    """Training and evaluation data (Arrow datasets in the source's columns) and their task."""
+
+    train: object  # datasets.Dataset
+    eval: object  # datasets.Dataset
+    task: TextTask
+    name: str  # "data/train.csv", "glue/mrpc", "mixft-generated-paraphrase"
+    source: str  # "files" | "hub" | "cache" | "generated"
+    notice: str | None = None  # one line for the user (a stand-in was used), or None
+
+    @property
+    def description(self) -> str:
+        """For run headers and results: ``"glue/mrpc (3668 train / 408 eval)"``."""
+        return f"{self.name} ({len(self.train)} train / {len(self.eval)} eval)"
+
+
+# ---------------------------------------------------------------------------------------
+# Argument checks: all of them before any file is opened
+# ---------------------------------------------------------------------------------------
+
+
+def _check_count(name: str, value) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+
+
+def _check_arguments(train_file, validation_file, dataset, dataset_config, eval_split, task_kind,
+                     validation_split, max_train_samples, max_eval_samples) -> None:
+    if (train_file is None) == (dataset is None):
+        raise UsageError("pass either --train-file (with --validation-file or --validation-split) or --dataset NAME")
+    if validation_file is not None and train_file is None:
+        raise UsageError("--validation-file needs --train-file")
+    if dataset is None and (dataset_config is not None or eval_split is not None):
+        raise UsageError(f"--{'dataset-config' if dataset_config is not None else 'eval-split'} needs --dataset")
+    if task_kind is not None and task_kind not in TASK_KINDS:
+        raise UsageError(f"unknown task kind {task_kind!r}; task kinds: {', '.join(TASK_KINDS)}")
+    if validation_split is not None:
+        if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
+                or not 0 < validation_split < 1:
+            raise UsageError(
+                f"--validation-split must be a fraction between 0 and 1 (exclusive), got {validation_split!r}"
+            )
+        if validation_file is not None:
+            raise UsageError("pass --validation-file or --validation-split, not both")
+    _check_count("max_train_samples", max_train_samples)
+    _check_count("max_eval_samples", max_eval_samples)
+
+
+# ---------------------------------------------------------------------------------------
+# Sources
+# ---------------------------------------------------------------------------------------
+
+
+def _pick_eval_split(splits, eval_split: str | None, label: str) -> str | None:
+    names = list(splits)
+    if eval_split is not None:
+        if eval_split not in splits:
+            raise UsageError(f"--dataset {label}: no split {eval_split!r} (--eval-split); splits: {', '.join(names)}")
+        return eval_split
+    return next((s for s in VALIDATION_SPLITS if s in splits), None)
+
+
+def _from_hub(dataset, config, eval_split, seed, hub_timeout, demo_train, demo_eval):
+    """(train, eval or None, name, source, notice, where, eval_where, splits listing)."""
+    from mixft.data.hubdata import DatasetUnavailable, dataset_label, fetch_hub_dataset
+    from mixft.data.standins import stand_in
+
+    label = dataset_label(dataset, config)
+    try:
+        splits, source = fetch_hub_dataset(dataset, config, hub_timeout=hub_timeout)
+        name, notice = label, None
+    except DatasetUnavailable as unavailable:
+        found = stand_in(dataset, config, train_size=demo_train, eval_size=demo_eval, seed=seed)
+        if found is None:
+            raise
+        splits, name = found
+        source = "generated"
+        notice = (
+            f"notice: {label} is not reachable or cached; using {name}, mixft's generated stand-in in its schema "
+            f"({len(splits['train'])} train / {len(splits['validation'])} eval, seed {seed})"
+        )
+        logger.debug("%s (%s)", notice, unavailable)  # returned to the caller, who shows it
+    if "train" not in splits:
+        raise UsageError(f"--dataset {label}: no 'train' split; splits: {', '.join(splits)}")
+    chosen = _pick_eval_split(splits, eval_split, label)
+    where = f"--dataset {label} (train split)"
+    eval_where = f"--dataset {label} ({chosen} split)"
+    eval_ds = splits[chosen] if chosen is not None else None
+    return splits["train"], eval_ds, name, source, notice, where, eval_where, ", ".join(splits)
+
+
+def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, label_column: str):
+    """A seeded hold-out of ``fraction`` of the rows; the same data, fraction and seed give the same rows.
+
+    Classification data is split per class (stratified), so every class keeps its share in
+    both parts and a rare class is not lost to validation alone; regression data is split
+    by one seeded permutation. Both parts keep the file's row order.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    rng = np.random.default_rng(seed)
+    column = train.select_columns([label_column]).with_format("arrow")[:].column(0)
+    if labels.kind == "classification":
+        codes = pc.dictionary_encode(column.combine_chunks()).indices.to_numpy(zero_copy_only=False)
+        groups = [np.flatnonzero(codes == code) for code in np.unique(codes)]
+    else:
+        groups = [np.arange(len(train))]
+    held = []
+    for group in groups:
+        group = rng.permutation(group)
+        held.append(group[: min(int(round(fraction * len(group))), len(group) - 1)])
+    held = np.sort(np.concatenate(held)) if held else np.array([], dtype=np.int64)
+    if len(held) == 0:
+        raise UsageError(f"{where}: --validation-split {fraction} of {len(train)} rows holds out no row; "
+                         "pass a larger fraction or --validation-file")
+    keep = np.setdiff1d(np.arange(len(train)), held, assume_unique=True)
+    return train.select(keep), train.select(held)
+
+
+def _first(ds, n: int | None):
+    return ds if n is None or n >= len(ds) else ds.select(range(n))
+
+
+def load_text_data(
+    *,
+    train_file: str | os.PathLike | None = None,
+    validation_file: str | os.PathLike | None = None,
+    dataset: str | None = None,
+    dataset_config: str | None = None,
+    eval_split: str | None = None,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    task_kind: str | None = None,
+    validation_split: float | None = None,
+    max_train_samples: int | None = None,
+    max_eval_samples: int | None = None,
+    seed: int = 0,
+    hub_timeout: float = 3.0,
+    demo_train_size: int = DEMO_TRAIN_SIZE,
+    demo_eval_size: int = DEMO_EVAL_SIZE,
+    glue_task: str | None = None,
+) -> TextData:
+    """Read, check and cap the data of a text-classification or regression run.
+
+    Source: ``train_file`` (+ ``validation_file``) in CSV/TSV/JSON/JSON Lines/Parquet, or
+    ``dataset`` (+ ``dataset_config``) from the local cache or the hub; the evaluation
+    split of a hub dataset is ``eval_split`` or the first of VALIDATION_SPLITS present.
+    With no validation data, ``validation_split=F`` holds out a seeded fraction of train.
+    Columns are given or detected (see mixft.data.columns); ``task_kind`` forces
+    "classification" or "regression" where the labels allow both (see mixft.data.labels).
+    The first ``max_train_samples`` / ``max_eval_samples`` rows are kept (after any hold-out).
+    ``glue_task`` marks the data as that GLUE task (``load_glue_data`` sets it; a
+    ``dataset="glue"`` with a GLUE config sets it too).
+
+    Usage: ``data = load_text_data(train_file="train.csv", validation_split=0.1, seed=0)``
+    """
+    _check_arguments(train_file, validation_file, dataset, dataset_config, eval_split, task_kind,
+                     validation_split, max_train_samples, max_eval_samples)
+    if dataset is not None and glue_task is None:
+        glue_task = _glue_config(dataset, dataset_config)
+    if glue_task is not None:
+        from mixft.data.glue import glue_task as lookup
+
+        table = lookup(glue_task)
+        task_kind = task_kind or table.kind
+        eval_split = eval_split or (table.validation_split if dataset is not None else None)
+        if text_column is None and text_pair_column is None:
+            text_column, text_pair_column = table.text_columns[0], (table.text_columns[1:] or (None,))[0]
+        elif text_pair_column is not None and not table.is_pair:
+            raise UsageError(f"GLUE {table.name} is single-text data (column {table.text_columns[0]!r}); "
+                             f"--text-pair-column {text_pair_column} does not apply")
+
+    if train_file is not None:
+        from mixft.data.files import load_data_file
+
+        where = f"--train-file {train_file}"
+        train = load_data_file(train_file, "--train-file")
+        eval_ds = load_data_file(validation_file, "--validation-file") if validation_file is not None else None
+        eval_where = f"--validation-file {validation_file}"
+        name, source, notice, listing = str(train_file), "files", None, None
+    else:
+        demo_train = max_train_samples or demo_train_size
+        demo_eval = max_eval_samples or demo_eval_size
+        train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
+            dataset, dataset_config, eval_split, seed, hub_timeout, demo_train, demo_eval
+        )
+
+    if eval_ds is not None and validation_split is not None:
+        raise UsageError(f"{where}: the data has a validation split already; drop --validation-split")
+    if eval_ds is None and validation_split is None:
+        splits = f" (splits: {listing}; or pass --eval-split)" if listing else ""
+        raise UsageError(
+            f"{where}: no validation data{splits}; pass --validation-file, or --validation-split F "
+            "(0 < F < 1) to hold out a fraction of the training data"
+        )
+
+    cols = resolve_columns(train.column_names, where=where, text_column=text_column,
+                           text_pair_column=text_pair_column, label_column=label_column)
+    # Checked whole, before any hold-out or cap, so a bad row is reported by its row in the file.
+    check_text_columns(train, cols, where=where)
+    labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
+    if eval_ds is not None:
+        check_columns(eval_ds.column_names, cols, where=eval_where)
+        check_text_columns(eval_ds, cols, where=eval_where)
+    if eval_ds is None:
+        train, eval_ds = _carve(train, validation_split, seed, where, labels, cols.label)
+        eval_where = f"{where} (rows held out by --validation-split {validation_split})"
+    if max_train_samples is not None and max_train_samples < len(train) or validation_split is not None:
+        # What is trained on decides the classes: a cap may drop one, a hold-out may take one.
+        train = _first(train, max_train_samples)
+        labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
+    eval_ds = _first(eval_ds, max_eval_samples)
+    check_eval_labels(eval_ds, cols.label, labels, where=eval_where)
+    task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
+                    labels=labels, glue_task=glue_task)
+    return TextData(train=train, eval=eval_ds, task=task, name=name, source=source, notice=notice)
+
+
+def _glue_config(dataset: str, config: str | None) -> str | None:
+    from mixft.data.glue import GLUE_REPO, GLUE_TASKS
+    from mixft.data.hubdata import canonical_name
+
+    if canonical_name(dataset) == GLUE_REPO and config in GLUE_TASKS:
+        return config
+    return None
+
+
+def load_glue_data(
+    task: str,
+    *,
+    max_train_samples: int | None = None,
+    max_eval_samples: int | None = None,
+    seed: int = 0,
+    hub_timeout: float = 3.0,
+    demo_train_size: int = DEMO_TRAIN_SIZE,
+    demo_eval_size: int = DEMO_EVAL_SIZE,
+) -> TextData:
+    """A GLUE task's train and official validation split (``validation_matched`` for MNLI).
+
+    ``sst2`` and ``mrpc`` fall back to mixft's generated stand-ins when the hub is out of
+    reach and nothing is cached; other tasks raise a one-line UsageError then.
+    ``data.task.glue_task`` names the task, so ``mixft.metrics.task`` picks its official metrics.
+
+    Usage: ``data = load_glue_data("stsb"); data.task.kind  # "regression"``
+    """
+    from mixft.data.glue import glue_task
+
+    table = glue_task(task)
+    return load_text_data(
+        dataset="glue", dataset_config=table.name, glue_task=table.name,
+        max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
+        hub_timeout=hub_timeout, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
+    )

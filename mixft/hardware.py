@@ -1,0 +1,166 @@
+"""Which machine produced a figure: CPU model and the flags that decide AMP's speed, GPU, torch.
+
+Machines of one kind give opposite answers to "is mixed precision faster?": a CPU with
+AMX runs a bf16 matmul ~4-5x faster than fp32, one without runs it at about half the fp32
+rate. So every figure mixft reports carries the hardware that produced it::
+
+    hw = describe_hardware("cpu")
+    hardware_line(hw)
+    # 'Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores, flags: avx512_bf16 (no amx_bf16, no avx512_fp16)'
+
+The description is plain JSON-ready data (results.json ``hardware``). Reading it costs
+one small file read and never starts a CUDA context on a CPU run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+# The CPU flags that decide how fast autocast runs on a CPU: AMX tiles for bf16 matmuls,
+# AVX512 instructions for bf16 and fp16 arithmetic (without them fp16 is emulated).
+CPU_FLAGS = ("amx_bf16", "avx512_bf16", "avx512_fp16")
+
+CPUINFO = "/proc/cpuinfo"
+
+# cpuinfo keys that name the processor: x86 ("model name"), some ARM kernels
+# ("Hardware", "Processor"), s390x/MIPS ("cpu model"). The first one present wins.
+_MODEL_KEYS = ("model name", "hardware", "processor", "cpu model")
+_FLAG_KEYS = ("flags", "features")  # x86, ARM
+
+
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """``/proc/cpuinfo`` text -> ``{"model": str | None, "flags": {flag: bool}}`` (first CPU only).
+
+    Flags are None when the text lists no flags at all (nothing can be said).
+
+    Usage: ``parse_cpuinfo(open("/proc/cpuinfo").read())["flags"]["amx_bf16"]``
+    """
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip().lower()
+        # A "processor" line that is only a number is the x86 CPU index, not a name.
+        if not sep or key in fields or (key == "processor" and value.strip().isdigit()):
+            continue
+        fields[key] = value.strip()
+    model = next((fields[k] for k in _MODEL_KEYS if fields.get(k)), None)
+    flag_text = next((fields[k] for k in _FLAG_KEYS if k in fields), None)
+    if flag_text is None:
+        flags: dict[str, bool | None] = dict.fromkeys(CPU_FLAGS)
+    else:
+        present = set(flag_text.split())
+        flags = {flag: flag in present for flag in CPU_FLAGS}
+    return {"model": model, "flags": flags}
+
+
+def describe_cpu(cpuinfo_path: str | os.PathLike = CPUINFO) -> dict[str, Any]:
+    """The host CPU: model name, core count, the flags in ``CPU_FLAGS`` and where they came from.
+
+    Without ``/proc/cpuinfo`` (macOS, Windows) the model comes from ``platform.processor()``
+    and the flags are None: unknown, not absent.
+
+    Usage: ``describe_cpu()["flags"]``
+    """
+    try:
+        parsed = parse_cpuinfo(Path(cpuinfo_path).read_text(encoding="utf-8", errors="replace"))
+        source = str(cpuinfo_path)
+    except OSError:
+        parsed, source = {"model": None, "flags": dict.fromkeys(CPU_FLAGS)}, "platform"
+    model = parsed["model"] or platform.processor() or platform.machine() or "unknown CPU"
+    return {"model": model, "cores": os.cpu_count(), "flags": parsed["flags"], "source": source}
+
+
+def describe_hardware(device=None, *, cpuinfo_path: str | os.PathLike = CPUINFO) -> dict[str, Any]:
+    """The machine behind ``device`` ("cpu", "cuda", "auto", a ``torch.device``; None: "auto").
+
+    Returns ``{"device", "cpu": describe_cpu(), "gpu": None | {name, compute_capability,
+    tf32, bf16, memory_bytes}, "torch", "torch_threads", "cuda", "python", "os"}``.
+
+    Usage: ``hardware_line(describe_hardware("cpu"))``
+    """
+    import torch
+
+    from .precision import resolve_device
+
+    dev = resolve_device("auto" if device is None else device)
+    gpu = None
+    if dev.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(dev)
+        gpu = {
+            "name": torch.cuda.get_device_name(dev),
+            "compute_capability": f"{major}.{minor}",
+            "tf32": major >= 8,  # TF32 tensor cores arrived with Ampere (8.0)
+            "bf16": bool(torch.cuda.is_bf16_supported(including_emulation=False)),
+            "memory_bytes": int(torch.cuda.get_device_properties(dev).total_memory),
+        }
+    return {
+        "device": str(dev),
+        "cpu": describe_cpu(cpuinfo_path),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "os": platform.system(),
+    }
+
+
+def flags_text(flags: dict[str, bool | None]) -> str:
+    """``"flags: avx512_bf16 (no amx_bf16, no avx512_fp16)"``; ``"flags: unknown"`` without cpuinfo."""
+    known = {k: v for k, v in flags.items() if v is not None}
+    if not known:
+        return "flags: unknown"
+    present = [k for k, v in known.items() if v]
+    absent = [k for k, v in known.items() if not v]
+    if not present:
+        return f"flags: none of {', '.join(absent)}"
+    return f"flags: {' '.join(present)}" + (f" (no {', no '.join(absent)})" if absent else "")
+
+
+def hardware_line(hw: dict[str, Any]) -> str:
+    """One line naming the machine, for run headers and docs.
+
+    CPU: ``"Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores, flags: avx512_bf16 (no amx_bf16, no avx512_fp16)"``;
+    GPU: ``"NVIDIA H100 80GB HBM3 (compute capability 9.0, TF32, bf16); host: <the CPU line>"``.
+
+    Usage: ``hardware_line(describe_hardware())``
+    """
+    cpu = hw["cpu"]
+    cores = f", {cpu['cores']} cores" if cpu.get("cores") else ""
+    cpu_line = f"{cpu['model']}{cores}, {flags_text(cpu['flags'])}"
+    gpu = hw.get("gpu")
+    if not gpu:
+        return cpu_line
+    features = [f"compute capability {gpu['compute_capability']}"]
+    features += [name for name, key in (("TF32", "tf32"), ("bf16", "bf16")) if gpu.get(key)]
+    return f"{gpu['name']} ({', '.join(features)}); host: {cpu_line}"
+
+
+def device_note(hw: dict[str, Any]) -> str | None:
+    """What most explains AMP's speed here, in a few words: ``"this CPU has no AMX"``, a GPU's name.
+
+    None on a CPU whose flags are unknown.
+    """
+    gpu = hw.get("gpu")
+    if gpu:
+        return gpu["name"]
+    amx = hw["cpu"]["flags"].get("amx_bf16")
+    if amx is None:
+        return None
+    return "this CPU has AMX" if amx else "this CPU has no AMX"
+
+
+def hardware_key(hw: dict[str, Any]) -> dict[str, Any]:
+    """What must match for a measurement on one machine to stand for another: CPU model and
+    flags, GPU name, torch version and device type (core counts and threads may differ)."""
+    gpu = hw.get("gpu")
+    return {
+        "device": str(hw["device"]).split(":", 1)[0],
+        "cpu_model": hw["cpu"]["model"],
+        "cpu_flags": dict(sorted(hw["cpu"]["flags"].items())),
+        "gpu": gpu["name"] if gpu else None,
+        "torch": hw["torch"],
+    }

@@ -1,0 +1,84 @@
+"""A task's metrics at once: which ones a task reports, and one object that computes them.
+
+Usage::
+
+    from mixft.metrics.task import TaskMetrics, metric_names, task_metrics
+    metric_names("classification", num_labels=4)     # ["accuracy", "f1"]  (F1 macro-averaged)
+    metrics = task_metrics("classification", num_labels=2, glue_task="mrpc")
+    metrics.compute(predictions=[1, 0, 1], references=[1, 1, 1])   # {"f1": 0.8, "accuracy": 0.666...}
+
+The trainer calls ``compute(predictions=..., references=...)`` and records every key.
+"""
+
+from __future__ import annotations
+
+from mixft.data.labels import TASK_KINDS
+from mixft.errors import UsageError
+
+
+def metric_names(kind: str, num_labels: int = 2, glue_task: str | None = None) -> list[str]:
+    """The metrics a task reports: a GLUE task's official ones; otherwise by task kind.
+
+    Classification: accuracy and F1 (of the positive class, id 1, for two classes;
+    macro-averaged for more); regression: Pearson and Spearman correlation.
+
+    Usage: ``metric_names("regression")  # ["pearsonr", "spearmanr"]``
+    """
+    if glue_task is not None:
+        from mixft.data.glue import glue_task as lookup
+
+        return list(lookup(glue_task).metrics)
+    if kind == "classification":
+        return ["accuracy", "f1"]
+    if kind == "regression":
+        return ["pearsonr", "spearmanr"]
+    raise UsageError(f"unknown task kind {kind!r}; task kinds: {', '.join(TASK_KINDS)}")
+
+
+def f1_average(num_labels: int) -> str:
+    """F1's averaging for ``num_labels`` classes: "binary" (positive class 1) for 2, else "macro".
+
+    Usage: ``TaskMetrics(["f1"], average=f1_average(4))``
+    """
+    return "binary" if num_labels <= 2 else "macro"
+
+
+class TaskMetrics:
+    """Several shipped `evaluate` metrics computed together into one flat dict.
+
+    ``average`` goes to F1 only ("binary" scores class ``pos_label``; "macro" averages
+    the classes). Metrics are loaded once, at construction, so a wrong name fails
+    before training.
+
+    Usage: ``TaskMetrics(["accuracy", "f1"], average="macro").compute(predictions=p, references=r)``
+    """
+
+    def __init__(self, names: list[str] | tuple[str, ...], *, average: str = "binary", pos_label: int = 1):
+        from mixft.metrics import load_metric
+
+        if not names:
+            raise UsageError("TaskMetrics needs at least one metric name")
+        self.names = list(names)
+        self.average = average
+        self.pos_label = pos_label
+        self._metrics = {name: load_metric(name) for name in self.names}
+
+    def compute(self, *, predictions, references) -> dict[str, float]:
+        """Every metric's result, merged: e.g. ``{"accuracy": 0.9, "f1": 0.88}``."""
+        predictions, references = list(predictions), list(references)
+        results: dict[str, float] = {}
+        for name, metric in self._metrics.items():
+            kwargs = {"average": self.average, "pos_label": self.pos_label} if name == "f1" else {}
+            results.update(metric.compute(predictions=predictions, references=references, **kwargs))
+        return {key: float(value) for key, value in results.items()}
+
+    def __repr__(self) -> str:
+        return f"TaskMetrics({self.names!r}, average={self.average!r})"
+
+
+def task_metrics(kind: str, num_labels: int = 2, glue_task: str | None = None) -> TaskMetrics:
+    """The :class:`TaskMetrics` for a task kind (or GLUE task), with F1 averaged to fit.
+
+    Usage: ``trainer_metric = task_metrics(data.task.kind, data.task.num_labels, data.task.glue_task)``
+    """
+    return TaskMetrics(metric_names(kind, num_labels, glue_task), average=f1_average(num_labels))

@@ -1,0 +1,722 @@
+"""Is mixed precision faster on this machine? Measured in seconds, on the recipe's own shapes.
+
+The answer depends on the hardware (a CPU with AMX runs bf16 matmuls ~4-5x faster than
+fp32; one without runs them at about half the fp32 rate), so mixft measures it instead
+of assuming it. For one recipe, ``probe``:
+
+1. names the machine (``mixft.hardware.describe_hardware``);
+2. builds the recipe on one batch of data and times a few real training steps of mixft's
+   loop (autocast, GradScaler, clipping, the recipe's optimizer) per precision, every
+   precision on the SAME batch with the same initial weights: one warm-up step each, then
+   rounds of one device-synchronised step per precision in a rotating order (so the load
+   of a shared machine falls on all alike), 3-5 rounds as the time budget allows; the
+   step time is the median;
+3. times the matmuls of the model's own ``nn.Linear`` layers (the shapes its first
+   training forward fed them) per precision: GFLOP/s and the ratio to fp32;
+4. recommends the fastest precision (fp32 when AMP measured slower), with its ratio.
+
+Precisions: fp32, tf32 on an Ampere+ GPU, the device's AMP precisions, and on a CPU fp16
+as well when its estimated cost (fp32 step time over its matmul ratio) fits the budget.
+
+Results are cached per machine (``cached_probe``), keyed by CPU model and flags, GPU,
+torch version, recipe and model, so ``--amp`` can warn where AMP measured slower
+(``amp_notice``) without measuring again.
+
+Usage::
+
+    result = probe(RunConfig(recipe="bert-sst2"))   # ~25 s on a 2-core CPU
+    print(render_probe_table(result))
+    probe_line(result)   # 'probe: bf16 step 0.41x fp32, matmul 0.38x (this CPU has no AMX); fastest: fp32'
+    amp_notice(cached_probe("bert-sst2", result.model, device="cpu"), "bf16")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .atomic import write_json
+from .config import RunConfig
+from .errors import UsageError
+from .hardware import describe_hardware, device_note, hardware_key, hardware_line
+from .log import logger
+from .measure import synchronize
+from .precision import PRECISIONS, Precision, amp_precision_names, configure_matmul, resolve_device, resolve_precision
+from .registry import get_recipe
+from .trainer import Callback, Trainer
+
+PROBE_FORMAT = 1  # bump when ProbeResult's fields change: older cache files then miss
+DEFAULT_BUDGET_S = 30.0
+WARMUP_STEPS = 1  # the first step pays for kernel selection/JIT and optimizer state
+MIN_TIMED_STEPS = 3  # a median needs at least three
+MAX_TIMED_STEPS = 5
+MATMUL_REPEATS = 3
+# Kept back from the budget when deciding whether another step still fits: what follows
+# the last step (the remaining matmul timings, the result) takes about this long.
+RESERVE_S = 1.0
+NOISE_BAND = 0.05  # ratios within 5% of 1.0 are "about the same" on a shared machine
+UNSTEADY = 0.25  # timed steps of one precision spread wider than this: the figures are rough
+
+
+@dataclass
+class PrecisionProbe:
+    """One precision's figures. Times in seconds; ratios are ``x fp32`` (above 1: faster)."""
+
+    precision: str
+    step_s: float | None = None  # median of the timed steps
+    step_times_s: list[float] = field(default_factory=list)  # every step, warm-up first
+    warmup_steps: int = 0
+    speedup_vs_fp32: float | None = None  # fp32 step time / this step time
+    matmul_flops_per_s: float | None = None  # over the recipe's Linear shapes
+    matmul_ratio_vs_fp32: float | None = None
+    skipped: str | None = None  # why the steps were not timed (over the budget)
+
+    @property
+    def timed_steps(self) -> int:
+        return max(len(self.step_times_s) - self.warmup_steps, 0)
+
+    @property
+    def spread(self) -> float | None:
+        """(slowest - fastest) / median of the timed steps: how steady the machine was."""
+        timed = self.step_times_s[self.warmup_steps:]
+        return (max(timed) - min(timed)) / self.step_s if timed and self.step_s else None
+
+
+@dataclass
+class ProbeResult:
+    """What ``probe`` measured; ``to_dict()`` is results.json's ``hardware.probe``."""
+
+    recipe: str
+    model: str
+    dataset: str | None
+    device: str
+    hardware: dict[str, Any]  # describe_hardware()
+    batch: dict[str, Any]  # {"shape": [32, 25], "samples": 32, "tokens": 640}: the one batch every step ran
+    matmul_shapes: list[dict[str, Any]]  # [{"rows", "in", "out", "bias", "calls"}] per training forward
+    rows: list[PrecisionProbe]
+    recommended: str  # the precision to train in here
+    reason: str  # one line: why, with the measured ratio
+    measured_at: str  # ISO 8601, UTC
+    wall_s: float  # the probe's own wall time, preparation included
+    time_budget_s: float
+    notices: list[str] = field(default_factory=list)  # the recipe's (offline fallbacks, ...)
+    format: int = PROBE_FORMAT
+
+    def row(self, precision: str) -> PrecisionProbe | None:
+        """The figures of ``precision``, or None when it was not probed."""
+        return next((r for r in self.rows if r.precision == precision), None)
+
+    @property
+    def key(self) -> str:
+        """The cache key: hardware, torch version, recipe and model (see ``probe_key``)."""
+        return probe_key(self.hardware, self.recipe, self.model)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "key": self.key}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ProbeResult":
+        """Inverse of ``to_dict`` (a cache file, results.json's ``hardware.probe``)."""
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        values["rows"] = [PrecisionProbe(**row) for row in data["rows"]]
+        return cls(**values)
+
+
+# ----------------------------------------------------------------------------- measuring
+def probe(
+    cfg: RunConfig,
+    *,
+    device=None,
+    precisions: Sequence[str] | None = None,
+    time_budget_s: float = DEFAULT_BUDGET_S,
+    save: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+) -> ProbeResult:
+    """Time a few training steps and the matmuls of ``cfg.recipe`` per precision; recommend one.
+
+    ``device``: None takes ``cfg.device``. ``precisions``: names to time (fp32, the
+    baseline, is always added); None: fp32, tf32 on Ampere+ and the device's AMP
+    precisions, plus fp16 on a CPU if it fits the budget. Every precision but that optional
+    fp16 gets a warm-up and at least three timed steps, whatever the budget;
+    ``time_budget_s`` (counted from the call, data and model loading included) decides
+    whether the optional one runs and whether there is time for up to five steps.
+    ``save`` writes the result to the per-machine cache (``cache_dir``, default
+    ``default_cache_dir()``). The process's RNG and matmul settings are left as they were.
+
+    Raises UsageError (before any work) for an unknown recipe, precision or device, or a
+    budget that is not a positive number.
+
+    Usage: ``print(render_probe_table(probe(RunConfig(recipe="bert-sst2"))))``
+    """
+    start = time.perf_counter()
+    if isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float)) or not (
+        math.isfinite(time_budget_s) and time_budget_s > 0
+    ):
+        raise UsageError(f"the probe's time budget must be a positive number of seconds, got {time_budget_s!r}")
+    recipe = get_recipe(cfg.recipe)
+    if hasattr(cfg, "check_recipe_options") and hasattr(recipe, "USES"):
+        cfg.check_recipe_options(cfg.recipe, recipe.USES)
+    cfg = _probe_config(cfg.with_defaults(recipe.DEFAULTS), recipe).validate()
+    dev = resolve_device(cfg.device if device is None else device)
+    required, optional = _plan_precisions(precisions, dev)
+    hw = describe_hardware(dev)
+    deadline = start + float(time_budget_s) - RESERVE_S
+
+    with _isolated_global_state(dev):
+        prepared = recipe.prepare(cfg)
+        notices = list(getattr(prepared, "notices", ()))
+        seed = cfg.seeds[0]
+        # fp32 first: its loader gives the batch every precision trains on, and its
+        # warm-up step records the shapes the model's Linear layers see.
+        shapes = _LinearShapes()
+        fp32 = _Stepper(recipe, cfg, prepared, required[0], dev, seed, None, [shapes])
+        batch, run_info = fp32.batch, fp32.run_info
+        steppers = [fp32] + [_Stepper(recipe, cfg, prepared, p, dev, seed, batch) for p in required[1:]]
+        for stepper in steppers:
+            stepper.run(WARMUP_STEPS)
+        matmul_shapes = shapes.table()
+        rows = {p.name: PrecisionProbe(p.name, matmul_flops_per_s=_matmul_rate(matmul_shapes, p, dev))
+                for p in [*required, *optional]}
+
+        # Timed steps in rounds, one step per precision per round in a rotating order, so
+        # the load of a shared machine falls on every precision alike.
+        _round(steppers, 0, deadline)
+        for precision in optional:  # only if a warm-up and the minimum of steps fit
+            estimate = (WARMUP_STEPS + MIN_TIMED_STEPS) * _estimated_step_s(fp32, rows["fp32"], rows[precision.name])
+            if time.perf_counter() + estimate > deadline:
+                rows[precision.name].skipped = (
+                    f"about {estimate:.0f} s for a warm-up and {MIN_TIMED_STEPS} steps (fp32's step time over the "
+                    f"matmul ratio): over the {time_budget_s:g} s budget")
+                continue
+            stepper = _Stepper(recipe, cfg, prepared, precision, dev, seed, batch)
+            stepper.run(WARMUP_STEPS)
+            steppers.append(stepper)
+        r = 1
+        while _round(steppers, r, deadline):
+            r += 1
+        for stepper in steppers:
+            logger.debug("probe %s step times (s): %s", stepper.precision.name, [round(t, 4) for t in stepper.times])
+            rows[stepper.precision.name] = replace(rows[stepper.precision.name], **stepper.figures())
+
+    ordered = [rows[p.name] for p in [*required, *optional]]
+    _fill_ratios(ordered)
+    recommended, reason = recommend(ordered)
+    result = ProbeResult(
+        recipe=cfg.recipe,
+        model=str(run_info.get("model") or cfg.model or "unknown"),
+        dataset=run_info.get("dataset"),
+        device=str(dev),
+        hardware=hw,
+        batch=_describe_batch(batch),
+        matmul_shapes=matmul_shapes,
+        rows=ordered,
+        recommended=recommended,
+        reason=reason,
+        measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        wall_s=time.perf_counter() - start,
+        time_budget_s=float(time_budget_s),
+        notices=notices,
+    )
+    logger.info("probe of %s on %s took %.1f s: %s", cfg.recipe, hardware_line(hw), result.wall_s, reason)
+    if save:
+        path = save_probe(result, cache_dir)
+        logger.debug("probe saved to %s", path)
+    return result
+
+
+def _probe_config(cfg: RunConfig, recipe) -> RunConfig:
+    """The run's options on a budget: one batch of training data, one epoch, no checkpoints.
+
+    A recipe whose data size is not set by ``max_train_samples`` may define
+    ``probe_config(cfg) -> cfg`` to shrink its data the same way.
+    """
+    uses = getattr(recipe, "USES", None)
+    changes: dict[str, Any] = {"epochs": 1, "max_steps": None, "grad_accum": 1, "seeds": [cfg.seeds[0]],
+                               "precisions": ["fp32"], "resume": False, "save_model": False, "eval_only": False}
+    if uses is None or "max_train_samples" in uses:
+        changes["max_train_samples"] = min(cfg.max_train_samples or cfg.batch_size, cfg.batch_size)
+    if uses is None or "max_eval_samples" in uses:
+        changes["max_eval_samples"] = min(cfg.max_eval_samples or 8, 8)  # built by the recipe, never run
+    cfg = replace(cfg, **changes)
+    hook = getattr(recipe, "probe_config", None)
+    return hook(cfg) if hook is not None else cfg
+
+
+def _plan_precisions(names: Sequence[str] | None, device: torch.device) -> tuple[list[Precision], list[Precision]]:
+    """(precisions that are always timed, fp32 first; those timed only if they fit the budget)."""
+    if names is not None:
+        if isinstance(names, str):
+            names = [names]
+        resolved = [resolve_precision(name, device) for name in names]
+        required = [PRECISIONS["fp32"], *[p for p in resolved if p.name != "fp32"]]
+        unique = list({p.name: p for p in required}.values())
+        return unique, []
+    candidates = ["fp32"]
+    if device.type == "cuda":
+        candidates.append("tf32")
+    candidates += amp_precision_names(device)
+    required = []
+    for name in candidates:
+        try:
+            required.append(resolve_precision(name, device))
+        except UsageError:
+            continue  # tf32 on a pre-Ampere GPU: simply not a choice here
+    optional = []
+    if device.type == "cpu" and "fp16" not in candidates:
+        try:
+            optional.append(resolve_precision("fp16", device))
+        except UsageError:
+            pass
+    return required, optional
+
+
+@contextlib.contextmanager
+def _isolated_global_state(device: torch.device):
+    """Run the probe without leaving a trace in the process: RNG and matmul settings restored."""
+    matmul = torch.get_float32_matmul_precision()
+    cuda_flags = None
+    if device.type == "cuda":
+        cuda_flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+        if cuda_flags is not None:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = cuda_flags
+
+
+def _first_batch(loader, recipe_name: str):
+    for batch in loader:
+        return batch
+    raise UsageError(f"probe: recipe {recipe_name} produced no training batch; give it some training data")
+
+
+class _SameBatch:
+    """The one batch, ``count`` times per pass; the clock starts as each one is handed out.
+
+    No ``__len__``: the trainer then sizes its LR schedule from ``max_steps``.
+    """
+
+    def __init__(self, batch, clock: "_StepClock"):
+        self.batch = batch
+        self.clock = clock
+        self.count = 0
+
+    def __iter__(self):
+        for _ in range(self.count):
+            self.clock.start()
+            yield self.batch
+
+
+class _StepClock(Callback):
+    """Device-synchronised wall time of each step: from its batch to the end of its optimizer step."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.times: list[float] = []
+        self._t = 0.0
+
+    def start(self) -> None:
+        synchronize(self.device)
+        self._t = time.perf_counter()
+
+    def on_step_end(self, trainer, info) -> None:
+        synchronize(self.device)
+        self.times.append(time.perf_counter() - self._t)
+
+
+class _Stepper:
+    """One precision's trainer (mixft's loop, the recipe's parts) on the shared batch.
+
+    ``run(n)`` trains ``n`` more steps: each ``fit()`` is one more epoch of a loader that
+    holds ``n`` copies of the batch, so model, optimizer state and kernels stay warm.
+    """
+
+    def __init__(self, recipe, cfg: RunConfig, prepared, precision: Precision, device: torch.device, seed: int,
+                 batch=None, callbacks: Sequence[Callback] = ()):
+        parts = recipe.build(cfg, prepared, precision, device, seed)
+        self.precision = precision
+        self.run_info = dict(parts.run_info)
+        self.batch = batch if batch is not None else _first_batch(parts.train_loader, cfg.recipe)
+        self.clock = _StepClock(device)
+        self.loader = _SameBatch(self.batch, self.clock)
+        parts = replace(parts, train_loader=self.loader, eval_loader=None)
+        # The run's own trainer: clipping, optimizer and speed switches as the run has
+        # them; max_steps is every step the probe can take (it sizes the LR schedule).
+        steps_cfg = replace(cfg, epochs=1, max_steps=WARMUP_STEPS + MAX_TIMED_STEPS)
+        self.trainer = Trainer.from_parts(parts, steps_cfg, precision=precision, device=device, seed=seed,
+                                          callbacks=[*callbacks, self.clock])
+
+    @property
+    def times(self) -> list[float]:
+        return self.clock.times
+
+    @property
+    def timed(self) -> list[float]:
+        return self.clock.times[WARMUP_STEPS:]
+
+    def run(self, steps: int) -> None:
+        self.loader.count = steps
+        self.trainer.epochs = self.trainer.state.epoch + 1
+        self.trainer.fit()
+
+    def figures(self) -> dict[str, Any]:
+        """The PrecisionProbe fields this stepper measured."""
+        return {"step_s": statistics.median(self.timed) if self.timed else None, "step_times_s": list(self.times),
+                "warmup_steps": min(WARMUP_STEPS, len(self.times))}
+
+
+def _round(steppers: list[_Stepper], index: int, deadline: float) -> bool:
+    """One timed step for each precision that needs one (below the minimum) or has time for
+    one (below the maximum, its last step fits before ``deadline``); False when none stepped."""
+    k = index % len(steppers)
+    stepped = False
+    for stepper in steppers[k:] + steppers[:k]:
+        done = len(stepper.timed)
+        if done >= MAX_TIMED_STEPS:
+            continue
+        if done >= MIN_TIMED_STEPS and time.perf_counter() + stepper.times[-1] > deadline:
+            continue
+        stepper.run(1)
+        stepped = True
+    return stepped
+
+
+class _LinearShapes(Callback):
+    """Records the matmuls the model's ``nn.Linear`` layers run in the first training forward."""
+
+    def __init__(self):
+        self.calls: dict[tuple[int, int, int, bool], int] = {}
+        self._hooks: list = []
+
+    def on_train_begin(self, trainer) -> None:
+        if self.calls:
+            return  # recorded in the first step; later fit() calls train the same shapes
+
+        def record(module: nn.Linear, args) -> None:
+            x = args[0] if args else None
+            if isinstance(x, torch.Tensor) and x.dim() >= 1:
+                key = (x.numel() // module.in_features, module.in_features, module.out_features, module.bias is not None)
+                self.calls[key] = self.calls.get(key, 0) + 1
+
+        self._hooks = [m.register_forward_pre_hook(record) for m in trainer.module.modules() if isinstance(m, nn.Linear)]
+
+    def on_step_end(self, trainer, info) -> None:
+        self._remove()
+
+    def on_train_end(self, trainer, result) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def table(self) -> list[dict[str, Any]]:
+        """``[{"rows", "in", "out", "bias", "calls"}]``, most FLOPs first."""
+        entries = [{"rows": r, "in": i, "out": o, "bias": b, "calls": n} for (r, i, o, b), n in self.calls.items()]
+        return sorted(entries, key=lambda e: -e["calls"] * e["rows"] * e["in"] * e["out"])
+
+
+def _matmul_rate(shapes: list[dict[str, Any]], precision: Precision, device: torch.device) -> float | None:
+    """FLOP/s of ``F.linear`` over ``shapes`` (weighted by calls) in the precision's compute dtype.
+
+    Under autocast a Linear runs in the autocast dtype, so that is the dtype timed here;
+    tf32 is fp32 with TF32 matmuls allowed.
+    """
+    if not shapes:
+        return None
+    configure_matmul(precision, device)
+    dtype = precision.autocast_dtype or torch.float32
+    inner = 10 if device.type == "cuda" else 1  # a GPU matmul this small is mostly launch latency
+    gen = torch.Generator().manual_seed(0)
+    flops = seconds = 0.0
+    for s in shapes:
+        x = torch.randn(s["rows"], s["in"], generator=gen).to(device=device, dtype=dtype)
+        w = torch.randn(s["out"], s["in"], generator=gen).to(device=device, dtype=dtype)
+        b = torch.randn(s["out"], generator=gen).to(device=device, dtype=dtype) if s["bias"] else None
+        nn.functional.linear(x, w, b)  # warm-up: kernel selection
+        times = []
+        for _ in range(MATMUL_REPEATS):
+            synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                nn.functional.linear(x, w, b)
+            synchronize(device)
+            times.append((time.perf_counter() - t0) / inner)
+        seconds += s["calls"] * statistics.median(times)
+        flops += s["calls"] * 2.0 * s["rows"] * s["in"] * s["out"]
+    return flops / seconds if seconds > 0 else None
+
+
+def _estimated_step_s(fp32: _Stepper, fp32_row: PrecisionProbe, row: PrecisionProbe) -> float:
+    """A step of ``row``'s precision, guessed from fp32's first timed step and the matmul
+    ratio (a training step is mostly matmuls)."""
+    step = fp32.timed[0] if fp32.timed else fp32.times[-1]
+    if fp32_row.matmul_flops_per_s and row.matmul_flops_per_s:
+        step *= fp32_row.matmul_flops_per_s / row.matmul_flops_per_s
+    return step
+
+
+def _fill_ratios(rows: list[PrecisionProbe]) -> None:
+    base = next((r for r in rows if r.precision == "fp32"), None)
+    for r in rows:
+        if base is not None and base.step_s and r.step_s:
+            r.speedup_vs_fp32 = base.step_s / r.step_s
+        if base is not None and base.matmul_flops_per_s and r.matmul_flops_per_s:
+            r.matmul_ratio_vs_fp32 = r.matmul_flops_per_s / base.matmul_flops_per_s
+
+
+def recommend(rows: Sequence[PrecisionProbe]) -> tuple[str, str]:
+    """(the fastest timed precision, a one-line reason with its measured ratio).
+
+    fp32 wins when every other precision measured slower; then the reason names the best of
+    them and its ratio. Ratios within ``NOISE_BAND`` of 1 are called about the same.
+
+    Usage: ``name, why = recommend(result.rows)``
+    """
+    timed = [r for r in rows if r.step_s]
+    if not timed:
+        raise ValueError("no precision was timed")
+    best = min(timed, key=lambda r: r.step_s)
+    others = [r for r in timed if r.precision != "fp32" and r.speedup_vs_fp32]
+    if best.precision == "fp32" or best.speedup_vs_fp32 is None:
+        if not others:
+            return best.precision, f"{best.precision}: no other precision was timed"
+        runner_up = max(others, key=lambda r: r.speedup_vs_fp32)
+        reason = (f"fp32: {runner_up.precision} measured {runner_up.speedup_vs_fp32:.2f}x fp32 per training step "
+                  "here, so mixed precision would slow training down")
+        ratio = runner_up.speedup_vs_fp32
+    else:
+        reason = f"{best.precision}: {best.speedup_vs_fp32:.2f}x fp32 per training step"
+        ratio = best.speedup_vs_fp32
+    if abs(ratio - 1.0) < NOISE_BAND:
+        reason += f" (within {NOISE_BAND:.0%}: about the same)"
+    spread = max((r.spread or 0.0) for r in timed)
+    if spread > UNSTEADY:
+        reason += f"; steps varied by up to {spread:.0%} of their median (a busy machine?): probe again when idle"
+    return best.precision, reason
+
+
+def _describe_batch(batch) -> dict[str, Any]:
+    if isinstance(batch, Mapping):
+        main = batch.get("input_ids")
+        if main is None:
+            main = next((v for k, v in batch.items() if k != "labels" and isinstance(v, torch.Tensor)), None)
+        mask = batch.get("attention_mask")
+    else:
+        main, mask = batch[0], None
+    shape = list(main.shape) if isinstance(main, torch.Tensor) else []
+    return {
+        "shape": shape,
+        "samples": shape[0] if shape else None,
+        "tokens": int(mask.sum()) if isinstance(mask, torch.Tensor) else None,  # real, unpadded
+    }
+
+
+# -------------------------------------------------------------------------------- cache
+def default_cache_dir() -> Path:
+    """``$MIXFT_CACHE``, else ``$XDG_CACHE_HOME/mixft``, else ``~/.cache/mixft``."""
+    if os.environ.get("MIXFT_CACHE"):
+        return Path(os.environ["MIXFT_CACHE"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "mixft"
+    return Path.home() / ".cache" / "mixft"
+
+
+def probe_key(hardware: Mapping[str, Any], recipe: str, model: str) -> str:
+    """A stable hash of what a probe result stands for: CPU model and flags, GPU, torch,
+    device type, recipe, model and the result format. Usage: ``probe_key(describe_hardware(), "bert-sst2", m)``"""
+    ident = {**hardware_key(dict(hardware)), "recipe": recipe, "model": model, "format": PROBE_FORMAT}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8")).hexdigest()[:20]
+
+
+def probe_cache_path(hardware: Mapping[str, Any], recipe: str, model: str,
+                     cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where the probe of ``recipe``/``model`` on this hardware is cached."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", recipe)
+    return root / "probes" / f"{safe}-{probe_key(hardware, recipe, model)}.json"
+
+
+def save_probe(result: ProbeResult, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Write ``result`` to the per-machine cache (atomically); returns the file's path."""
+    path = probe_cache_path(result.hardware, result.recipe, result.model, cache_dir)
+    write_json(path, result.to_dict())
+    return path
+
+
+def cached_probe(recipe: str, model: str, *, device=None, hardware: Mapping[str, Any] | None = None,
+                 cache_dir: str | os.PathLike | None = None) -> ProbeResult | None:
+    """The cached probe of ``recipe`` with ``model`` (a run's ``run_info["model"]``) on this
+    machine, or None: never probed here, or on other hardware, another torch, an older format.
+
+    Usage: ``amp_notice(cached_probe("bert-sst2", parts.run_info["model"], device=device), "bf16")``
+    """
+    hw = dict(hardware) if hardware is not None else describe_hardware(device)
+    path = probe_cache_path(hw, recipe, model, cache_dir)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        result = ProbeResult.from_dict(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        logger.debug("ignoring unreadable probe cache %s: %s", path, exc)
+        return None
+    if data.get("format") != PROBE_FORMAT or result.key != probe_key(hw, recipe, model):
+        return None
+    return result
+
+
+# ------------------------------------------------------------------------------ telling
+def amp_notice(result: ProbeResult | None, precision_name: str, *, option: str = "--amp") -> str | None:
+    """One line when ``precision_name`` measured slower than fp32 in ``result``; else None.
+
+    Only says so: the precision the user chose is kept. ``option`` is how they chose it.
+
+    Usage: ``notice = amp_notice(cached_probe(...), "bf16")``
+    """
+    if result is None or precision_name == "fp32":
+        return None
+    row = result.row(precision_name)
+    if row is None or not row.speedup_vs_fp32 or row.speedup_vs_fp32 >= 1.0:
+        return None
+    where = "GPU" if result.device.startswith("cuda") else "CPU"
+    note = _short_note(result.hardware)
+    date = result.measured_at[:10]
+    faster = result.recommended if result.recommended != precision_name else "fp32"
+    return (f"notice: on this {where} {precision_name} measured {row.speedup_vs_fp32:.2f}x fp32 per training step "
+            f"(probe of {date}{', ' + note if note else ''}); {option} keeps {precision_name} as asked; "
+            f"--precision {faster} would be faster")
+
+
+def _short_note(hw: Mapping[str, Any]) -> str | None:
+    """``"no AMX"`` / ``"with AMX"`` on a CPU, the GPU's name on a GPU, None when unknown."""
+    if hw.get("gpu"):
+        return hw["gpu"]["name"]
+    amx = hw["cpu"]["flags"].get("amx_bf16")
+    return None if amx is None else ("with AMX" if amx else "no AMX")
+
+
+def probe_line(result: ProbeResult) -> str:
+    """One line for every run's header.
+
+    Usage: ``probe_line(result)`` -> ``'probe: bf16 step 0.41x fp32, matmul 0.38x (this CPU has no AMX); fastest: fp32'``
+    """
+    parts = []
+    for r in result.rows:
+        if r.precision == "fp32":
+            continue
+        step = f"step {r.speedup_vs_fp32:.2f}x fp32" if r.speedup_vs_fp32 else "step not timed"
+        matmul = f", matmul {r.matmul_ratio_vs_fp32:.2f}x" if r.matmul_ratio_vs_fp32 else ""
+        parts.append(f"{r.precision} {step}{matmul}")
+    note = device_note(result.hardware)
+    body = "; ".join(parts) or "fp32 only"
+    return f"probe: {body}{f' ({note})' if note else ''}; fastest: {result.recommended}"
+
+
+def _table_rows(result: ProbeResult) -> list[list[str]]:
+    rows = []
+    for r in result.rows:
+        timed = f"{r.timed_steps} (+{r.warmup_steps} warm-up)" if r.step_times_s else "not timed: budget"
+        rows.append([
+            r.precision,
+            f"{r.step_s * 1e3:.1f}" if r.step_s else "-",
+            f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 else "-",
+            f"{r.matmul_flops_per_s / 1e9:.1f}" if r.matmul_flops_per_s else "-",
+            f"{r.matmul_ratio_vs_fp32:.2f}x" if r.matmul_ratio_vs_fp32 else "-",
+            f"{r.spread:.0%}" if r.spread is not None else "-",
+            timed,
+        ])
+    return rows
+
+
+# "spread": (slowest - fastest) / median of the timed steps.
+_HEADERS = ["precision", "step (ms)", "step vs fp32", "matmul GFLOP/s", "matmul vs fp32", "spread", "steps timed"]
+
+
+def _skipped_notes(result: ProbeResult) -> list[str]:
+    return [f"{r.precision} not timed: {r.skipped}" for r in result.rows if r.skipped and not r.step_times_s]
+
+
+def _when(result: ProbeResult) -> str:
+    return result.measured_at[:16].replace("T", " ") + " UTC"
+
+
+def _batch_text(result: ProbeResult) -> str:
+    shape = " x ".join(str(d) for d in result.batch.get("shape", [])) or "?"
+    tokens = result.batch.get("tokens")
+    return f"one batch of {shape}" + (f" ({tokens} real tokens)" if tokens else "")
+
+
+def render_probe_table(result: ProbeResult) -> str:
+    """The probe as a plain-text table for the terminal (header, table, recommendation).
+
+    Usage: ``print(render_probe_table(probe(cfg)))``
+    """
+    rows = _table_rows(result)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(_HEADERS)]
+
+    def line(cells: list[str]) -> str:
+        # Left-align the names and the last column, right-align the figures.
+        out = [c.ljust(w) if i in (0, len(cells) - 1) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(out).rstrip()
+
+    head = [
+        f"mixft probe: {result.recipe} on {result.device}: {hardware_line(result.hardware)}",
+        f"model {result.model}; {_batch_text(result)}; torch {result.hardware.get('torch')}; "
+        f"{_when(result)}; {result.wall_s:.1f} s (budget {result.time_budget_s:g} s)",
+        "",
+        line(_HEADERS),
+        line(["-" * w for w in widths]),
+        *(line(row) for row in rows),
+        *_skipped_notes(result),
+        "",
+        f"recommendation: {result.reason}",
+    ]
+    return "\n".join(head)
+
+
+def probe_markdown(result: ProbeResult, *, heading: str = "##") -> str:
+    """The probe as a report.md section (``heading`` sets its level).
+
+    Usage: ``report_text += probe_markdown(result)``
+    """
+    table = ["| " + " | ".join(_HEADERS) + " |", "|---|" + "---:|" * (len(_HEADERS) - 2) + "---|"]
+    table += ["| " + " | ".join(row) + " |" for row in _table_rows(result)]
+    shapes = ", ".join(f"{s['rows']}x{s['in']}->{s['out']} (x{s['calls']})" for s in result.matmul_shapes)
+    lines = [
+        f"{heading} Is mixed precision faster here? (probe)",
+        "",
+        f"Machine: {hardware_line(result.hardware)}; torch {result.hardware.get('torch')}; device `{result.device}`.",
+        f"Recipe `{result.recipe}`, model {result.model}; every precision trained on the same {_batch_text(result)}, "
+        f"median of the timed steps after warm-up (spread: slowest minus fastest over the median); "
+        f"measured {_when(result)} in {result.wall_s:.1f} s.",
+        "",
+        *table,
+        *(["", *_skipped_notes(result)] if _skipped_notes(result) else []),
+        "",
+        f"**Recommendation:** {result.reason}.",
+    ]
+    if shapes:
+        lines += ["", f"Matmul figures: `F.linear` at the model's own Linear shapes (rows x in -> out, calls per "
+                      f"training forward): {shapes}."]
+    lines += ["", "The answer depends on the hardware: a figure from one CPU is not a fact about another."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,32 @@
+"""glue: a GLUE task (``--task cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli``) with its official metric.
+
+The text-classification recipe's model, loss and loop on GLUE's train split and official
+validation split (``validation_matched`` for MNLI); metrics as GLUE reports them (CoLA:
+Matthews correlation; MRPC, QQP: F1 and accuracy; STS-B: Pearson and Spearman; the rest:
+accuracy). From the datasets cache or the hub; with neither, ``sst2`` and ``mrpc`` fall
+back to mixft's generated stand-ins (with a notice) and the other tasks stop with one line.
+
+Raises UsageError (before any training) for a missing or unknown task, unreachable data,
+and everything text-classification refuses.
+"""
+
+from __future__ import annotations
+
+from mixft.config import RunConfig
+from mixft.errors import UsageError
+from recipes.text_classification import DEFAULTS, Prepared, build, prepare_model_and_tokens, save_model  # noqa: F401
+
+NAME = "glue"
+USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max_length"})
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """The task's data (official splits), then the model and tokens as text-classification does."""
+    from mixft.data.glue import GLUE_TASKS
+    from mixft.data.textdata import load_glue_data
+
+    if cfg.task is None:
+        raise UsageError(f"--recipe glue needs --task, one of: {', '.join(GLUE_TASKS)}")
+    data = load_glue_data(cfg.task, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
+                          seed=cfg.seeds[0])
+    return prepare_model_and_tokens(cfg, data)

@@ -1,0 +1,178 @@
+"""text-classification: any encoder fine-tuned on the user's own data, files or a hub dataset.
+
+Model: the encoder's own sequence-classification head (``AutoModelForSequenceClassification``
+via ``mixft.models.load_classifier``): N logits with softmax cross-entropy for two or more
+classes, one output with MSE for regression. BERT, RoBERTa, DistilBERT, ELECTRA,
+DeBERTa-v2, XLM-R, MiniLM...; decoder-only and encoder-decoder checkpoints are refused.
+Data: ``--train-file`` (+ ``--validation-file`` or ``--validation-split``) in CSV, TSV,
+JSON, JSON Lines or Parquet, or ``--dataset NAME [--dataset-config CFG]`` from the cache or
+the hub; single texts or pairs, columns auto-detected; integer, string or float labels
+(label names kept end to end). Metrics: accuracy + F1 (macro for more than two classes),
+Pearson + Spearman for regression, through shipped ``evaluate`` modules.
+Data the user brings is used whole unless ``--max-train-samples`` says otherwise.
+
+Raises UsageError (before any training) for unreadable data, missing columns, label
+problems, a model that is not an encoder or is broken, and --eval-only on a model
+without a fine-tuned head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mixft.atomic import atomic_directory
+from mixft.config import RunConfig
+from mixft.data.text import make_loader
+from mixft.errors import UsageError
+from mixft.metrics.task import task_metrics
+from mixft.optim import adamw_factory, linear_warmup_factory
+from mixft.precision import Precision
+from mixft.recipe import TrainerParts
+
+NAME = "text-classification"
+USES = frozenset({"model", "train_file", "validation_file", "dataset", "dataset_config", "eval_split", "task_kind",
+                  "text_column",
+                  "text_pair_column", "label_column", "validation_split", "max_train_samples", "max_eval_samples",
+                  "max_length"})
+# Hugging Face's own defaults for fine-tuning (run_glue.py / TrainingArguments): 3 epochs at 5e-5.
+DEFAULTS = {
+    "model": "bert-base-uncased",
+    "epochs": 3,
+    "batch_size": 32,
+    "lr": 5e-5,
+    "max_grad_norm": 1.0,
+}
+# Tokens per example unless --max-length says otherwise, capped at what the model reads
+# (a user's --max-length past that is refused by the model check instead).
+DEFAULT_MAX_LENGTH = 128
+WARMUP_FRACTION = 0.1
+WEIGHT_DECAY = 0.01
+
+
+@dataclass
+class Prepared:
+    model_path: str
+    model_description: str
+    data: object  # mixft.data.textdata.TextData
+    tokenizer: object
+    train: object  # tokenised datasets.Dataset (Arrow)
+    eval: object
+    notices: list
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """Resolve and check the data and the model, tokenise once (cached by ``datasets``)."""
+    from mixft.data.textdata import load_text_data
+
+    data = load_text_data(
+        train_file=cfg.train_file, validation_file=cfg.validation_file, dataset=cfg.dataset,
+        dataset_config=cfg.dataset_config, eval_split=cfg.eval_split, task_kind=cfg.task_kind, text_column=cfg.text_column, text_pair_column=cfg.text_pair_column,
+        label_column=cfg.label_column, validation_split=cfg.validation_split,
+        max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples, seed=cfg.seeds[0],
+    )
+    return prepare_model_and_tokens(cfg, data)
+
+
+def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
+    """The model half of ``prepare`` (shared with the glue recipe): check, tokenise."""
+    from mixft.data.tokenize import tokenize_text_data
+    from mixft.hub import resolve_model
+    from mixft.model_check import check_model
+
+    resolved = resolve_model(cfg.model)
+    checked = check_model(resolved.path, max_length=cfg.max_length, source=f"--model {cfg.model}")
+    if cfg.eval_only:
+        _check_fine_tuned(cfg, resolved.path, data.task)
+    max_length = cfg.max_length or min(DEFAULT_MAX_LENGTH, checked.max_length or DEFAULT_MAX_LENGTH)
+    train, evaluation = tokenize_text_data(data, checked.tokenizer, max_length)
+    return Prepared(
+        model_path=resolved.path,
+        model_description=resolved.description,
+        data=data,
+        tokenizer=checked.tokenizer,
+        train=train,
+        eval=evaluation,
+        notices=[n for n in (resolved.notice, data.notice) if n],
+    )
+
+
+def _check_fine_tuned(cfg: RunConfig, path: str, task) -> None:
+    # --eval-only on a bare encoder would report a random head's accuracy: refuse it.
+    from mixft.models import load_classifier
+
+    model = load_classifier(path, seed=0, source=f"--model {cfg.model}")
+    if model.untrained:
+        raise UsageError(f"--eval-only --model {cfg.model}: the model has no fine-tuned classification head, so its "
+                         "scores would be a random head's; pass a directory written by --save-model")
+    wanted = list(task.label_names) if task.kind == "classification" else None
+    if model.labels != wanted:
+        raise UsageError(f"--eval-only --model {cfg.model}: the model was fine-tuned for labels {model.labels}, "
+                         f"the data has {wanted}")
+
+
+def describe_task(task) -> str:
+    """For the run header: ``"classification, 4 labels (Business, Sci/Tech, Sports, World), text"``."""
+    texts = " + ".join(task.text_columns)
+    if task.kind == "regression":
+        return f"regression on {task.label_column!r}, texts {texts}"
+    names = ", ".join(task.label_names[:8]) + (", ..." if len(task.label_names) > 8 else "")
+    return f"classification, {task.num_labels} labels ({names}), texts {texts}"
+
+
+def pad_multiple(device: torch.device) -> int | None:
+    """Pad batches to a multiple of 8 on CUDA (tensor cores), for every precision alike.
+
+    One padding for all precisions of a comparison: the same batch shapes, the same
+    dropout masks. A CPU has no tensor cores, and extra padding only costs time there.
+    """
+    return 8 if device.type == "cuda" else None
+
+
+def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
+    from mixft.models import load_classifier
+
+    task = prepared.data.task
+    if cfg.eval_only:  # the saved model brings its own head and labels (checked in prepare)
+        model = load_classifier(prepared.model_path, seed=seed, source=f"--model {cfg.model}")
+    else:
+        regression = task.kind == "regression"
+        model = load_classifier(prepared.model_path, seed=seed, labels=None if regression else list(task.label_names),
+                                regression=regression, source=f"--model {cfg.model}")
+    pad = pad_multiple(device)
+    pin = device.type == "cuda"
+    train_loader = make_loader(prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
+                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
+    eval_loader = make_loader(prepared.eval, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
+                              pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
+    return TrainerParts(
+        model=model,
+        optimizer=adamw_factory(cfg.lr, device, WEIGHT_DECAY),
+        loss_fn=model.loss_fn,
+        train_loader=train_loader,
+        eval_loader=eval_loader,
+        lr_scheduler=linear_warmup_factory(WARMUP_FRACTION),
+        predict_fn=model.predict_fn,
+        metric=task_metrics(task.kind, task.num_labels, task.glue_task),
+        run_info={
+            "model": prepared.model_description,
+            "dataset": prepared.data.description,
+            "task": describe_task(task),
+            "labels": {
+                "kind": task.kind,
+                "names": list(task.label_names) if task.kind == "classification" else None,
+                "text_columns": list(task.text_columns),
+                "label_column": task.label_column,
+                "glue_task": task.glue_task,
+            },
+        },
+    )
+
+
+def save_model(model, prepared: Prepared, directory: Path) -> None:
+    """Model (its config carries id2label/label2id) + tokenizer, swapped in whole."""
+    with atomic_directory(directory) as staging:
+        model.save_pretrained(staging)
+        prepared.tokenizer.save_pretrained(staging)

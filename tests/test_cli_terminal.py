@@ -1,0 +1,27 @@
+"""The CLI and its terminal: a closed stdout is not an error, and results come first."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_closed_stdout_does_not_lose_the_results(tmp_path, tiny_bert_dir, tiny_data_dir):
+    # `finetune.py ... | head -1`: the reader goes away after the first line.
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
+           "--data-dir", str(tiny_data_dir), "--max-steps", "2", "--output-dir", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -1` does once it has its line
+    err = proc.stderr.read()
+    code = proc.wait(timeout=300)
+    assert first.startswith("mixft run")
+    assert code == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    run = json.loads((out / "results.json").read_text())["runs"][0]
+    assert run["steps"] == 2

@@ -1,0 +1,92 @@
+"""mixft.data.files: each supported format read through datasets, and each unreadable file refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mixft.data.files import load_data_file
+from mixft.errors import UsageError
+
+pytestmark = pytest.mark.usefixtures("isolated_hf")  # a private datasets cache per test
+
+ROWS = [{"text": 'he said "fine", then left', "label": "pos"}, {"text": "dull, slow", "label": "neg"},
+        {"text": "ok", "label": "pos"}]
+
+
+def _write(path, rows, fmt):
+    if fmt == "csv":
+        import csv
+
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    elif fmt == "tsv":
+        path.write_text("text\tlabel\n" + "".join(f"{r['text']}\t{r['label']}\n" for r in rows), encoding="utf-8")
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    elif fmt == "json":
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "json", "jsonl", "parquet"])
+def test_each_format_reads_the_same_rows(tmp_path, fmt):
+    path = _write(tmp_path / f"train.{fmt}", ROWS, fmt)
+    ds = load_data_file(path)
+    assert ds.column_names == ["text", "label"]
+    assert ds.to_list() == ROWS  # quotes and commas survive each format's own quoting rules
+    assert ds.cache_files, "file data must be memory-mapped Arrow in the datasets cache"
+
+
+def test_tsv_quotes_are_literal(tmp_path):
+    # GLUE convention: a lone quote in a TSV is text, not the start of a quoted field.
+    path = tmp_path / "dev.tsv"
+    path.write_text('sentence\tlabel\n"a quote that never closes\t1\nplain\t0\n', encoding="utf-8")
+    assert load_data_file(path)["sentence"][:] == ['"a quote that never closes', "plain"]
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("train.txt", "text,label\n", "--train-file {p}: unsupported file type (extension '.txt'); supported: .csv, .tsv, .json, .jsonl, .parquet"),
+        ("train", "text,label\n", "--train-file {p}: unsupported file type (no extension); supported"),
+        ("train.csv", "", "--train-file {p}: file is empty"),
+        ("train.csv", "text,label\n", "--train-file {p}: no data rows"),
+        ("train.csv", 'text,label\n"a",1\n"b",2,3\n', "--train-file {p}: cannot read as CSV: Error tokenizing data. C error: Expected 2 fields in line 3, saw 3"),
+        ("train.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": \n', "--train-file {p}: cannot read as JSONL:"),
+        ("train.json", '[{"text": "a"', "--train-file {p}: cannot read as JSON:"),
+        ("train.parquet", "not parquet at all", "--train-file {p}: cannot read as PARQUET:"),
+    ],
+)
+def test_bad_files_are_one_line_usage_errors(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UsageError) as info:
+        load_data_file(path)
+    text = str(info.value)
+    assert text.startswith(message.format(p=path)), text
+    assert "\n" not in text
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(UsageError, match=r"^--validation-file .*dev\.csv: file not found$"):
+        load_data_file(tmp_path / "dev.csv", "--validation-file")
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(UsageError, match="is a directory"):
+        load_data_file(tmp_path / "dir.csv")
+
+
+def test_second_read_reuses_the_datasets_cache(tmp_path):
+    path = _write(tmp_path / "train.csv", ROWS, "csv")
+    first = load_data_file(path)
+    second = load_data_file(path)
+    assert first.cache_files == second.cache_files
+    assert first._fingerprint == second._fingerprint

@@ -1,0 +1,242 @@
+"""mixft.data.textdata: files and hub datasets end to end, GLUE tasks, stand-ins, validation hold-out, caps."""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+
+import pytest
+
+import mixft.data.hubdata as hubdata
+from mixft.data.glue import GLUE_TASKS, glue_task
+from mixft.data.textdata import load_glue_data, load_text_data
+from mixft.errors import UsageError
+
+pytestmark = pytest.mark.usefixtures("isolated_hf")  # private caches, a hub that refuses connections
+
+
+def _csv(path, rows, header=("text", "label")):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture
+def topic_csv(tmp_path):
+    rows = [(f"news item {i}", ("Sports", "World", "Business")[i % 3]) for i in range(30)]
+    return _csv(tmp_path / "train.csv", rows)
+
+
+@pytest.fixture
+def unreachable(monkeypatch):
+    monkeypatch.setattr(hubdata, "hub_reachable", lambda timeout=3.0: False)
+
+
+# ------------------------------------------------------------------------------------ files
+
+
+def test_train_and_validation_files(tmp_path, topic_csv):
+    dev = _csv(tmp_path / "dev.csv", [("a match", "Sports"), ("an election", "World")])
+    data = load_text_data(train_file=topic_csv, validation_file=dev)
+    assert (data.source, data.name, data.notice) == ("files", str(topic_csv), None)
+    assert data.description == f"{topic_csv} (30 train / 2 eval)"
+    assert data.task.id2label == {0: "Business", 1: "Sports", 2: "World"}
+    assert (data.task.kind, data.task.num_labels, data.task.is_pair, data.task.glue_task) == \
+        ("classification", 3, False, None)
+    assert data.eval.to_list() == [{"text": "a match", "label": "Sports"}, {"text": "an election", "label": "World"}]
+
+
+def test_user_data_is_not_capped_unless_asked(tmp_path):
+    rows = [(f"row {i}", i % 2) for i in range(2500)]  # more than the demo budget of 2000
+    train = _csv(tmp_path / "train.csv", rows)
+    dev = _csv(tmp_path / "dev.csv", rows[:900])
+    data = load_text_data(train_file=train, validation_file=dev)
+    assert (len(data.train), len(data.eval)) == (2500, 900)
+    capped = load_text_data(train_file=train, validation_file=dev, max_train_samples=10, max_eval_samples=4)
+    assert capped.train["text"][:] == [f"row {i}" for i in range(10)]  # the first N rows
+    assert capped.eval["text"][:] == [f"row {i}" for i in range(4)]
+
+
+def test_validation_split_is_deterministic_and_disjoint(topic_csv):
+    a = load_text_data(train_file=topic_csv, validation_split=0.2, seed=3)
+    b = load_text_data(train_file=topic_csv, validation_split=0.2, seed=3)
+    c = load_text_data(train_file=topic_csv, validation_split=0.2, seed=4)
+    assert (len(a.train), len(a.eval)) == (24, 6)
+    assert a.eval["text"][:] == b.eval["text"][:] and a.train["text"][:] == b.train["text"][:]
+    assert a.eval["text"][:] != c.eval["text"][:]
+    texts = set(a.train["text"][:]) | set(a.eval["text"][:])
+    assert len(texts) == 30 and not set(a.train["text"][:]) & set(a.eval["text"][:])
+
+
+def test_validation_file_missing_a_column(tmp_path, topic_csv):
+    dev = _csv(tmp_path / "dev.csv", [("x", "y")], header=("body", "label"))
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=topic_csv, validation_file=dev)
+    assert str(info.value) == f"--validation-file {dev}: no column 'text' (found in the training data); columns: 'body', 'label'"
+
+
+def test_validation_label_unseen_in_training(tmp_path, topic_csv):
+    dev = _csv(tmp_path / "dev.csv", [("a chip", "Sci/Tech")])
+    with pytest.raises(UsageError, match=r"validation label 'Sci/Tech' never seen in training"):
+        load_text_data(train_file=topic_csv, validation_file=dev)
+
+
+def test_missing_text_and_non_text_columns(tmp_path):
+    gap = _csv(tmp_path / "gap.csv", [("a", 0), ("", 1), ("c", 0)])  # an empty cell reads as missing
+    with pytest.raises(UsageError, match=r"1 of 3 rows have no text in column 'text' \(first: data row 2\)"):
+        load_text_data(train_file=gap, validation_split=0.5)
+    numbers = _csv(tmp_path / "numbers.csv", [(1, 0), (2, 1)])
+    with pytest.raises(UsageError, match=r"column 'text' holds int64 values, not text; .*columns: 'text', 'label'"):
+        load_text_data(train_file=numbers, validation_split=0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "pass either --train-file (with --validation-file or --validation-split) or --dataset NAME"),
+        ({"train_file": "t.csv", "dataset": "imdb"}, "pass either --train-file"),
+        ({"validation_file": "d.csv", "dataset": "imdb"}, "--validation-file needs --train-file"),
+        ({"train_file": "t.csv", "dataset_config": "sst2"}, "--dataset-config needs --dataset"),
+        ({"train_file": "t.csv", "validation_split": 1.0}, "--validation-split must be a fraction between 0 and 1"),
+        ({"train_file": "t.csv", "validation_file": "d.csv", "validation_split": 0.1},
+         "pass --validation-file or --validation-split, not both"),
+        ({"train_file": "t.csv", "max_train_samples": 0}, "--max-train-samples must be a positive integer, got 0"),
+        ({"train_file": "t.csv", "task_kind": "ranking"}, "unknown task kind 'ranking'"),
+    ],
+)
+def test_argument_errors_come_before_any_file_is_read(kwargs, message):
+    # t.csv / d.csv do not exist: the argument check must fire first.
+    with pytest.raises(UsageError) as info:
+        load_text_data(**kwargs)
+    assert str(info.value).startswith(message)
+
+
+def test_no_validation_data_says_what_to_pass(topic_csv):
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=topic_csv)
+    assert str(info.value) == (f"--train-file {topic_csv}: no validation data; pass --validation-file, or "
+                               "--validation-split F (0 < F < 1) to hold out a fraction of the training data")
+
+
+def test_float_labels_make_a_regression_task(tmp_path):
+    train = _csv(tmp_path / "scores.csv", [("a", 0.5), ("b", 3.0), ("c", 4.75), ("d", 1.0)],
+                 header=("sentence1", "score"))
+    data = load_text_data(train_file=train, validation_split=0.5, text_column="sentence1", label_column="score")
+    assert (data.task.kind, data.task.num_labels, data.task.label_names) == ("regression", 1, ())
+
+
+# -------------------------------------------------------------------------------------- hub
+
+
+def test_hub_dataset_neither_cached_nor_reachable(unreachable):
+    start = time.monotonic()
+    with pytest.raises(UsageError) as info:
+        load_text_data(dataset="imdb")
+    assert time.monotonic() - start < 10
+    assert str(info.value) == ("--dataset imdb: not in the local datasets cache and the hub is unreachable; "
+                               "run once with hub access or pass --train-file/--validation-file")
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # gone offline: nothing retries for 50 s
+
+
+def test_unavailable_glue_task_without_stand_in(unreachable):
+    with pytest.raises(UsageError, match=r"^--dataset glue/stsb: not in the local datasets cache"):
+        load_glue_data("stsb")
+
+
+@pytest.mark.parametrize(
+    "name, config, generated, columns, names",
+    [
+        ("glue", "sst2", "mixft-generated-sentiment", ("sentence",), ("negative", "positive")),
+        ("glue", "mrpc", "mixft-generated-paraphrase", ("sentence1", "sentence2"), ("not_equivalent", "equivalent")),
+        ("ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech")),
+        ("fancyzhx/ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech")),
+    ],
+)
+def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, generated, columns, names):
+    data = load_text_data(dataset=name, dataset_config=config, seed=1)
+    label = f"{name}/{config}" if config else name
+    assert (data.source, data.name) == ("generated", generated)
+    assert data.notice == (f"notice: {label} is not reachable or cached; using {generated}, mixft's generated "
+                           "stand-in in its schema (2000 train / 872 eval, seed 1)")
+    assert (len(data.train), len(data.eval)) == (2000, 872)  # the demo budget belongs to generated data
+    assert data.task.text_columns == columns and data.task.label_names == names
+    assert data.task.glue_task == config
+    again = load_text_data(dataset=name, dataset_config=config, seed=1, max_train_samples=50, max_eval_samples=10)
+    assert (len(again.train), len(again.eval)) == (50, 10)  # a cap sizes the generated set itself
+
+
+def test_glue_sst2_stand_in_is_todays_generated_set(unreachable):
+    from mixft.data.generated import generated_splits
+
+    data = load_glue_data("sst2", max_train_samples=40, max_eval_samples=10, seed=2)
+    train, dev = generated_splits(40, 10, seed=2)
+    assert data.train.to_list() == [{**r, "idx": i} for i, r in enumerate(train)]
+    assert data.eval["sentence"][:] == [r["sentence"] for r in dev]
+    assert data.task.glue_task == "sst2"
+
+
+def test_hub_dataset_from_the_cache_uses_its_validation_split(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load(name, config=None, **kwargs):
+        calls.append((name, config, datasets.config.HF_HUB_OFFLINE))
+        row = {"premise": ["p1", "p2", "p3"], "hypothesis": ["h1", "h2", "h3"], "label": [0, 1, 2]}
+        features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                      "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"])})
+        split = datasets.Dataset.from_dict(row, features=features)
+        return datasets.DatasetDict(train=split, validation_matched=split.select([0, 2]),
+                                    validation_mismatched=split.select([1]), test=split)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    data = load_glue_data("mnli")
+    assert calls == [("nyu-mll/glue", "mnli", True)]  # the canonical repo, loaded offline from the cache
+    assert (data.source, data.name, data.description) == ("cache", "glue/mnli", "glue/mnli (3 train / 2 eval)")
+    assert data.task.text_columns == ("premise", "hypothesis")
+    assert data.task.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
+
+
+def test_hub_dataset_without_validation_split(monkeypatch):
+    import datasets
+
+    def fake_load(name, config=None, **kwargs):
+        split = datasets.Dataset.from_dict({"text": ["a", "b", "c", "d"], "label": [0, 1, 0, 1]})
+        return datasets.DatasetDict(train=split, test=split.select([0, 1]))
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    with pytest.raises(UsageError) as info:
+        load_text_data(dataset="imdb")
+    assert str(info.value) == ("--dataset imdb (train split): no validation data (splits: train, test; or pass "
+                               "--eval-split); pass --validation-file, or --validation-split F (0 < F < 1) to hold "
+                               "out a fraction of the training data")
+    assert len(load_text_data(dataset="imdb", eval_split="test").eval) == 2
+    assert len(load_text_data(dataset="imdb", validation_split=0.5).eval) == 2
+    with pytest.raises(UsageError, match=r"no split 'dev' \(--eval-split\); splits: train, test"):
+        load_text_data(dataset="imdb", eval_split="dev")
+
+
+# ------------------------------------------------------------------------------------- GLUE
+
+
+def test_glue_table():
+    assert list(GLUE_TASKS) == ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"]
+    assert glue_task("MNLI").validation_split == "validation_matched"
+    assert glue_task("sst-2").name == "sst2"
+    assert (glue_task("stsb").kind, glue_task("stsb").num_labels) == ("regression", 1)
+    assert glue_task("qnli").text_columns == ("question", "sentence")
+    assert glue_task("cola").metrics == ("matthews_correlation",)
+
+
+def test_unknown_glue_task():
+    with pytest.raises(UsageError) as info:
+        load_glue_data("squad")
+    assert str(info.value) == "unknown GLUE task 'squad'; GLUE tasks: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli"
+
+
+def test_pair_column_on_single_text_glue_task(unreachable):
+    with pytest.raises(UsageError, match=r"GLUE sst2 is single-text data \(column 'sentence'\)"):
+        load_text_data(dataset="glue", dataset_config="sst2", text_column="sentence", text_pair_column="idx")
