@@ -47,6 +47,12 @@ _EXPORTS = {
     "render_markdown": "mixft.report",
     "write_report": "mixft.report",
     "write_plots": "mixft.plots",
+    # "is AMP faster here?"
+    "run_probe": "mixft.runner",
+    "cached_probe": "mixft.probe",
+    "render_probe_table": "mixft.probe",
+    "describe_hardware": "mixft.hardware",
+    "hardware_line": "mixft.hardware",
     # errors
     "UsageError": "mixft.errors",
 }

@@ -3,8 +3,9 @@
 Every bad input ends with one line on stderr and exit code 2, before any work starts.
 
 Exit codes: 0 done; 2 bad input (nothing written); 3 a run collapsed (results and the
-last good checkpoint kept, diagnosis on stderr); 130 / 143 stopped by SIGINT / SIGTERM
-(checkpoint saved: rerun with --resume). See docs/reliability.md.
+last good checkpoint kept, diagnosis on stderr); 4 a file could not be written (disk
+full, read-only, I/O error: the previous results.json and checkpoint kept); 130 / 143
+stopped by SIGINT / SIGTERM (checkpoint saved: rerun with --resume). See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import fields
 from collections.abc import Sequence
 from pathlib import Path
 
+from .atomic import WriteFailed
 from .cliargs import OneLineParser, int_list, setup_logging
 from .config import RunConfig
 from .distributed import is_main_process, shutdown
@@ -30,6 +32,7 @@ from .trainer import Callback, StepInfo
 
 PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
+EXIT_WRITE_FAILED = 4  # results.json, report.md, a checkpoint or the model could not be written
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,6 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except WriteFailed as e:  # disk full, quota, read-only: a one-line cause, not a traceback
+        out = Path(cfg.output_dir) if cfg is not None else None
+        resumable = out is not None and any(out.glob("checkpoint*.pt"))
+        print(f"{PROG}: error: {e}; earlier results and the last good checkpoint are kept"
+              + (f"; once fixed, rerun the same command with --resume to continue from the last checkpoint in {out}"
+                 if resumable else "; once fixed, rerun the same command"), file=sys.stderr)
+        return EXIT_WRITE_FAILED
     except KeyboardInterrupt as e:  # a second Ctrl-C, or one outside training
         out = Path(cfg.output_dir) if cfg is not None else None
         if out is not None and any(out.glob("checkpoint*.pt")):

@@ -157,10 +157,17 @@ class RunConfig:
             raise UsageError(f"--output-dir {self.output_dir}: exists and is not a directory")
         return self
 
-    def check_recipe_options(self, recipe_name: str, uses) -> None:
-        """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic)."""
+    def check_recipe_options(self, recipe_name: str, uses, defaults: dict[str, Any] | None = None) -> None:
+        """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic).
+
+        A value equal to the recipe's own default is not the user's (a config that had
+        ``with_defaults`` applied before ``mixft.run``).
+        """
+        defaults = defaults or {}
         for f in fields(self):
-            if f.metadata.get("per_recipe") and f.name not in uses and getattr(self, f.name) != f.default:
+            value = getattr(self, f.name)
+            if f.metadata.get("per_recipe") and f.name not in uses and value != f.default \
+                    and not (f.name in defaults and value == defaults[f.name]):
                 raise UsageError(f"{flag_of(f)}: not used by recipe {recipe_name} (it uses: "
                                  f"{', '.join(sorted(flag_of(g) for g in fields(self) if g.name in uses)) or 'none of the data options'})")
 

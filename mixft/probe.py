@@ -443,27 +443,27 @@ def _matmul_rate(shapes: list[dict[str, Any]], precision: Precision, device: tor
     """
     if not shapes:
         return None
-    configure_matmul(precision, device)
     dtype = precision.autocast_dtype or torch.float32
     inner = 10 if device.type == "cuda" else 1  # a GPU matmul this small is mostly launch latency
-    gen = torch.Generator().manual_seed(0)
-    flops = seconds = 0.0
-    for s in shapes:
-        x = torch.randn(s["rows"], s["in"], generator=gen).to(device=device, dtype=dtype)
-        w = torch.randn(s["out"], s["in"], generator=gen).to(device=device, dtype=dtype)
-        b = torch.randn(s["out"], generator=gen).to(device=device, dtype=dtype) if s["bias"] else None
-        nn.functional.linear(x, w, b)  # warm-up: kernel selection
-        times = []
-        for _ in range(MATMUL_REPEATS):
-            synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                nn.functional.linear(x, w, b)
-            synchronize(device)
-            times.append((time.perf_counter() - t0) / inner)
-        seconds += s["calls"] * statistics.median(times)
-        flops += s["calls"] * 2.0 * s["rows"] * s["in"] * s["out"]
-    return flops / seconds if seconds > 0 else None
+    with configure_matmul(precision, device):  # tf32 is fp32 with TF32 allowed; restored after
+        gen = torch.Generator().manual_seed(0)
+        flops = seconds = 0.0
+        for s in shapes:
+            x = torch.randn(s["rows"], s["in"], generator=gen).to(device=device, dtype=dtype)
+            w = torch.randn(s["out"], s["in"], generator=gen).to(device=device, dtype=dtype)
+            b = torch.randn(s["out"], generator=gen).to(device=device, dtype=dtype) if s["bias"] else None
+            nn.functional.linear(x, w, b)  # warm-up: kernel selection
+            times = []
+            for _ in range(MATMUL_REPEATS):
+                synchronize(device)
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    nn.functional.linear(x, w, b)
+                synchronize(device)
+                times.append((time.perf_counter() - t0) / inner)
+            seconds += s["calls"] * statistics.median(times)
+            flops += s["calls"] * 2.0 * s["rows"] * s["in"] * s["out"]
+        return flops / seconds if seconds > 0 else None
 
 
 def _estimated_step_s(fp32: _Stepper, fp32_row: PrecisionProbe, row: PrecisionProbe) -> float:

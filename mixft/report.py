@@ -382,8 +382,8 @@ def render_hardware(hw: dict | None) -> str | None:
     lines.append("")
     amx = flags.get("amx_bf16")
     if isinstance(gpu, dict):
-        here = (f"These runs used a GPU, where the answer depends on its tensor cores (TF32 and bf16 from "
-                f"compute capability 8.0); on a CPU it depends on AMX.")
+        here = ("These runs used a GPU, where the answer depends on its tensor cores (TF32 and bf16 from "
+                "compute capability 8.0); on a CPU it depends on AMX.")
     elif amx is None:
         here = "This CPU's flags are unknown, so which case applies here was not recorded."
     elif amx:
@@ -468,7 +468,7 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     history = render_eval_history(doc)
     if history:
         out += ["## Eval per epoch", "", history, ""]
-        out += ["Each row: the evaluation at the end of that epoch, mean ± sample std over seeds.", ""]
+        out += ["Each row: the evaluation recorded at that epoch (step), mean ± sample std over seeds.", ""]
 
     out += [line for sec in machine for line in (sec, "")]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from . import distributed
-from .checkpoint import Checkpointer, checkpoint_name, finished_runs, resume, resume_plan, run_meta
+from .checkpoint import (Checkpointer, checkpoint_name, final_weights, finished_runs, report_kept_run, resume,
+                         resume_plan, run_meta)
 from .config import RunConfig
 from .errors import UsageError
 from .faults import CollapseDetector, InjectNonFinite
@@ -59,7 +60,7 @@ def plan(cfg: RunConfig):
         raise UsageError(f"recipe {cfg.recipe} has no saved-model format: --save-model and --eval-only need one")
     if cfg.eval_only and cfg.model is None:
         raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
-    cfg.check_recipe_options(cfg.recipe, recipe.USES)
+    cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
     device = resolve_device(cfg.device)
     if distributed.init_from_env() and device.type == "cuda":
@@ -113,7 +114,18 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
     for seed in cfg.seeds:
         for precision in precisions:
             if (precision.name, seed) in finished:
-                results.append(finished[(precision.name, seed)])
+                kept = finished[(precision.name, seed)]
+                report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
+                if cfg.save_model and distributed.is_main_process() and not kept.stopped_early:
+                    # Finished earlier without --save-model: its final checkpoint holds the weights.
+                    single = total == 1
+                    model = recipe.build(cfg, prepared, precision, device, seed).model
+                    model.load_state_dict(final_weights(out / checkpoint_name(precision.name, seed, single), kept))
+                    target = out / saved_model_name(precision.name, seed, single)
+                    recipe.save_model(model, prepared, target)
+                    logger.info("saved the fine-tuned model of the finished %s run to %s (from its final checkpoint)",
+                                precision.name, target)
+                results.append(kept)
                 continue
             parts = recipe.build(cfg, prepared, precision, device, seed)
             checkpoint = out / checkpoint_name(precision.name, seed, single=total == 1)

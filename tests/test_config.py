@@ -59,3 +59,14 @@ def test_per_recipe_options_are_refused_by_recipes_that_ignore_them():
     with pytest.raises(UsageError, match="--data-dir: not used by recipe mlp-synthetic"):
         RunConfig(data_dir="d").check_recipe_options("mlp-synthetic", set())
     RunConfig().check_recipe_options("mlp-synthetic", set())  # defaults are never "set"
+
+
+def test_a_config_with_the_recipes_defaults_applied_passes_the_check():
+    # mixft.run(cfg.with_defaults(DEFAULTS)) is a normal call: the defaults are not the user's.
+    from recipes import mlp_synthetic
+
+    cfg = RunConfig(recipe="mlp-synthetic").with_defaults(mlp_synthetic.DEFAULTS)
+    cfg.check_recipe_options("mlp-synthetic", mlp_synthetic.USES, mlp_synthetic.DEFAULTS)
+    with pytest.raises(UsageError, match="--model"):
+        RunConfig(recipe="mlp-synthetic", model="bert-base-uncased").check_recipe_options(
+            "mlp-synthetic", mlp_synthetic.USES, mlp_synthetic.DEFAULTS)

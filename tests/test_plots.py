@@ -150,3 +150,43 @@ def test_failed_save_keeps_old_file(doc, tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
     assert plt.get_fignums() == []
+
+
+@pytest.mark.parametrize("fixture, eval_charts", [
+    ("results_multiclass.json", ["eval_accuracy.png", "eval_f1.png"]),
+    ("results_regression.json", ["eval_pearsonr.png", "eval_spearmanr.png"]),
+])
+def test_one_eval_chart_per_metric(fixture, eval_charts, tmp_path):
+    doc = json.loads((FIXTURE.parent / fixture).read_text(encoding="utf-8"))
+    out = plots.write_plots(doc, tmp_path)
+    assert [p.name for p in out] == ["loss.png", *eval_charts, "time_memory.png"]
+    import matplotlib.image as mpimg
+
+    images = [mpimg.imread(tmp_path / name) for name in eval_charts]
+    for img in images:
+        assert img.std() > 0.01
+    # Two metrics with different values draw different charts (not one chart copied).
+    assert images[0].shape != images[1].shape or (images[0] != images[1]).any()
+    from mixft.report import render_markdown
+
+    md = render_markdown(doc, plots=out)
+    for name in eval_charts:
+        assert f"]({name})" in md
+    assert ("Eval macro-F1 per epoch" in md) == (fixture == "results_multiclass.json")
+
+
+def test_eval_chart_titles_name_the_metric(monkeypatch):
+    doc = json.loads((FIXTURE.parent / "results_regression.json").read_text(encoding="utf-8"))
+    titles = []
+    real = plots._eval_figure
+
+    def spy(doc_, metric):
+        fig = real(doc_, metric)
+        titles.append((metric, fig.axes[0].get_title(), fig.axes[0].get_ylabel()))
+        return fig
+
+    monkeypatch.setattr(plots, "_eval_figure", spy)
+    monkeypatch.setattr(plots, "_save", lambda fig, path: None)
+    plots.write_plots(doc, Path("/nonexistent"))
+    assert titles == [("pearsonr", "Eval Pearson r per epoch", "Pearson r"),
+                      ("spearmanr", "Eval Spearman ρ per epoch", "Spearman ρ")]

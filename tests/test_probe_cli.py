@@ -1,0 +1,53 @@
+"""--probe through the CLI, and what later runs do with the cached answer."""
+
+from __future__ import annotations
+
+import json
+
+from mixft.cli import main
+
+
+def _args(tiny_bert_dir, tiny_data_dir, out):
+    return ["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
+            "--output-dir", str(out), "--no-progress"]
+
+
+def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_dir, tiny_data_dir, capsys,
+                                                             monkeypatch):
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
+    code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "p") + ["--probe"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "recommendation" in printed and "fp32" in printed and "bf16" in printed
+    doc = json.loads((tmp_path / "p" / "results.json").read_text())
+    assert doc["runs"] == [] and doc["hardware"]["probe"]["recipe"] == "bert-sst2"
+    assert {"amx_bf16", "avx512_bf16", "avx512_fp16"} <= set(doc["hardware"]["cpu"]["flags"])
+    assert "probe" in (tmp_path / "p" / "report.md").read_text().lower()
+
+    # Pretend this machine measured bf16 at half the fp32 rate: an --amp run says so, in one
+    # line, and still trains in bf16 (the user's choice is never changed).
+    (cached,) = (tmp_path / "cache").rglob("*.json")
+    data = json.loads(cached.read_text())
+    for row in data["rows"]:
+        if row["precision"] == "bf16":
+            row["speedup_vs_fp32"] = 0.5
+    cached.write_text(json.dumps(data))
+    code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "r") + ["--amp", "--max-steps", "1"])
+    captured = capsys.readouterr()
+    assert code == 0
+    notices = [line for line in captured.err.splitlines() if "measured 0.50x fp32" in line]
+    assert len(notices) == 1 and "--amp keeps bf16" in notices[0], captured.err
+    assert "  speed      probe: bf16 step 0.50x fp32" in captured.out
+    run = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert run["runs"][0]["precision"] == "bf16" and run["hardware"]["probe"] is not None
+
+
+def test_an_unprobed_machine_says_how_to_probe(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch):
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "empty-cache"))
+    code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "r") + ["--amp", "--max-steps", "1"])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "not probed on this machine yet (--probe" in captured.out
+    assert "measured" not in captured.err
+    doc = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert "probe" not in doc["hardware"] and doc["hardware"]["cpu"]["model"]
