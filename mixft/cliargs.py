@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import re
 import sys
-from collections.abc import Callable
 
 from .errors import UsageError
+from .options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, Check
 from .log import logger
 
 
@@ -32,40 +31,17 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _checked(text: str, convert: Callable, ok: Callable, expected: str):
-    try:
-        value = convert(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}") from None
-    if not ok(value):  # comparisons with nan are False, so nan is refused too
-        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    return _checked(text, int, lambda v: v >= 1, "a positive integer")
-
-
-def non_negative_int(text: str) -> int:
-    return _checked(text, int, lambda v: v >= 0, "an integer >= 0")
-
-
-def positive_float(text: str) -> float:
-    return _checked(text, float, lambda v: math.isfinite(v) and v > 0, "a positive finite number")
-
-
-def non_negative_float(text: str) -> float:
-    return _checked(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
-
-
-def probability(text: str) -> float:
-    return _checked(text, float, lambda v: 0 <= v <= 1, "a probability between 0 and 1")
+# The number types of mixft's command lines: the same rules RunConfig applies (mixft.options).
+positive_int = POSITIVE_INT.parse
+non_negative_int = NON_NEGATIVE_INT.parse
+positive_float = POSITIVE_FLOAT.parse
+non_negative_float = NON_NEGATIVE_FLOAT.parse
+probability = PROBABILITY.parse
 
 
 def int_list(text: str) -> list[int]:
-    return _checked(
-        text, lambda t: [int(part) for part in t.split(",") if part.strip()], bool, "comma-separated integers"
-    )
+    return Check(lambda t: [int(part) for part in t.split(",") if part.strip()], bool,
+                 "comma-separated integers").parse(text)
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -35,13 +35,14 @@ X = torch.randn(48, 8, generator=_g)
 Y = torch.randn(48, 1, generator=_g)
 
 
-def make_trainer(precision="fp32", callbacks=(), epochs=2, grad_accum=2):
+def make_trainer(precision="fp32", callbacks=(), epochs=2, grad_accum=2, workers=0):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
-    train = DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True)  # RandomSampler: global RNG
+    loader = dict(num_workers=workers, persistent_workers=workers > 0)
+    train = DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True, **loader)  # RandomSampler: global RNG
     return Trainer(
         model, lambda p: torch.optim.AdamW(p, lr=1e-2), nn.MSELoss(), train,
-        eval_loader=DataLoader(TensorDataset(X, Y), batch_size=16),
+        eval_loader=DataLoader(TensorDataset(X, Y), batch_size=16, **loader),
         precision=precision, epochs=epochs, grad_accum=grad_accum, seed=0, callbacks=list(callbacks),
         lr_scheduler=lambda opt, n: torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.1, n),
     )
@@ -85,6 +86,27 @@ def test_resumed_run_ends_bit_identical(tmp_path, precision, stop_step):
     assert resumed.lr_schedulers[0].last_epoch == reference.lr_schedulers[0].last_epoch == ref.steps - ref.skipped_steps
     for a, b in zip(reference.optimizer.state.values(), resumed.optimizer.state.values()):
         assert torch.equal(a["exp_avg"], b["exp_avg"])
+
+
+class StopAtEpochEnd(Callback):
+    def on_epoch_end(self, trainer, metrics):
+        raise StopTraining("test stop")  # after the Checkpointer's epoch-end save
+
+
+@pytest.mark.parametrize("stop", ["epoch-end", "mid-2nd-epoch"])
+def test_resumed_run_with_persistent_workers_ends_bit_identical(tmp_path, stop):
+    # A persistent-worker loader draws from the global RNG at its first iter() only:
+    # resume() starts the loaders the stopped process had started, without that draw.
+    reference = make_trainer(epochs=3, workers=2)
+    ref = reference.fit()
+    path = tmp_path / "ckpt.pt"
+    stopper = StopAtEpochEnd() if stop == "epoch-end" else StopAt(8)  # both after the first evaluation
+    make_trainer(callbacks=[Checkpointer(path, every=1), stopper], epochs=3, workers=2).fit()
+    resumed = make_trainer(callbacks=[Checkpointer(path, every=1)], epochs=3, workers=2)
+    resume(resumed, path)
+    res = resumed.fit()
+    assert all(torch.equal(a, b) for a, b in zip(weights(reference), weights(resumed)))
+    assert res.history == ref.history
 
 
 def test_without_the_rng_states_the_resumed_run_diverges(tmp_path):

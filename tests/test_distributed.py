@@ -76,6 +76,24 @@ def test_two_process_ddp_equals_single_process_accumulation(tmp_path, precision,
     assert ddp["eval"]["loss"] == pytest.approx(result.eval["loss"], rel=1e-4)
 
 
+def test_text_classification_under_torchrun(tmp_path):
+    # The any-encoder recipe (its own head, Arrow data, task metrics gathered from both ranks).
+    from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
+
+    model = make_tiny_model_dir("roberta", tmp_path / "roberta")
+    body = "".join(f"{t},{['neg', 'mid', 'pos'][c]}\n" for t, c, _ in TOY_ROWS)
+    (tmp_path / "train.csv").write_text("text,label\n" + body * 2)
+    (tmp_path / "dev.csv").write_text("text,label\n" + body)
+    out = tmp_path / "out"
+    proc = torchrun("scripts/finetune.py", "--recipe", "text-classification", "--model", str(model),
+                    "--train-file", str(tmp_path / "train.csv"), "--validation-file", str(tmp_path / "dev.csv"),
+                    "--batch-size", "3", "--epochs", "1", "--output-dir", str(out), "--no-progress")
+    assert proc.stdout.count("mixft run") == 1
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["steps"] == 4  # 24 examples / (3 per rank x 2 ranks)
+    assert run["task"]["names"] == ["mid", "neg", "pos"] and {"accuracy", "f1"} <= set(run["eval"])
+
+
 def test_cli_under_torchrun_writes_results_once(tmp_path, tiny_bert_dir, tiny_data_dir):
     out = tmp_path / "out"
     proc = torchrun("scripts/finetune.py", "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
