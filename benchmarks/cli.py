@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mixft import __version__
+from mixft.hardware import describe_hardware, hardware_line
 from mixft.cliargs import OneLineParser, non_negative_int, positive_int, setup_logging
 from mixft.errors import UsageError
 from mixft.precision import DEVICE_CHOICES
@@ -138,12 +139,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "command": command.strip(),
         "device": str(dev),
         "device_name": device_name(dev),
+        # Which CPU flags (amx_bf16, avx512_bf16, avx512_fp16) or GPU produced these figures:
+        # a ratio from one machine is not a fact about another.
+        "hardware": describe_hardware(dev),
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "load_avg_at_start": _load_avg(),
         "small": args.small,
     }
-    print(f"mixft benchmark on {doc['device_name']} [{dev}], torch {torch.__version__}, "
+    print(f"mixft benchmark on {hardware_line(doc['hardware'])} [{dev}], torch {torch.__version__}, "
           f"{doc['torch_threads']} intra-op threads, load average {_fmt_load(doc['load_avg_at_start'])}")
     print(f"command: {doc['command']}\n", flush=True)
 

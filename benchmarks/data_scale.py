@@ -88,15 +88,10 @@ def _run_worker(path: Path, max_length: int, cache: Path) -> dict:
 
 
 def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    wanted = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(wanted) or 'no avx512/amx'}"
+    """The CPU line every mixft figure carries (model, cores, amx_bf16/avx512_bf16/avx512_fp16)."""
+    from mixft.hardware import describe_hardware, hardware_line
+
+    return hardware_line(describe_hardware("cpu"))
 
 
 def main(argv: list[str] | None = None) -> int:

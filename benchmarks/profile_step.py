@@ -82,7 +82,7 @@ def render(results: dict, hw: dict, cfg: RunConfig, rows: int) -> str:
     total = {n: sum(results[n][1].values()) for n in names}
     top = sorted(ops, key=ops.get, reverse=True)[:rows]
     lines = [f"Profile of one {cfg.recipe} step on {hardware_line(hw)}; torch {torch.__version__}", ""]
-    lines += [f"Whole step (median): " + ", ".join(f"{n} {results[n][0] * 1000:.1f} ms" for n in names)
+    lines += ["Whole step (median): " + ", ".join(f"{n} {results[n][0] * 1000:.1f} ms" for n in names)
               + (f" ({results[names[0]][0] / results[last][0]:.2f}x {last} vs {names[0]})" if len(names) > 1 else ""), ""]
     lines.append("| op | " + " | ".join(f"{n} ms/step" for n in names) + f" | {last} share |")
     lines.append("|---|" + "---:|" * (len(names) + 1))

@@ -194,11 +194,12 @@ def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision
     if result is None:
         return
     hardware["probe"] = result.to_dict()
-    option = "--amp" if "amp" in cfg.precisions else ("--compare" if len(precisions) > 1 else "--precision")
-    for precision in precisions:
-        notice = amp_notice(result, precision.name, option=option)
-        if notice:
-            logger.warning(notice)
+    if len(precisions) > 1:
+        return  # a comparison measures exactly this: no advice against it
+    option = "--amp" if "amp" in cfg.precisions else f"--precision {precisions[0].name}"
+    notice = amp_notice(result, precisions[0].name, option=option)
+    if notice:
+        logger.warning(notice)
 
 
 def run_probe(cfg: RunConfig):

@@ -22,7 +22,7 @@ from torch import nn
 from mixft.atomic import atomic_directory
 from mixft.config import RunConfig
 from mixft.errors import UsageError
-from mixft.data.text import make_loader, tokenize_rows
+from mixft.data.text import make_loader, pad_multiple, tokenize_rows
 from mixft.log import logger
 from mixft.metrics import load_metric
 from mixft.models import BertClassifier, logits_to_labels
@@ -134,16 +134,6 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     # saturates to exactly 0 or 1 and BCELoss then takes log(0). BCEWithLogitsLoss fuses
     # the two into a stable log-sum-exp and autocast runs it in fp32. Same maths.
     return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-
-
-def pad_multiple(device: torch.device) -> int | None:
-    """Batches are padded to a multiple of this (None: to the batch's longest sentence).
-
-    The same for every precision, so the runs of one --compare see the same batch shapes
-    (and so the same dropout masks). Tensor cores want multiples of 8; a CPU has none,
-    and the extra padding made bf16 steps 1.3x slower there (docs/benchmarks.md).
-    """
-    return 8 if device.type == "cuda" else None
 
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:

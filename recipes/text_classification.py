@@ -25,7 +25,7 @@ import torch
 
 from mixft.atomic import atomic_directory
 from mixft.config import RunConfig
-from mixft.data.text import make_loader
+from mixft.data.text import make_loader, pad_multiple
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
 from mixft.optim import adamw_factory, linear_warmup_factory
@@ -120,15 +120,6 @@ def describe_task(task) -> str:
         return f"regression on {task.label_column!r}, texts {texts}"
     names = ", ".join(task.label_names[:8]) + (", ..." if len(task.label_names) > 8 else "")
     return f"classification, {task.num_labels} labels ({names}), texts {texts}"
-
-
-def pad_multiple(device: torch.device) -> int | None:
-    """Pad batches to a multiple of 8 on CUDA (tensor cores), for every precision alike.
-
-    One padding for all precisions of a comparison: the same batch shapes, the same
-    dropout masks. A CPU has no tensor cores, and extra padding only costs time there.
-    """
-    return 8 if device.type == "cuda" else None
 
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:

@@ -23,15 +23,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _reference_topic(text: str) -> int:
-    """The topic read back from the text: the actor opening the main clause."""
+    """The topic read back from the text: the action of the main clause (its actor may be another topic's)."""
+    return _main_clause_topics(text)[1]
+
+
+def _main_clause_topics(text: str) -> tuple[int, int]:
+    """(the main clause's actor topic, its action topic), parsed back from the text."""
     s = re.sub(r"^[A-Z][A-Za-z ]+ \([A-Z]+\) - ", "", text).rstrip(".")
     s = s[0].lower() + s[1:]
     lead = next((c for c in sorted(topics.LEADING, key=len, reverse=True) if s.startswith(c + " ")), None)
     main = s.split(", ", 1)[1] if lead else s
-    found = [k for k in range(4) if any(main.startswith(a + " ") for a in topics.ACTORS[k])]
+    actor = [k for k in range(4) if any(main.startswith(a + " ") for a in topics.ACTORS[k])]
+    assert len(actor) == 1, (text, actor)
+    clause = next(main[len(a) + 1:] for a in topics.ACTORS[actor[0]] if main.startswith(a + " "))
+    found = [k for k in range(4) if any(clause.startswith(action) for action in topics.ACTIONS[k])]
     assert len(found) == 1, (text, found)
-    assert any(action in main for action in topics.ACTIONS[found[0]]), text
-    return found[0]
+    return actor[0], found[0]
 
 
 def _keyword_vote(text: str) -> int:
@@ -59,7 +66,10 @@ def test_topics_labels_follow_the_main_clause_and_beat_a_keyword_vote():
     rows = generate_topics(2000, seed=0)
     assert all(_reference_topic(r["text"]) == r["label"] for r in rows)
     keyword = sum(_keyword_vote(r["text"]) == r["label"] for r in rows) / len(rows)
-    assert 0.5 < keyword < 0.75, keyword  # learnable signal, but a keyword count is far from solving it
+    assert 0.4 < keyword < 0.75, keyword  # learnable signal, but a keyword count is far from solving it
+    # About a third of main clauses pair the action with another topic's actor.
+    crossed = sum(_main_clause_topics(r["text"])[0] != r["label"] for r in rows) / len(rows)
+    assert 0.25 < crossed < 0.35, crossed
     # Most texts carry a distractor: a clause whose actor belongs to another topic.
     distracted = sum(any(a in r["text"].lower() for k in range(4) if k != r["label"] for a in topics.ACTORS[k])
                      for r in rows)

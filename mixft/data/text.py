@@ -113,3 +113,16 @@ def labels_tensor(examples) -> torch.Tensor:
     if _is_arrow(examples):
         return torch.from_numpy(_column(examples, "labels").copy())
     return torch.tensor([e["labels"] for e in examples])
+
+
+def pad_multiple(device) -> int | None:
+    """Pad batches to a multiple of this on ``device`` (None: to the batch's longest example).
+
+    8 on CUDA (tensor cores want dimensions divisible by 8), for every precision alike:
+    the runs of one --compare then see the same batch shapes and so the same dropout
+    masks. A CPU has no tensor cores; extra padding only cost it time (bf16 steps 1.3x
+    slower, docs/benchmarks.md).
+
+    Usage: ``make_loader(rows, tok, 32, shuffle=True, pad_to_multiple_of=pad_multiple(device))``
+    """
+    return 8 if getattr(device, "type", device) == "cuda" else None

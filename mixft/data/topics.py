@@ -7,7 +7,8 @@ Usage::
     train, dev = topics_splits(2000, 872)    # disjoint texts
 
 Labels follow AG News: 0 World, 1 Sports, 2 Business, 3 Sci/Tech. A sentence is one main
-clause (an actor and an action of its topic), often joined to a second clause from a
+clause (an action of its topic, done by an actor of that topic or, in a third of them, of
+another topic), often joined to a second clause from a
 *different* topic by a subordinating connective ("after", "as", "amid reports that"...,
 before or after the main clause). The main clause decides the topic; the subordinate one
 is a distractor with as many topic words, so a keyword vote is near 65% while the label
@@ -65,12 +66,22 @@ SOURCES = ("reuters", "ap", "afp")
 ATTRIBUTIONS = (", officials said", ", according to reports", ", sources said", ", it was reported")
 
 
-def _clause(rng: random.Random, topic: int) -> str:
-    return f"{rng.choice(ACTORS[topic])} {rng.choice(ACTIONS[topic])}"
+CROSSED_ACTOR = 0.3  # main clauses whose actor belongs to another topic: the action decides
+
+
+def _clause(rng: random.Random, topic: int, actor_topic: int | None = None) -> str:
+    actor_topic = topic if actor_topic is None else actor_topic
+    return f"{rng.choice(ACTORS[actor_topic])} {rng.choice(ACTIONS[topic])}"
 
 
 def _text(rng: random.Random, topic: int) -> str:
-    main = _clause(rng, topic)
+    # A third of the main clauses pair the action with another topic's actor ("the striker
+    # posted record profits" is Business): the model must learn that the action, not the
+    # actor, names the topic. Measured: without these the shipped MiniLM reached 1.0 after
+    # one epoch, which leaves FP32-vs-AMP nothing to compare.
+    crossed = rng.random() < CROSSED_ACTOR
+    actor_topic = rng.choice([t for t in range(len(TOPIC_NAMES)) if t != topic]) if crossed else topic
+    main = _clause(rng, topic, actor_topic)
     form = rng.random()
     if form < 0.35:
         s = main

@@ -157,3 +157,20 @@ def test_every_precision_of_a_comparison_gets_the_same_padding(tiny_bert_dir, ti
     pads = {name: bert_sst2.build(cfg, prepared, PRECISIONS[name], cuda, 0).train_loader.collate_fn.pad_to_multiple_of
             for name in ("fp32", "tf32", "fp16", "bf16")}
     assert len(set(pads.values())) == 1, pads
+
+
+def test_data_the_user_brings_is_used_whole(tmp_path, tiny_bert_dir, capsys):
+    # The demo budget (2000 / 872) belongs to the generated set only: a --data-dir with more
+    # rows trains on all of them (it used to stop at the first 2000, shown in one header line).
+    from tests.conftest import write_tsv
+
+    data = tmp_path / "glue"
+    data.mkdir()
+    rows = [(f"film number {i} was {'great' if i % 2 else 'dull'}", i % 2) for i in range(2100)]
+    write_tsv(data / "train.tsv", rows)
+    write_tsv(data / "dev.tsv", rows[:900])
+    code, out = run_cli(tmp_path, tiny_bert_dir, data)
+    assert code == 0
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert "(2100 train / 900 eval)" in run["dataset"]
+    assert "(2100 train / 900 eval)" in capsys.readouterr().out
