@@ -3,6 +3,7 @@
 Schema (DESIGN.md's keys are a contract; everything else is an extension)::
 
     {"mixft_version": "0.1.0", "created": "2026-11-21T10:00:00+00:00",
+     "hardware": {...},                    # mixft.hardware.describe_hardware (+ "probe" when one was made)
      "runs": [run, ...]}
 
     run = {
@@ -11,13 +12,15 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
       "grad_scaler": false,
       "seed": 0,
       "model": "...", "dataset": "...", "device": "cpu", "device_name": "...",
-      "eval": {"accuracy": 0.91, "loss": 0.25},      # final evaluation (may be {})
+      "eval": {"accuracy": 0.91, "f1": 0.9, "loss": 0.25},  # final evaluation: every task metric (may be {})
+      "task": {"kind": "classification", "names": [...], ...},  # labels in id order; null without labels
       "eval_history": [{"epoch": 1, "step": 63, "accuracy": 0.88, "loss": 0.3}, ...],
       "train_time_s": 41.2,                # wall time of the training loop, device synced
       "train_samples_per_s": 97.1,
       "train_tokens_per_s": 1630.0,        # null when batches have no attention_mask
       "peak_memory_bytes": 123456789,      # null where the device cannot tell
       "peak_memory_kind": "cpu_rss" | "cuda_max_allocated",
+      "start_memory_bytes": 56789012,      # the same gauge at the run's start (the report shows the increase)
       "skipped_steps": 0,                  # optimizer steps skipped for inf/NaN gradients
       "steps": 63,                         # optimizer steps attempted
       "final_loss_scale": null,            # null without a GradScaler
@@ -25,7 +28,9 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
         "step": [1, 2, ...], "loss": [...], "lr": [...], "grad_norm": [...],
         "loss_scale": [...],               # null entries without a scaler
         "skipped": [false, ...]},
-      "config": {...}                      # the run's options, for reproduction
+      "config": {...},                     # the run's options, for reproduction
+      "stopped_early": null,               # why the run ended before its budget, for people
+      "stop_kind": null                    # the same for code: "collapse" | "interrupt" | "callback"
     }
 """
 
