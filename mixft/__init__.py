@@ -49,8 +49,8 @@ _EXPORTS = {
     "write_plots": "mixft.plots",
     # "is AMP faster here?"
     "run_probe": "mixft.runner",
-    "cached_probe": "mixft.probe",
-    "render_probe_table": "mixft.probe",
+    "cached_probe": "mixft.probe_result",
+    "render_probe_table": "mixft.probe_result",
     "describe_hardware": "mixft.hardware",
     "hardware_line": "mixft.hardware",
     # errors

@@ -150,7 +150,7 @@ def _duration(seconds: float) -> str:
 
 def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
     from .hardware import hardware_line
-    from .probe import ProbeResult, probe_line
+    from .probe_result import ProbeResult, probe_line
 
     effective = cfg.batch_size * cfg.grad_accum
     say("mixft run")
@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .runner import run, run_probe
 
         if cfg.probe:
-            from .probe import render_probe_table
+            from .probe_result import render_probe_table
 
             result = run_probe(cfg)
             say(render_probe_table(result))

@@ -399,14 +399,14 @@ def render_hardware(hw: dict | None) -> str | None:
 
 
 def render_probe(probe: dict | None) -> str | None:
-    """The probe's report section (``mixft.probe.probe_markdown``) from results.json's
+    """The probe's report section (``mixft.probe_result.probe_markdown``) from results.json's
     ``hardware.probe``; None without one. A record this version cannot read gets one line.
 
     Usage: ``render_probe(doc.get("hardware", {}).get("probe"))``
     """
     if not isinstance(probe, dict) or not probe:
         return None
-    from .probe import ProbeResult, probe_markdown  # imports torch: only when there is a probe
+    from .probe_result import ProbeResult, probe_markdown
 
     try:
         return probe_markdown(ProbeResult.from_dict(probe)).rstrip("\n")

@@ -188,7 +188,7 @@ def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision
 
     The notice only informs: the precision the user chose is kept.
     """
-    from .probe import amp_notice, cached_probe
+    from .probe_result import amp_notice, cached_probe
 
     result = cached_probe(cfg.recipe, model or str(cfg.model), device=device, hardware=hardware)
     if result is None:
@@ -206,7 +206,7 @@ def run_probe(cfg: RunConfig):
     """``--probe``: measure how fast each precision trains the recipe here; write results.json and report.md.
 
     Trains nothing. The result is cached for this machine, where later runs' headers and
-    ``--amp`` notices find it. Returns the ``mixft.probe.ProbeResult``.
+    ``--amp`` notices find it. Returns the ``mixft.probe_result.ProbeResult``.
 
     Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
     """

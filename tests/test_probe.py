@@ -1,4 +1,4 @@
-"""mixft.probe: the real probe on a tiny BERT, the recommendation and notice, the cache, the renderers."""
+"""mixft.probe and mixft.probe_result: the real probe on a tiny BERT, the recommendation and notice, the cache, the renderers."""
 
 from __future__ import annotations
 
@@ -14,21 +14,17 @@ from conftest import make_data_dir
 from mixft.config import RunConfig
 from mixft.errors import UsageError
 from mixft.hardware import CPU_FLAGS
-from mixft.probe import (
-    MAX_TIMED_STEPS,
-    MIN_TIMED_STEPS,
-    WARMUP_STEPS,
+from mixft.probe import MAX_TIMED_STEPS, MIN_TIMED_STEPS, WARMUP_STEPS, probe, recommend
+from mixft.probe_result import (
     PrecisionProbe,
     ProbeResult,
     amp_notice,
     cached_probe,
     default_cache_dir,
-    probe,
     probe_cache_path,
     probe_key,
     probe_line,
     probe_markdown,
-    recommend,
     render_probe_table,
     save_probe,
 )

@@ -555,7 +555,7 @@ def cpu_hardware(amx: bool | None, **extra) -> dict:
 
 
 def probe_dict(hw: dict) -> dict:
-    from mixft.probe import PrecisionProbe, ProbeResult
+    from mixft.probe_result import PrecisionProbe, ProbeResult
 
     rows = [PrecisionProbe("fp32", step_s=0.2, step_times_s=[0.31, 0.2, 0.21, 0.2], warmup_steps=1,
                            speedup_vs_fp32=1.0, matmul_flops_per_s=2.45e11, matmul_ratio_vs_fp32=1.0),
@@ -606,7 +606,7 @@ def test_gpu_hardware_lists_the_gpu(doc):
 
 
 def test_probe_section_renders_from_the_stored_dict(doc):
-    from mixft.probe import ProbeResult, probe_markdown
+    from mixft.probe_result import ProbeResult, probe_markdown
 
     hw = cpu_hardware(True)
     doc["hardware"] = {**hw, "probe": probe_dict(hw)}
