@@ -23,6 +23,7 @@ import random
 import torch
 
 from .log import logger
+from .options import POSITIVE_INT
 from .trainer import Callback, StepInfo, StopTraining, Trainer, stop_kind_of
 
 # The start of the stopped_early message of a run a CollapseDetector ended (for people;
@@ -116,8 +117,7 @@ class CollapseDetector(Callback):
         if not (isinstance(min_loss_scale, (int, float)) and min_loss_scale >= 0 and math.isfinite(min_loss_scale)):
             raise ValueError(f"min_loss_scale must be a finite number >= 0, got {min_loss_scale!r}")
         for name, value in (("max_consecutive_skips", max_consecutive_skips), ("check_every", check_every)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            POSITIVE_INT.validate(name, value)  # the options' rule (a UsageError is a ValueError)
         self.min_loss_scale = float(min_loss_scale)
         self.max_consecutive_skips = max_consecutive_skips
         self.check_every = check_every

@@ -48,6 +48,7 @@ from . import distributed
 from .errors import UsageError
 from .log import logger
 from .measure import PeakMemory, Stopwatch, device_name
+from .options import POSITIVE_INT
 from .precision import Precision, configure_matmul, resolve_device, resolve_precision
 from .results import RunResult
 from .rng import capture_rng_state, restore_rng_state
@@ -205,10 +206,10 @@ class Trainer:
         loss_hook: Callable[["Trainer", torch.Tensor, Any, Any], torch.Tensor] | None = None,
         run_info: dict[str, Any] | None = None,
     ):
-        _check_positive_int("grad_accum", grad_accum)
-        _check_positive_int("epochs", epochs)
+        POSITIVE_INT.validate("grad_accum", grad_accum)
+        POSITIVE_INT.validate("epochs", epochs)
         if max_steps is not None:
-            _check_positive_int("max_steps", max_steps)
+            POSITIVE_INT.validate("max_steps", max_steps)
         if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
             raise ValueError(f"max_grad_norm must be a positive finite number or None, got {max_grad_norm}")
 
@@ -805,9 +806,3 @@ def _len_or_none(loader) -> int | None:
         return len(loader)
     except TypeError:
         return None
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-

@@ -241,6 +241,12 @@ def _generate(n: int, rng: random.Random, exclude: frozenset | set = frozenset()
     return rows
 
 
+def check_size(name: str, value) -> None:
+    """The size rule of every generated set (sentiment, topics, paraphrase): a whole number >= 0."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
 def generate_sentiment(n: int, seed: int = 0) -> list[dict]:
     """Generate ``n`` labelled sentences, deterministic per ``seed``.
 
@@ -249,8 +255,7 @@ def generate_sentiment(n: int, seed: int = 0) -> list[dict]:
     Labels are balanced: ``n // 2`` positive (1) and ``n - n // 2`` negative (0).
     Uses its own ``random.Random(seed)``; global random state is never touched.
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    check_size("n", n)
     return _generate(n, random.Random(seed))
 
 
@@ -265,9 +270,8 @@ def generated_splits(
     generator with a derived seed and is deduplicated against train, so eval accuracy
     measures generalisation rather than memorisation.
     """
-    for name, v in (("train_size", train_size), ("eval_size", eval_size)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    check_size("train_size", train_size)
+    check_size("eval_size", eval_size)
     train = generate_sentiment(train_size, seed)
     exclude = frozenset(r["sentence"] for r in train)
     # A string seed is hashed deterministically (sha512) by random.Random, unlike hash().

@@ -20,6 +20,8 @@ deterministic function of the two texts.
 from __future__ import annotations
 
 import random
+
+from mixft.data.generated import check_size
 from dataclasses import dataclass, replace
 
 DATASET_NAME = "mixft-generated-paraphrase"
@@ -168,17 +170,12 @@ def _generate(n: int, rng: random.Random, exclude: frozenset | set = frozenset()
     return rows
 
 
-def _check_size(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-
-
 def generate_paraphrase(n: int, seed: int = 0) -> list[dict]:
     """``n`` generated sentence pairs labelled 1 (equivalent) or 0, deterministic per seed.
 
     Usage: ``rows = generate_paraphrase(200, seed=0)``
     """
-    _check_size("n", n)
+    check_size("n", n)
     return _generate(n, random.Random(f"{DATASET_NAME}/train/{seed}"))
 
 
@@ -187,8 +184,8 @@ def paraphrase_splits(train_size: int = 2000, eval_size: int = 872, seed: int = 
 
     Usage: ``train, dev = paraphrase_splits(2000, 872, seed=0)``
     """
-    _check_size("train_size", train_size)
-    _check_size("eval_size", eval_size)
+    check_size("train_size", train_size)
+    check_size("eval_size", eval_size)
     train = generate_paraphrase(train_size, seed)
     exclude = frozenset(s for r in train for s in (r["sentence1"], r["sentence2"]))
     return train, _generate(eval_size, random.Random(f"{DATASET_NAME}/eval/{seed}"), exclude)

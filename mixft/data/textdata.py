@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from mixft.data.columns import check_columns, check_text_columns, resolve_columns
 from mixft.data.labels import TASK_KINDS, LabelInfo, analyze_labels, check_eval_labels
 from mixft.errors import UsageError
+from mixft.options import FRACTION, POSITIVE_INT
 from mixft.log import logger
 
 DEMO_TRAIN_SIZE = 2000
@@ -96,11 +97,6 @@ class TextData:
 # ---------------------------------------------------------------------------------------
 
 
-def _check_count(name: str, value) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-
-
 def _check_arguments(train_file, validation_file, dataset, dataset_config, eval_split, task_kind,
                      validation_split, max_train_samples, max_eval_samples) -> None:
     if (train_file is None) == (dataset is None):
@@ -111,16 +107,14 @@ def _check_arguments(train_file, validation_file, dataset, dataset_config, eval_
         raise UsageError(f"--{'dataset-config' if dataset_config is not None else 'eval-split'} needs --dataset")
     if task_kind is not None and task_kind not in TASK_KINDS:
         raise UsageError(f"unknown task kind {task_kind!r}; task kinds: {', '.join(TASK_KINDS)}")
+    # The same rules as RunConfig's (mixft.options): one rule per option, from any caller.
     if validation_split is not None:
-        if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
-                or not 0 < validation_split < 1:
-            raise UsageError(
-                f"--validation-split must be a fraction between 0 and 1 (exclusive), got {validation_split!r}"
-            )
+        FRACTION.validate("--validation-split", validation_split)
         if validation_file is not None:
             raise UsageError("pass --validation-file or --validation-split, not both")
-    _check_count("max_train_samples", max_train_samples)
-    _check_count("max_eval_samples", max_eval_samples)
+    for flag, count in (("--max-train-samples", max_train_samples), ("--max-eval-samples", max_eval_samples)):
+        if count is not None:
+            POSITIVE_INT.validate(flag, count)
 
 
 # ---------------------------------------------------------------------------------------

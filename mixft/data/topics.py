@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import random
 
+from mixft.data.generated import check_size
+
 DATASET_NAME = "mixft-generated-topics"
 TOPIC_NAMES = ("World", "Sports", "Business", "Sci/Tech")
 
@@ -119,17 +121,12 @@ def _generate(n: int, rng: random.Random, exclude: frozenset | set = frozenset()
     return rows
 
 
-def _check_size(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-
-
 def generate_topics(n: int, seed: int = 0) -> list[dict]:
     """``n`` generated news texts with topic labels (0..3, see TOPIC_NAMES), deterministic per seed.
 
     Usage: ``rows = generate_topics(400, seed=1)``
     """
-    _check_size("n", n)
+    check_size("n", n)
     return _generate(n, random.Random(f"{DATASET_NAME}/train/{seed}"))
 
 
@@ -138,8 +135,8 @@ def topics_splits(train_size: int = 2000, eval_size: int = 872, seed: int = 0) -
 
     Usage: ``train, dev = topics_splits(2000, 872, seed=0)``
     """
-    _check_size("train_size", train_size)
-    _check_size("eval_size", eval_size)
+    check_size("train_size", train_size)
+    check_size("eval_size", eval_size)
     train = generate_topics(train_size, seed)
     exclude = frozenset(r["text"] for r in train)
     return train, _generate(eval_size, random.Random(f"{DATASET_NAME}/eval/{seed}"), exclude)
