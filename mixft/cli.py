@@ -27,7 +27,7 @@ from .interrupt import SignalHandler, StopOnSignal
 from .faults import is_collapse
 from .options import SEED, add_arguments
 from .precision import PRECISIONS, amp_precision_names, resolve_device
-from .registry import RECIPES
+from .registry import recipe_names
 from .trainer import Callback, StepInfo
 
 PROG = "finetune.py"
@@ -38,7 +38,7 @@ EXIT_WRITE_FAILED = 4  # results.json, report.md, a checkpoint or the model coul
 def build_parser() -> argparse.ArgumentParser:
     """The parser: every option but the precision and seed choices is generated from RunConfig."""
     p = OneLineParser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
-    p.add_argument("--recipe", required=True, help=f"one of: {', '.join(sorted(RECIPES))}")
+    p.add_argument("--recipe", required=True, help=f"one of: {', '.join(recipe_names())}")
     # RunConfig.precisions, spelled three ways.
     prec = p.add_mutually_exclusive_group()
     prec.add_argument("--amp", action="store_true", help="the device's best mixed precision (fp16 on CUDA, bf16 on CPU)")

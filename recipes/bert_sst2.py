@@ -13,7 +13,7 @@ Raises UsageError (before any training) for missing/malformed data or a bad mode
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,7 +22,9 @@ from torch import nn
 from mixft.atomic import atomic_directory
 from mixft.config import RunConfig
 from mixft.errors import UsageError
-from mixft.data.text import make_loader, pad_multiple, tokenize_rows
+from mixft.data.loaders import make_loader, pad_multiple
+from mixft.data.synthetic.stand_ins import SST2
+from mixft.data.user_data import TextData, load_glue_data, load_text_data
 from mixft.log import logger
 from mixft.metrics import load_metric
 from mixft.models import BertClassifier, logits_to_labels
@@ -50,6 +52,12 @@ DEFAULTS = {
 DEMO_TRAIN_SIZE, DEMO_EVAL_SIZE = 2000, 872
 WARMUP_FRACTION = 0.1
 WEIGHT_DECAY = 0.01
+# The offline stand-in for GLUE SST-2, in this recipe's words (the notice the README shows).
+STAND_IN = replace(
+    SST2, label="GLUE SST-2", more_data="--data-dir",
+    notice="notice: {label} is not reachable or cached; using mixft's generated sentiment set "
+           "({train} train / {eval} eval, seed {seed})",
+)
 
 
 @dataclass
@@ -58,14 +66,28 @@ class Prepared:
     model_description: str
     dataset_description: str
     tokenizer: object
-    train_examples: list
-    eval_examples: list
+    train: object  # tokenised datasets.Dataset (Arrow), labels float 0./1.
+    eval: object
     notices: list
+
+
+def load_sst2(data_dir=None, *, max_train_samples: int | None = None, max_eval_samples: int | None = None,
+              seed: int = 0, hub_timeout: float = 3.0) -> TextData:
+    """SST-2 for a one-logit sentiment head: ``data_dir`` (GLUE layout), else GLUE SST-2 from the hub
+    or the cache, else mixft's generated sentiment set (DEMO sizes unless capped) with a notice.
+
+    Usage: ``data = load_sst2(max_train_samples=500); data.description, data.notice``
+    """
+    caps = dict(max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed)
+    if data_dir is not None:
+        return load_text_data(data_dir=data_dir, text_column="sentence", label_column="label", **caps)
+    return load_glue_data("sst2", stand_in=STAND_IN, hub_timeout=hub_timeout, demo_train_size=DEMO_TRAIN_SIZE,
+                          demo_eval_size=DEMO_EVAL_SIZE, **caps)
 
 
 def prepare(cfg: RunConfig) -> Prepared:
     """Resolve model and data, read and tokenise everything once, before any training."""
-    from mixft.data.sources import load_sentiment_data
+    from mixft.data.tokenize import tokenize_text_data
     from mixft.hub import resolve_model
     from mixft.model_check import check_model
 
@@ -76,24 +98,19 @@ def prepare(cfg: RunConfig) -> Prepared:
     if cfg.eval_only and not (Path(resolved.path) / HEAD_FILE).is_file():
         raise UsageError(f"--eval-only --model {cfg.model}: no fine-tuned classifier head ({HEAD_FILE}) there, so "
                          "the accuracy would be a random head's; pass a directory written by --save-model")
-    data = load_sentiment_data(
-        cfg.data_dir,
-        seed=cfg.seeds[0],
-        generated_train_size=cfg.max_train_samples or DEMO_TRAIN_SIZE,
-        generated_eval_size=cfg.max_eval_samples or DEMO_EVAL_SIZE,
-    )
-    train_rows = data.train[: cfg.max_train_samples]
-    eval_rows = data.eval[: cfg.max_eval_samples]
+    data = load_sst2(cfg.data_dir, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
+                     seed=cfg.seeds[0])
     tokenizer = checked.tokenizer
-    notices = [n for n in (resolved.notice, data.notice) if n]
+    # Float 0./1. labels: the head is one logit trained with binary cross-entropy.
+    train, evaluation = tokenize_text_data(data, tokenizer, cfg.max_length, float_labels=True)
     return Prepared(
         model_path=resolved.path,
         model_description=resolved.description,
-        dataset_description=f"{data.name} ({len(train_rows)} train / {len(eval_rows)} eval)",
+        dataset_description=data.description,
         tokenizer=tokenizer,
-        train_examples=tokenize_rows(train_rows, tokenizer, cfg.max_length),
-        eval_examples=tokenize_rows(eval_rows, tokenizer, cfg.max_length),
-        notices=notices,
+        train=train,
+        eval=evaluation,
+        notices=[n for n in (resolved.notice, data.notice) if n],
     )
 
 
@@ -141,15 +158,15 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     pad8 = pad_multiple(device)
     pin = device.type == "cuda"
     train_loader = make_loader(
-        prepared.train_examples, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
+        prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
         pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
     )
     eval_loader = make_loader(
-        prepared.eval_examples, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
+        prepared.eval, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
         pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
     )
 
-    logger.debug("bert-sst2: %d train / %d eval examples", len(prepared.train_examples), len(prepared.eval_examples))
+    logger.debug("bert-sst2: %d train / %d eval examples", len(prepared.train), len(prepared.eval))
     return TrainerParts(
         model=model,
         optimizer=adamw_factory(cfg.lr, device, WEIGHT_DECAY),

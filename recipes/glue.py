@@ -22,11 +22,14 @@ USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max
 
 def prepare(cfg: RunConfig) -> Prepared:
     """The task's data (official splits), then the model and tokens as text-classification does."""
-    from mixft.data.glue import GLUE_TASKS
-    from mixft.data.textdata import load_glue_data
+    from mixft.data.glue import GLUE_TASKS, glue_task
+    from mixft.data.synthetic.stand_ins import stand_in_for
+    from mixft.data.user_data import load_glue_data
 
     if cfg.task is None:
         raise UsageError(f"--recipe glue needs --task, one of: {', '.join(GLUE_TASKS)}")
+    # Offline, sst2 and mrpc train on mixft's generated stand-ins; the other tasks stop with one line.
+    stand_in = stand_in_for("glue", glue_task(cfg.task).name)
     data = load_glue_data(cfg.task, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
-                          seed=cfg.seeds[0])
+                          seed=cfg.seeds[0], stand_in=stand_in)
     return prepare_model_and_tokens(cfg, data)

@@ -25,7 +25,7 @@ import torch
 
 from mixft.atomic import atomic_directory
 from mixft.config import RunConfig
-from mixft.data.text import make_loader, pad_multiple
+from mixft.data.loaders import make_loader, pad_multiple
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
 from mixft.optim import adamw_factory, linear_warmup_factory
@@ -34,9 +34,8 @@ from mixft.recipe import TrainerParts
 
 NAME = "text-classification"
 USES = frozenset({"model", "train_file", "validation_file", "dataset", "dataset_config", "eval_split", "task_kind",
-                  "text_column",
-                  "text_pair_column", "label_column", "validation_split", "max_train_samples", "max_eval_samples",
-                  "max_length"})
+                  "text_column", "text_pair_column", "label_column", "validation_split", "max_train_samples",
+                  "max_eval_samples", "max_length"})
 # Hugging Face's own defaults for fine-tuning (run_glue.py / TrainingArguments): 3 epochs at 5e-5.
 DEFAULTS = {
     "model": "bert-base-uncased",
@@ -56,7 +55,7 @@ WEIGHT_DECAY = 0.01
 class Prepared:
     model_path: str
     model_description: str
-    data: object  # mixft.data.textdata.TextData
+    data: object  # mixft.data.user_data.TextData
     tokenizer: object
     train: object  # tokenised datasets.Dataset (Arrow)
     eval: object
@@ -65,13 +64,17 @@ class Prepared:
 
 def prepare(cfg: RunConfig) -> Prepared:
     """Resolve and check the data and the model, tokenise once (cached by ``datasets``)."""
-    from mixft.data.textdata import load_text_data
+    from mixft.data.synthetic.stand_ins import stand_in_for
+    from mixft.data.user_data import load_text_data
 
     data = load_text_data(
         train_file=cfg.train_file, validation_file=cfg.validation_file, dataset=cfg.dataset,
-        dataset_config=cfg.dataset_config, eval_split=cfg.eval_split, task_kind=cfg.task_kind, text_column=cfg.text_column, text_pair_column=cfg.text_pair_column,
-        label_column=cfg.label_column, validation_split=cfg.validation_split,
-        max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples, seed=cfg.seeds[0],
+        dataset_config=cfg.dataset_config, eval_split=cfg.eval_split, task_kind=cfg.task_kind,
+        text_column=cfg.text_column, text_pair_column=cfg.text_pair_column, label_column=cfg.label_column,
+        validation_split=cfg.validation_split, max_train_samples=cfg.max_train_samples,
+        max_eval_samples=cfg.max_eval_samples, seed=cfg.seeds[0],
+        # Offline, glue/sst2, glue/mrpc and ag_news fall back to mixft's generated stand-ins (with a notice).
+        stand_in=stand_in_for(cfg.dataset, cfg.dataset_config),
     )
     return prepare_model_and_tokens(cfg, data)
 

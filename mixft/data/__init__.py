@@ -1,33 +1,38 @@
-"""Data sources for mixft.
+"""Data for mixft: a user's data read and checked into Arrow, tokenised once, batched for AMP.
 
 Usage::
 
-    from mixft.data import load_text_data, load_glue_data, read_data_dir, generated_splits
-    data = load_text_data(train_file="train.csv", validation_split=0.1)  # a user's file, Arrow
-    data = load_glue_data("mrpc")                                      # a GLUE task (hub, cache or stand-in)
-    train, dev = read_data_dir("glue/SST-2")   # strict GLUE SST-2 TSV reader (lists of rows)
-    train, dev = generated_splits()            # the generated sentiment set
+    from mixft.data import load_text_data, load_glue_data, tokenize_text_data, make_loader
+    data = load_text_data(train_file="train.csv", validation_split=0.1)  # a user's file
+    data = load_text_data(data_dir="glue/SST-2")                        # GLUE layout: train.tsv, dev.tsv
+    data = load_glue_data("mrpc", stand_in=stand_in_for("glue", "mrpc"))  # hub or cache, else generated
+    train, dev = tokenize_text_data(data, tokenizer, max_length=128)
+    loader = make_loader(train, tokenizer, 32, shuffle=True)
 
-Reading and checking data never loads torch or a tokenizer, so bad input fails before
-any training work. Tokenisation is in ``mixft.data.tokenize`` (Arrow) and
-``mixft.data.text`` (lists; batching).
+One pipeline, in modules with one job each: files (CSV/TSV/JSON/Parquet) and glue_dir
+(``--data-dir``) and hubdata (cache or hub) read; columns and labels check; user_data
+puts a source, its checks and the caps together; tokenize tokenises; loaders and batching
+batch. Reading and checking never load torch or a tokenizer, so bad input fails before
+any training work. Generated stand-ins live apart, in ``mixft.data.synthetic``: a recipe
+passes one in; nothing here imports a generator.
 """
 
-from mixft.data.generated import DATASET_NAME, generate_sentiment, generated_splits
 from mixft.data.glue import GLUE_TASKS, glue_task
-from mixft.data.textdata import TextData, TextTask, load_glue_data, load_text_data
-from mixft.data.tsv import read_data_dir, read_glue_tsv
+from mixft.data.user_data import TextData, TextTask, load_glue_data, load_text_data
 
-__all__ = [
-    "DATASET_NAME",
-    "GLUE_TASKS",
-    "TextData",
-    "TextTask",
-    "generate_sentiment",
-    "generated_splits",
-    "glue_task",
-    "load_glue_data",
-    "load_text_data",
-    "read_data_dir",
-    "read_glue_tsv",
-]
+__all__ = ["GLUE_TASKS", "TextData", "TextTask", "glue_task", "load_glue_data", "load_text_data",
+           "make_loader", "tokenize_text_data"]
+
+
+def __getattr__(name: str):
+    # Tokenising and batching need torch / transformers: imported on first use, so that
+    # reading and checking data stays light.
+    if name == "tokenize_text_data":
+        from mixft.data.tokenize import tokenize_text_data
+
+        return tokenize_text_data
+    if name == "make_loader":
+        from mixft.data.loaders import make_loader
+
+        return make_loader
+    raise AttributeError(f"module 'mixft.data' has no attribute {name!r}")

@@ -54,7 +54,8 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _first_line(exc: BaseException, limit: int = 200) -> str:
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one short line, for a UsageError. Usage: ``first_line(exc)``"""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -104,7 +105,7 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
         cause = _root_cause(exc)
         if "corresponds to no data" in str(cause):  # datasets' wording for "no rows"
             raise UsageError(f"{where}: no data rows") from None
-        raise UsageError(f"{where}: cannot read as {p.suffix[1:].upper()}: {_first_line(cause)}") from None
+        raise UsageError(f"{where}: cannot read as {p.suffix[1:].upper()}: {first_line(cause)}") from None
     if ds.num_rows == 0:
         raise UsageError(f"{where}: no data rows")
     return ds

@@ -13,6 +13,8 @@ loads from the local cache or not at all. A dataset that cannot be had raises
 
 from __future__ import annotations
 
+from mixft.data.files import first_line
+from mixft.data.glue import GLUE_REPO
 from mixft.errors import UsageError
 from mixft.hub import go_offline, hub_reachable, offline_mode_set
 from mixft.log import logger
@@ -20,7 +22,7 @@ from mixft.log import logger
 # Canonical hub repositories of datasets best known by their old, namespace-less names: the
 # cache is keyed by the repository, so "glue" must find what "nyu-mll/glue" stored.
 ALIASES = {
-    "glue": "nyu-mll/glue",
+    "glue": GLUE_REPO,
     "ag_news": "fancyzhx/ag_news",
     "imdb": "stanfordnlp/imdb",
 }
@@ -38,11 +40,6 @@ def dataset_label(name: str, config: str | None = None) -> str:
 def canonical_name(name: str) -> str:
     """The hub repository for ``name``; other names unchanged. Usage: ``canonical_name("glue")  # "nyu-mll/glue"``"""
     return ALIASES.get(name.strip(), name.strip())
-
-
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def fetch_hub_dataset(name: str, config: str | None = None, *, hub_timeout: float = 3.0):
@@ -67,7 +64,7 @@ def fetch_hub_dataset(name: str, config: str | None = None, *, hub_timeout: floa
     except Exception as exc:  # not cached offline, unknown name or config, download failure
         logger.debug("dataset %s unavailable (%s): %s", label, type(exc).__name__, exc)
         if online:
-            raise DatasetUnavailable(f"--dataset {label}: cannot load it from the hub: {_first_line(exc)}") from None
+            raise DatasetUnavailable(f"--dataset {label}: cannot load it from the hub: {first_line(exc)}") from None
         why = "offline mode is set (HF_HUB_OFFLINE)" if user_offline else "the hub is unreachable"
         raise DatasetUnavailable(
             f"--dataset {label}: not in the local datasets cache and {why}; run once with hub access "

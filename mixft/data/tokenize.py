@@ -4,11 +4,12 @@ Usage::
 
     from mixft.data.tokenize import tokenize_text_data
     train, dev = tokenize_text_data(data, tokenizer, max_length=128)
-    loader = make_loader(train, tokenizer, 32, shuffle=True)      # mixft.data.text
+    loader = make_loader(train, tokenizer, 32, shuffle=True)      # mixft.data.loaders
 
 Output columns: the tokenizer's (``input_ids``, ``attention_mask``, and
 ``token_type_ids`` where the model uses them), ``labels`` (int64 class ids, or float32
-for regression) and ``lengths`` (tokens per example, for length-grouped batching).
+for regression and, with ``float_labels=True``, for a one-logit binary head's 0./1.)
+and ``lengths`` (tokens per example, for length-grouped batching).
 
 File and hub data are memory-mapped Arrow in the `datasets` cache, and so is the
 tokenised result: a second run with the same data, tokenizer and max_length loads it
@@ -22,6 +23,7 @@ from __future__ import annotations
 import uuid
 
 from mixft.data.labels import LabelInfo
+from mixft.options import POSITIVE_INT
 
 _MAP_BATCH = 1000  # rows per tokenizer call: large enough for the fast tokenizer's threads
 
@@ -30,12 +32,13 @@ class _Encode:
     """The batched map function. A class (not a closure) so `datasets` hashes exactly its fields."""
 
     def __init__(self, tokenizer, text_columns: tuple[str, ...], label_column: str, labels: LabelInfo,
-                 max_length: int):
+                 max_length: int, float_labels: bool):
         self.tokenizer = tokenizer
         self.text_columns = text_columns
         self.label_column = label_column
         self.labels = labels
         self.max_length = max_length
+        self.float_labels = float_labels
 
     def __call__(self, batch: dict) -> dict:
         import numpy as np
@@ -45,12 +48,16 @@ class _Encode:
         encoded = self.tokenizer(*texts, truncation=True, max_length=self.max_length)
         out = dict(encoded)
         out["lengths"] = np.fromiter((len(ids) for ids in encoded["input_ids"]), dtype=np.int32)
-        dtype = np.float32 if self.labels.kind == "regression" else np.int64
+        dtype = np.float32 if _float_labels(self.labels, self.float_labels) else np.int64
         out["labels"] = np.asarray(self.labels.encode(batch[self.label_column]), dtype=dtype)
         return out
 
 
-def _features(tokenizer, text_columns: tuple[str, ...], labels: LabelInfo):
+def _float_labels(labels: LabelInfo, float_labels: bool) -> bool:
+    return labels.kind == "regression" or float_labels
+
+
+def _features(tokenizer, text_columns: tuple[str, ...], labels: LabelInfo, float_labels: bool):
     """Narrow Arrow types (int32 ids, int8 masks): half the disk and memory of the int64 default."""
     import datasets
 
@@ -58,40 +65,41 @@ def _features(tokenizer, text_columns: tuple[str, ...], labels: LabelInfo):
     narrow = {"attention_mask": "int8", "token_type_ids": "int8", "special_tokens_mask": "int8"}
     features = {name: datasets.Sequence(datasets.Value(narrow.get(name, "int32"))) for name in probe}
     features["lengths"] = datasets.Value("int32")
-    features["labels"] = datasets.Value("float32" if labels.kind == "regression" else "int64")
+    features["labels"] = datasets.Value("float32" if _float_labels(labels, float_labels) else "int64")
     return datasets.Features(features)
 
 
 def tokenize_dataset(ds, tokenizer, *, text_columns: tuple[str, ...], label_column: str, labels: LabelInfo,
-                     max_length: int):
+                     max_length: int, float_labels: bool = False):
     """One Arrow dataset -> its tokenised form (see module docstring for the columns).
 
+    ``float_labels``: class ids as float32 (0./1. for a one-logit BCE head such as bert-sst2's).
     Usage: ``tok = tokenize_dataset(ds, tokenizer, text_columns=("text",), label_column="label",
     labels=info, max_length=128)``
     """
     import datasets
 
-    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 2:
-        raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+    # The lower bound of --max-length is RunConfig's rule; here only what the tokenizer needs.
+    POSITIVE_INT.validate("max_length", max_length)
     datasets.disable_progress_bars()  # a bar per tokenisation pass is noise in the CLI output
-    encode = _Encode(tokenizer, tuple(text_columns), label_column, labels, max_length)
+    encode = _Encode(tokenizer, tuple(text_columns), label_column, labels, max_length, float_labels)
     in_memory = not ds.cache_files
     return ds.map(
         encode,
         batched=True,
         batch_size=_MAP_BATCH,
         remove_columns=ds.column_names,
-        features=_features(tokenizer, tuple(text_columns), labels),
+        features=_features(tokenizer, tuple(text_columns), labels, float_labels),
         new_fingerprint=f"mixft-tokenize-{uuid.uuid4().hex}" if in_memory else None,
     )
 
 
-def tokenize_text_data(data, tokenizer, max_length: int = 128):
-    """``(train, eval)`` tokenised from a :class:`mixft.data.textdata.TextData`.
+def tokenize_text_data(data, tokenizer, max_length: int = 128, *, float_labels: bool = False):
+    """``(train, eval)`` tokenised from a :class:`mixft.data.user_data.TextData`.
 
     Usage: ``train, dev = tokenize_text_data(load_text_data(train_file="t.csv", validation_split=0.1), tok)``
     """
     task = data.task
     kwargs = dict(text_columns=task.text_columns, label_column=task.label_column, labels=task.labels,
-                  max_length=max_length)
+                  max_length=max_length, float_labels=float_labels)
     return tokenize_dataset(data.train, tokenizer, **kwargs), tokenize_dataset(data.eval, tokenizer, **kwargs)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from mixft.data.generated import DATASET_NAME, generate_sentiment, generated_splits
+    from mixft.data.synthetic.sentiment import DATASET_NAME, generate_sentiment, generated_splits
     train, dev = generated_splits()            # 4000 / 872 rows, disjoint sentences
     rows = generate_sentiment(100, seed=3)     # [{"sentence": str, "label": int}, ...]
 
@@ -20,6 +20,8 @@ keyword vote is near 60%.
 from __future__ import annotations
 
 import random
+
+from mixft.data.synthetic.common import check_size, disjoint_splits, distinct_rows
 
 DATASET_NAME = "mixft-generated-sentiment"
 
@@ -224,27 +226,12 @@ def _generate(n: int, rng: random.Random, exclude: frozenset | set = frozenset()
     """``n`` balanced rows (n//2 and n - n//2 per label) with distinct sentences not in ``exclude``."""
     labels = [1] * (n // 2) + [0] * (n - n // 2)
     rng.shuffle(labels)
-    seen: set[str] = set()
-    rows = []
-    for label in labels:
-        # The sentence space is huge, so a repeat is rare; the retry bound only guards
-        # against an absurd n looping forever (a few repeats are then accepted).
-        for _ in range(100):
-            s = _sentence(rng, label)
-            if s not in seen and s not in exclude:
-                break
-        else:
-            if s in exclude:
-                raise ValueError("could not generate enough distinct sentences")
-        seen.add(s)
-        rows.append({"sentence": s, "label": label})
-    return rows
 
+    def draw(label: int):
+        sentence = _sentence(rng, label)
+        return {"sentence": sentence, "label": label}, sentence, (sentence,)
 
-def check_size(name: str, value) -> None:
-    """The size rule of every generated set (sentiment, topics, paraphrase): a whole number >= 0."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return distinct_rows(labels, draw, exclude=exclude, tries=100, what="sentences")
 
 
 def generate_sentiment(n: int, seed: int = 0) -> list[dict]:
@@ -270,10 +257,7 @@ def generated_splits(
     generator with a derived seed and is deduplicated against train, so eval accuracy
     measures generalisation rather than memorisation.
     """
-    check_size("train_size", train_size)
-    check_size("eval_size", eval_size)
-    train = generate_sentiment(train_size, seed)
-    exclude = frozenset(r["sentence"] for r in train)
-    # A string seed is hashed deterministically (sha512) by random.Random, unlike hash().
-    eval_rows = _generate(eval_size, random.Random(f"{DATASET_NAME}/eval/{seed}"), exclude)
-    return train, eval_rows
+    # The train split's rng is random.Random(seed), older than the shared per-split naming:
+    # kept so the generated set (and every figure measured on it) stays the same.
+    return disjoint_splits(_generate, DATASET_NAME, train_size, eval_size, seed,
+                           texts=lambda row: (row["sentence"],), train_rng=random.Random(seed))

@@ -1,15 +1,20 @@
-"""Strict reader for GLUE SST-2 style TSV files (``sentence<TAB>label``).
+"""``--data-dir DIR``: GLUE SST-2's layout (``train.tsv``, ``dev.tsv``, ``sentence<TAB>label``) read strictly into Arrow.
 
 Usage::
 
-    from mixft.data.tsv import read_data_dir, read_glue_tsv
-    train, dev = read_data_dir("glue/SST-2")      # [{"sentence": str, "label": int}, ...]
-    rows = read_glue_tsv("glue/SST-2/dev.tsv")
+    from mixft.data.glue_dir import read_glue_dir, read_glue_tsv
+    train, dev = read_glue_dir("glue/SST-2")      # datasets.Dataset: sentence, label (negative/positive)
+    ds = read_glue_tsv("glue/SST-2/dev.tsv")
+
+One of the formats ``mixft.data.user_data.load_text_data`` reads (``data_dir=``); its rows
+then go through the same columns, labels and tokenisation as every other source. The
+label column is a ``ClassLabel`` (0 negative, 1 positive), the schema of GLUE SST-2 on the hub.
 
 Every problem with the input raises :class:`mixft.errors.UsageError` with a one-line
 message naming the file (and line, where there is one) and what would be accepted.
-The reader is pure Python so it can run before any model or tokenizer is loaded:
-a bad data file should fail in milliseconds, not after a model download.
+The lines are checked in pure Python before any model or tokenizer is loaded (a bad data
+file fails in milliseconds, not after a model download), with line numbers a generic
+CSV reader cannot give: blank lines, labels other than 0/1, empty sentences, NUL bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from mixft.errors import UsageError
 # exports add ids, so extra columns are accepted and ignored.
 REQUIRED_COLUMNS = ("sentence", "label")
 _LABELS = {"0": 0, "1": 1}
+LABEL_NAMES = ("negative", "positive")  # GLUE SST-2's, in id order
 _EXPECTED_HEADER = "a header line with tab-separated columns 'sentence' and 'label'"
 _BOM = "\ufeff"
 
@@ -64,10 +70,10 @@ def _decode_line(raw: bytes, where: str, lineno: int) -> str:
         ) from None
 
 
-def read_glue_tsv(path: str | os.PathLike) -> list[dict]:
-    """Read one GLUE SST-2 TSV file into ``[{"sentence": str, "label": int}, ...]``.
+def read_glue_tsv(path: str | os.PathLike):
+    """Read one GLUE SST-2 TSV file into a ``datasets.Dataset`` (``sentence``, ``label``), in file order.
 
-    Usage: ``rows = read_glue_tsv("SST-2/dev.tsv")``
+    Usage: ``ds = read_glue_tsv("SST-2/dev.tsv")``
 
     Format: UTF-8, first line a header containing ``sentence`` and ``label`` (any order,
     extra columns ignored), one row per line split on tabs, labels ``0`` or ``1``.
@@ -86,7 +92,8 @@ def read_glue_tsv(path: str | os.PathLike) -> list[dict]:
         # The file ended with a newline: that is normal, not a blank last line.
         raw_lines.pop()
 
-    rows: list[dict] = []
+    sentences: list[str] = []
+    labels: list[int] = []
     sentence_idx = label_idx = n_fields = -1
     for lineno, raw in enumerate(raw_lines, start=1):
         line = _decode_line(raw, where, lineno)
@@ -138,20 +145,29 @@ def read_glue_tsv(path: str | os.PathLike) -> list[dict]:
             raise UsageError(
                 f"{where} line {lineno}: sentence is empty (expected non-empty text)"
             )
-        rows.append({"sentence": sentence, "label": _LABELS[label_text]})
+        sentences.append(sentence)
+        labels.append(_LABELS[label_text])
 
-    if not rows:
+    if not sentences:
         raise UsageError(
             f"{where}: no data rows after the header (expected at least one"
             " 'sentence<TAB>label' row)"
         )
-    return rows
+    return _arrow(sentences, labels)
 
 
-def read_data_dir(data_dir: str | os.PathLike) -> tuple[list[dict], list[dict]]:
-    """Read ``DIR/train.tsv`` and ``DIR/dev.tsv`` (GLUE SST-2 layout) -> ``(train, dev)``.
+def _arrow(sentences: list[str], labels: list[int]):
+    import datasets
 
-    Usage: ``train, dev = read_data_dir(args.data_dir)``
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=list(LABEL_NAMES))})
+    return datasets.Dataset.from_dict({"sentence": sentences, "label": labels}, features=features)
+
+
+def read_glue_dir(data_dir: str | os.PathLike):
+    """Read ``DIR/train.tsv`` and ``DIR/dev.tsv`` (GLUE SST-2 layout) -> ``(train, dev)`` datasets.
+
+    Usage: ``train, dev = read_glue_dir(args.data_dir)``
 
     Meant to be called before any training work (model download, tokenization) so a
     wrong ``--data-dir`` fails immediately. Raises ``UsageError`` on any problem.

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from mixft.data.topics import TOPIC_NAMES, generate_topics, topics_splits
+    from mixft.data.synthetic.topics import TOPIC_NAMES, generate_topics, topics_splits
     rows = generate_topics(100, seed=0)      # [{"text": str, "label": int}, ...]
     train, dev = topics_splits(2000, 872)    # disjoint texts
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 
-from mixft.data.generated import check_size
+from mixft.data.synthetic.common import check_size, disjoint_splits, distinct_rows, split_rng
 
 DATASET_NAME = "mixft-generated-topics"
 TOPIC_NAMES = ("World", "Sports", "Business", "Sci/Tech")
@@ -105,20 +105,13 @@ def _generate(n: int, rng: random.Random, exclude: frozenset | set = frozenset()
     """``n`` rows, classes balanced to within one, distinct texts none of which is in ``exclude``."""
     labels = [i % len(TOPIC_NAMES) for i in range(n)]
     rng.shuffle(labels)
-    seen: set[str] = set()
-    rows = []
-    for label in labels:
-        # The text space is large (about 10^6 per topic); the bound only stops a runaway n.
-        for _ in range(200):
-            text = _text(rng, label)
-            if text not in seen and text not in exclude:
-                break
-        else:
-            if text in exclude:
-                raise ValueError("could not generate enough distinct topic texts")
-        seen.add(text)
-        rows.append({"text": text, "label": label})
-    return rows
+
+    def draw(label: int):
+        text = _text(rng, label)
+        return {"text": text, "label": label}, text, (text,)
+
+    # The text space is large (about 10^6 per topic).
+    return distinct_rows(labels, draw, exclude=exclude, tries=200, what="topic texts")
 
 
 def generate_topics(n: int, seed: int = 0) -> list[dict]:
@@ -127,7 +120,7 @@ def generate_topics(n: int, seed: int = 0) -> list[dict]:
     Usage: ``rows = generate_topics(400, seed=1)``
     """
     check_size("n", n)
-    return _generate(n, random.Random(f"{DATASET_NAME}/train/{seed}"))
+    return _generate(n, split_rng(DATASET_NAME, "train", seed))
 
 
 def topics_splits(train_size: int = 2000, eval_size: int = 872, seed: int = 0) -> tuple[list[dict], list[dict]]:
@@ -135,8 +128,4 @@ def topics_splits(train_size: int = 2000, eval_size: int = 872, seed: int = 0) -
 
     Usage: ``train, dev = topics_splits(2000, 872, seed=0)``
     """
-    check_size("train_size", train_size)
-    check_size("eval_size", eval_size)
-    train = generate_topics(train_size, seed)
-    exclude = frozenset(r["text"] for r in train)
-    return train, _generate(eval_size, random.Random(f"{DATASET_NAME}/eval/{seed}"), exclude)
+    return disjoint_splits(_generate, DATASET_NAME, train_size, eval_size, seed, texts=lambda row: (row["text"],))

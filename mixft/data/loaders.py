@@ -1,45 +1,20 @@
-"""Sentence rows -> tokenised examples -> padded batches, the way mixed precision likes them.
+"""Tokenised examples -> padded batches, the way mixed precision likes them.
 
-Tokenisation runs once per process through `datasets` (batched, fast tokenizers);
-batches are padded dynamically, to a multiple of 8 under mixed precision (tensor cores
-want dimensions divisible by 8), and grouped by length so padding stays small.
+Usage::
+
+    from mixft.data.loaders import make_loader, pad_multiple
+    loader = make_loader(train, tokenizer, 32, shuffle=True, seed=0, pad_to_multiple_of=pad_multiple(device))
+
+Batches are padded dynamically (to a multiple of 8 on CUDA: tensor cores want dimensions
+divisible by 8) and grouped by length so padding stays small. Tokenisation itself is
+mixft.data.tokenize.
 """
 
 from __future__ import annotations
 
-import uuid
-from typing import Any
-
-import torch
 from torch.utils.data import DataLoader
 
 from .batching import LengthGroupedBatchSampler
-
-
-def tokenize_rows(rows: list[dict], tokenizer, max_length: int) -> list[dict[str, Any]]:
-    """Rows ``{"sentence", "label"}`` -> examples with ``input_ids``, ``attention_mask``, ``labels``.
-
-    Sentences longer than ``max_length`` tokens are truncated (a 100k-character line is
-    fine). Labels become floats: the loss is binary cross-entropy on one logit.
-
-    Usage: ``examples = tokenize_rows([{"sentence": "fine", "label": 1}], tok, 128)``
-    """
-    import datasets
-
-    datasets.disable_progress_bars()  # a bar per tokenisation pass is noise in the CLI output
-    ds = datasets.Dataset.from_dict(
-        {"sentence": [r["sentence"] for r in rows], "labels": [float(r["label"]) for r in rows]}
-    )
-    ds = ds.map(
-        lambda b: tokenizer(b["sentence"], truncation=True, max_length=max_length),
-        batched=True,
-        remove_columns=["sentence"],
-        # An explicit fingerprint: otherwise datasets hashes the tokenizer (~2 s) to name
-        # a cache entry that an in-memory dataset never writes.
-        new_fingerprint=f"mixft-tokenize-{uuid.uuid4().hex}",
-    )
-    # Plain dicts: indexing a list is much cheaper per example than an Arrow row lookup.
-    return ds.to_list()
 
 
 def _is_arrow(examples) -> bool:
@@ -76,10 +51,10 @@ def make_loader(
 ) -> DataLoader:
     """A DataLoader of length-grouped, dynamically padded batches (see LengthGroupedBatchSampler).
 
-    ``examples``: a tokenised ``datasets.Dataset`` (from mixft.data.tokenize, its ``lengths``
+    ``examples``: a tokenised ``datasets.Dataset`` (from mixft.data.tokenize; its ``lengths``
     column drives the grouping and is not passed to the model) or a list of example dicts
-    (from :func:`tokenize_rows`). From a Dataset the DataLoader fetches each batch with one
-    Arrow read (``Dataset.__getitems__``), not one per example.
+    with ``input_ids``. From a Dataset the DataLoader fetches each batch with one Arrow read
+    (``Dataset.__getitems__``), not one per example.
 
     Usage: ``loader = make_loader(train, tokenizer, 32, shuffle=True, seed=0)``
     """
@@ -96,23 +71,6 @@ def make_loader(
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
     )
-
-
-def padding_efficiency(loader: DataLoader) -> float:
-    """Real tokens / padded tokens over one pass of ``loader`` (1.0 = no padding at all)."""
-    real = padded = 0
-    for batch in loader:
-        mask = batch["attention_mask"]
-        real += int(mask.sum())
-        padded += mask.numel()
-    return real / padded if padded else 1.0
-
-
-def labels_tensor(examples) -> torch.Tensor:
-    """The ``labels`` of a list of example dicts or of a tokenised ``datasets.Dataset``."""
-    if _is_arrow(examples):
-        return torch.from_numpy(_column(examples, "labels").copy())
-    return torch.tensor([e["labels"] for e in examples])
 
 
 def pad_multiple(device) -> int | None:

@@ -1,10 +1,12 @@
-"""A text-classification (or regression) data set from the user's files or a hub dataset, checked.
+"""A text-classification (or regression) data set from the user's files, a GLUE directory or a hub dataset, checked.
 
 Usage::
 
-    from mixft.data.textdata import load_glue_data, load_text_data
+    from mixft.data.user_data import load_glue_data, load_text_data
     data = load_text_data(train_file="topics_train.csv", validation_file="topics_validation.csv")
+    data = load_text_data(data_dir="glue/SST-2")        # train.tsv + dev.tsv (mixft.data.glue_dir)
     data = load_text_data(dataset="ag_news", validation_split=0.1, max_train_samples=5000)
+    data = load_text_data(dataset="ag_news", stand_in=AG_NEWS)   # a recipe's offline fallback
     data = load_glue_data("mrpc")
     data.train, data.eval          # datasets.Dataset (Arrow), the source's own columns
     data.task.kind, data.task.id2label, data.task.text_columns, data.description
@@ -12,9 +14,11 @@ Usage::
 Everything a run needs to know about its data is settled here, before a model or
 tokenizer is loaded: the source, the columns, the label kind and names, the validation
 data, the sample caps. Every problem is one UsageError line. Data the user brings is
-used whole unless ``max_train_samples`` / ``max_eval_samples`` say otherwise; only
-mixft's generated stand-ins (for ``glue/sst2``, ``glue/mrpc``, ``ag_news`` when the hub
-is out of reach) have a default size, ``demo_train_size`` / ``demo_eval_size``.
+used whole unless ``max_train_samples`` / ``max_eval_samples`` say otherwise; only a
+generated stand-in (``stand_in=``, passed by a recipe for when the hub is out of reach;
+see mixft.data.synthetic) has a default size, ``demo_train_size`` / ``demo_eval_size``.
+This module never imports a generator: which stand-in may replace a dataset is the
+caller's decision.
 """
 
 from __future__ import annotations
@@ -82,8 +86,8 @@ class TextData:
     train: object  # datasets.Dataset
     eval: object  # datasets.Dataset
     task: TextTask
-    name: str  # "data/train.csv", "glue/mrpc", "mixft-generated-paraphrase"
-    source: str  # "files" | "hub" | "cache" | "generated"
+    name: str  # "data/train.csv", "glue/SST-2" (a data dir), "glue/mrpc", "mixft-generated-paraphrase"
+    source: str  # "files" | "data-dir" | "hub" | "cache" | "generated"
     notice: str | None = None  # one line for the user (a stand-in was used), or None
 
     @property
@@ -97,9 +101,14 @@ class TextData:
 # ---------------------------------------------------------------------------------------
 
 
-def _check_arguments(train_file, validation_file, dataset, dataset_config, eval_split, task_kind,
+def _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
                      validation_split, max_train_samples, max_eval_samples) -> None:
-    if (train_file is None) == (dataset is None):
+    if data_dir is not None:
+        given = [flag for flag, value in (("--train-file", train_file), ("--dataset", dataset),
+                                          ("--validation-split", validation_split)) if value is not None]
+        if given:
+            raise UsageError(f"--data-dir brings its own train.tsv and dev.tsv; drop {', '.join(given)}")
+    elif (train_file is None) == (dataset is None):
         raise UsageError("pass either --train-file (with --validation-file or --validation-split) or --dataset NAME")
     if validation_file is not None and train_file is None:
         raise UsageError("--validation-file needs --train-file")
@@ -131,25 +140,19 @@ def _pick_eval_split(splits, eval_split: str | None, label: str) -> str | None:
     return next((s for s in VALIDATION_SPLITS if s in splits), None)
 
 
-def _from_hub(dataset, config, eval_split, seed, hub_timeout, demo_train, demo_eval):
+def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval):
     """(train, eval or None, name, source, notice, where, eval_where, splits listing)."""
     from mixft.data.hubdata import DatasetUnavailable, dataset_label, fetch_hub_dataset
-    from mixft.data.standins import stand_in
 
     label = dataset_label(dataset, config)
     try:
         splits, source = fetch_hub_dataset(dataset, config, hub_timeout=hub_timeout)
         name, notice = label, None
     except DatasetUnavailable as unavailable:
-        found = stand_in(dataset, config, train_size=demo_train, eval_size=demo_eval, seed=seed)
-        if found is None:
+        if stand_in is None:
             raise
-        splits, name = found
-        source = "generated"
-        notice = (
-            f"notice: {label} is not reachable or cached; using {name}, mixft's generated stand-in in its schema "
-            f"({len(splits['train'])} train / {len(splits['validation'])} eval, seed {seed})"
-        )
+        splits, notice = _stand_in(stand_in, label, seed, demo_train, demo_eval)
+        name, source = stand_in.name, "generated"
         logger.debug("%s (%s)", notice, unavailable)  # returned to the caller, who shows it
     if "train" not in splits:
         raise UsageError(f"--dataset {label}: no 'train' split; splits: {', '.join(splits)}")
@@ -158,6 +161,21 @@ def _from_hub(dataset, config, eval_split, seed, hub_timeout, demo_train, demo_e
     eval_where = f"--dataset {label} ({chosen} split)"
     eval_ds = splits[chosen] if chosen is not None else None
     return splits["train"], eval_ds, name, source, notice, where, eval_where, ", ".join(splits)
+
+
+def _stand_in(stand_in, label: str, seed: int, train_size: int, eval_size: int):
+    """(the stand-in's splits, its notice); sizes past what it offers are refused before any is made."""
+    label = stand_in.label or label
+    for flag, what, size in (("--max-train-samples", "training", train_size),
+                             ("--max-eval-samples", "evaluation", eval_size)):
+        if size > stand_in.max_size:
+            raise UsageError(f"{flag} {size}: {stand_in.described} offers at most {stand_in.max_size} {what} "
+                             f"{stand_in.unit} ({label} is not reachable or cached here); pass {stand_in.more_data} "
+                             "for more data")
+    splits = stand_in.build(train_size=train_size, eval_size=eval_size, seed=seed)
+    notice = stand_in.notice.format(label=label, name=stand_in.name, train=len(splits["train"]),
+                                    eval=len(splits["validation"]), seed=seed)
+    return splits, notice
 
 
 def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, label_column: str):
@@ -197,6 +215,7 @@ def load_text_data(
     *,
     train_file: str | os.PathLike | None = None,
     validation_file: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
     dataset: str | None = None,
     dataset_config: str | None = None,
     eval_split: str | None = None,
@@ -209,15 +228,19 @@ def load_text_data(
     max_eval_samples: int | None = None,
     seed: int = 0,
     hub_timeout: float = 3.0,
+    stand_in=None,
     demo_train_size: int = DEMO_TRAIN_SIZE,
     demo_eval_size: int = DEMO_EVAL_SIZE,
     glue_task: str | None = None,
 ) -> TextData:
     """Read, check and cap the data of a text-classification or regression run.
 
-    Source: ``train_file`` (+ ``validation_file``) in CSV/TSV/JSON/JSON Lines/Parquet, or
-    ``dataset`` (+ ``dataset_config``) from the local cache or the hub; the evaluation
-    split of a hub dataset is ``eval_split`` or the first of VALIDATION_SPLITS present.
+    Source: ``train_file`` (+ ``validation_file``) in CSV/TSV/JSON/JSON Lines/Parquet,
+    ``data_dir`` in GLUE SST-2's layout (mixft.data.glue_dir), or ``dataset`` (+
+    ``dataset_config``) from the local cache or the hub; the evaluation split of a hub
+    dataset is ``eval_split`` or the first of VALIDATION_SPLITS present. When the hub
+    dataset cannot be had, ``stand_in`` (a mixft.data.synthetic StandIn, the caller's
+    choice) replaces it, ``demo_train_size`` / ``demo_eval_size`` rows unless capped.
     With no validation data, ``validation_split=F`` holds out a seeded fraction of train.
     Columns are given or detected (see mixft.data.columns); ``task_kind`` forces
     "classification" or "regression" where the labels allow both (see mixft.data.labels).
@@ -227,7 +250,7 @@ def load_text_data(
 
     Usage: ``data = load_text_data(train_file="train.csv", validation_split=0.1, seed=0)``
     """
-    _check_arguments(train_file, validation_file, dataset, dataset_config, eval_split, task_kind,
+    _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
                      validation_split, max_train_samples, max_eval_samples)
     if dataset is not None and glue_task is None:
         glue_task = _glue_config(dataset, dataset_config)
@@ -251,11 +274,17 @@ def load_text_data(
         eval_ds = load_data_file(validation_file, "--validation-file") if validation_file is not None else None
         eval_where = f"--validation-file {validation_file}"
         name, source, notice, listing = str(train_file), "files", None, None
+    elif data_dir is not None:
+        from mixft.data.glue_dir import read_glue_dir
+
+        train, eval_ds = read_glue_dir(data_dir)
+        where, eval_where = f"--data-dir {data_dir} (train.tsv)", f"--data-dir {data_dir} (dev.tsv)"
+        name, source, notice, listing = str(data_dir), "data-dir", None, None
     else:
         demo_train = max_train_samples or demo_train_size
         demo_eval = max_eval_samples or demo_eval_size
         train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
-            dataset, dataset_config, eval_split, seed, hub_timeout, demo_train, demo_eval
+            dataset, dataset_config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval
         )
 
     if eval_ds is not None and validation_split is not None:
@@ -305,13 +334,15 @@ def load_glue_data(
     max_eval_samples: int | None = None,
     seed: int = 0,
     hub_timeout: float = 3.0,
+    stand_in=None,
     demo_train_size: int = DEMO_TRAIN_SIZE,
     demo_eval_size: int = DEMO_EVAL_SIZE,
 ) -> TextData:
     """A GLUE task's train and official validation split (``validation_matched`` for MNLI).
 
-    ``sst2`` and ``mrpc`` fall back to mixft's generated stand-ins when the hub is out of
-    reach and nothing is cached; other tasks raise a one-line UsageError then.
+    When the hub is out of reach and nothing is cached, ``stand_in`` (the caller's choice,
+    e.g. mixft.data.synthetic.stand_ins.stand_in_for("glue", task)) replaces the data;
+    without one that is a one-line UsageError.
     ``data.task.glue_task`` names the task, so ``mixft.metrics.task`` picks its official metrics.
 
     Usage: ``data = load_glue_data("stsb"); data.task.kind  # "regression"``
@@ -322,5 +353,5 @@ def load_glue_data(
     return load_text_data(
         dataset="glue", dataset_config=table.name, glue_task=table.name,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
-        hub_timeout=hub_timeout, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
+        hub_timeout=hub_timeout, stand_in=stand_in, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
     )

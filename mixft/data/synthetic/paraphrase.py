@@ -2,7 +2,7 @@
 
 Usage::
 
-    from mixft.data.paraphrase import LABEL_NAMES, generate_paraphrase, paraphrase_splits
+    from mixft.data.synthetic.paraphrase import LABEL_NAMES, generate_paraphrase, paraphrase_splits
     rows = generate_paraphrase(100, seed=0)  # [{"sentence1", "sentence2", "label", "idx"}, ...]
     train, dev = paraphrase_splits(2000, 872)
 
@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import random
 
-from mixft.data.generated import check_size
 from dataclasses import dataclass, replace
+
+from mixft.data.synthetic.common import check_size, disjoint_splits, distinct_rows, split_rng
 
 DATASET_NAME = "mixft-generated-paraphrase"
 LABEL_NAMES = ("not_equivalent", "equivalent")
@@ -156,18 +157,14 @@ def _generate(n: int, rng: random.Random, exclude: frozenset | set = frozenset()
     """``n`` rows, balanced labels, no sentence repeated as a first sentence and none in ``exclude``."""
     labels = [1] * (n // 2) + [0] * (n - n // 2)
     rng.shuffle(labels)
-    seen: set[str] = set()
-    rows = []
-    for idx, label in enumerate(labels):
-        for _ in range(200):
-            s1, s2 = _pair(rng, label)
-            if s1 not in seen and s1 not in exclude and s2 not in exclude:
-                break
-        else:
-            raise ValueError("could not generate enough distinct sentence pairs")
-        seen.add(s1)
-        rows.append({"sentence1": s1, "sentence2": s2, "label": label, "idx": idx})
-    return rows
+    index = iter(range(n))
+
+    def draw(label: int):
+        s1, s2 = _pair(rng, label)
+        return {"sentence1": s1, "sentence2": s2, "label": label}, s1, (s1, s2)
+
+    rows = distinct_rows(labels, draw, exclude=exclude, tries=200, what="sentence pairs")
+    return [{**row, "idx": next(index)} for row in rows]
 
 
 def generate_paraphrase(n: int, seed: int = 0) -> list[dict]:
@@ -176,7 +173,7 @@ def generate_paraphrase(n: int, seed: int = 0) -> list[dict]:
     Usage: ``rows = generate_paraphrase(200, seed=0)``
     """
     check_size("n", n)
-    return _generate(n, random.Random(f"{DATASET_NAME}/train/{seed}"))
+    return _generate(n, split_rng(DATASET_NAME, "train", seed))
 
 
 def paraphrase_splits(train_size: int = 2000, eval_size: int = 872, seed: int = 0) -> tuple[list[dict], list[dict]]:
@@ -184,8 +181,5 @@ def paraphrase_splits(train_size: int = 2000, eval_size: int = 872, seed: int = 
 
     Usage: ``train, dev = paraphrase_splits(2000, 872, seed=0)``
     """
-    check_size("train_size", train_size)
-    check_size("eval_size", eval_size)
-    train = generate_paraphrase(train_size, seed)
-    exclude = frozenset(s for r in train for s in (r["sentence1"], r["sentence2"]))
-    return train, _generate(eval_size, random.Random(f"{DATASET_NAME}/eval/{seed}"), exclude)
+    return disjoint_splits(_generate, DATASET_NAME, train_size, eval_size, seed,
+                           texts=lambda row: (row["sentence1"], row["sentence2"]))
