@@ -416,8 +416,8 @@ class Prepared:
     amp: Precision
     encoder: nn.Module  # pretrained weights, fp32; each run trains a deep copy
     tokenizer: Any
-    train_examples: list[dict]
-    eval_examples: list[dict]
+    train_examples: Any  # tokenised datasets.Dataset (Arrow), float 0./1. labels
+    eval_examples: Any
     model_description: str
     dataset_description: str
     notices: list[str]
@@ -431,22 +431,18 @@ def prepare(cfg: ExampleConfig) -> Prepared:
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from mixft.data.sources import load_sentiment_data
-    from mixft.data.text import tokenize_rows
+    from mixft.data.tokenize import tokenize_text_data
     from mixft.hub import resolve_model
+    from recipes.bert_sst2 import load_sst2
 
     cfg.validate()
     device = resolve_device(cfg.device)
     fp32, amp = cfg.precisions(device)
-    # Data first: a bad --data-dir fails in milliseconds, before a model is looked up.
-    data = load_sentiment_data(
-        cfg.data_dir, seed=cfg.seed, generated_train_size=cfg.max_train_samples,
-        generated_eval_size=cfg.max_eval_samples,
-    )
+    # Data first: a bad --data-dir fails in milliseconds, before a model is looked up. The
+    # same data path as the bert-sst2 recipe (GLUE dir, hub or cache, else generated).
+    data = load_sst2(cfg.data_dir, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
+                     seed=cfg.seed)
     resolved = resolve_model(cfg.model)
-    train_rows, eval_rows = data.train[: cfg.max_train_samples], data.eval[: cfg.max_eval_samples]
-    if not train_rows or not eval_rows:
-        raise UsageError(f"{data.name}: needs at least one training and one evaluation sentence")
     hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved.path)
@@ -456,6 +452,7 @@ def prepare(cfg: ExampleConfig) -> Prepared:
     if getattr(getattr(encoder, "config", None), "hidden_size", None) is None:
         raise UsageError(f"--model {cfg.model}: not an encoder with a hidden_size (a BERT-like model)")
     notices = [n for n in (resolved.notice, data.notice, precision_notice(amp, device)) if n]
+    train, evaluation = tokenize_text_data(data, tokenizer, cfg.max_length, float_labels=True)
     return Prepared(
         cfg=cfg,
         device=device,
@@ -463,10 +460,11 @@ def prepare(cfg: ExampleConfig) -> Prepared:
         amp=amp,
         encoder=encoder,
         tokenizer=tokenizer,
-        train_examples=tokenize_rows(train_rows, tokenizer, cfg.max_length),
-        eval_examples=tokenize_rows(eval_rows, tokenizer, cfg.max_length),
+        # The README's loops take plain batches: the lengths column is for mixft's length grouping.
+        train_examples=train.remove_columns(["lengths"]),
+        eval_examples=evaluation.remove_columns(["lengths"]),
         model_description=resolved.description,
-        dataset_description=f"{data.name} ({len(train_rows)} train / {len(eval_rows)} eval)",
+        dataset_description=data.description,
         notices=notices,
     )
 
@@ -486,7 +484,7 @@ class RecordingLoss(nn.Module):
         return loss
 
 
-def _loader(prepared: Prepared, examples: list[dict], batch_size: int, shuffle: bool, seed: int):
+def _loader(prepared: Prepared, examples, batch_size: int, shuffle: bool, seed: int):
     from torch.utils.data import DataLoader
     from transformers import DataCollatorWithPadding
 

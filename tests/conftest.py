@@ -42,7 +42,7 @@ def write_tsv(path: Path, rows: list[tuple[str, int]]) -> Path:
 
 def make_data_dir(path: Path, n_train: int, n_eval: int) -> Path:
     """A GLUE-layout directory (train.tsv, dev.tsv) of generated sentences at ``path``."""
-    from mixft.data.generated import generated_splits
+    from mixft.data.synthetic.sentiment import generated_splits
 
     train, dev = generated_splits(n_train, n_eval, seed=0)
     path.mkdir()

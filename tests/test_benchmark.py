@@ -24,7 +24,7 @@ from benchmarks.peers import LossOutputModel, PeersConfig, peers_table, run_peer
 from benchmarks.scaling import ScalingConfig, run_scaling, saved_activation_bytes, scaling_tables
 from benchmarks.steps import run_step_benchmark
 from benchmarks.timing import StepTimer, markdown_table, matmul_peak
-from mixft.data.generated import generated_splits
+from mixft.data.synthetic.sentiment import generated_splits
 from mixft.precision import PRECISIONS
 
 ROOT = Path(__file__).resolve().parents[1]

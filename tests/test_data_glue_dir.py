@@ -1,11 +1,15 @@
-"""Tests for mixft.data.tsv: the strict GLUE SST-2 TSV reader and its one-line errors."""
+"""mixft.data.glue_dir: the strict GLUE SST-2 TSV reader (into Arrow) and its one-line errors."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mixft.data.tsv import read_data_dir, read_glue_tsv
+from mixft.data.glue_dir import LABEL_NAMES, read_glue_dir, read_glue_tsv
 from mixft.errors import UsageError
+
+
+def _rows(path) -> list[dict]:
+    return read_glue_tsv(path).to_list()
 
 HEADER = b"sentence\tlabel\n"
 
@@ -30,7 +34,7 @@ def _error(path, *fragments):
 
 def test_happy_path(tmp_path):
     p = _write(tmp_path, HEADER + b"a gripping film \t1\nit 's \"dull\" and 'flat'\t0\n")
-    assert read_glue_tsv(p) == [
+    assert _rows(p) == [
         {"sentence": "a gripping film ", "label": 1},
         {"sentence": "it 's \"dull\" and 'flat'", "label": 0},
     ]
@@ -38,30 +42,30 @@ def test_happy_path(tmp_path):
 
 def test_accepts_str_path_and_no_final_newline_and_crlf(tmp_path):
     p = _write(tmp_path, b"sentence\tlabel\r\ngood\t1\r\nbad\t0")
-    assert read_glue_tsv(str(p)) == [{"sentence": "good", "label": 1},
+    assert _rows(str(p)) == [{"sentence": "good", "label": 1},
                                      {"sentence": "bad", "label": 0}]
 
 
 def test_utf8_text(tmp_path):
     p = _write(tmp_path, HEADER + "café – naïve 🎬\t1\n".encode())
-    assert read_glue_tsv(p)[0]["sentence"] == "café – naïve 🎬"
+    assert _rows(p)[0]["sentence"] == "café – naïve 🎬"
 
 
 def test_bom_stripped(tmp_path):
     p = _write(tmp_path, b"\xef\xbb\xbf" + HEADER + b"good\t1\n")
-    assert read_glue_tsv(p) == [{"sentence": "good", "label": 1}]
+    assert _rows(p) == [{"sentence": "good", "label": 1}]
 
 
 def test_extra_columns_any_order(tmp_path):
     p = _write(tmp_path, b"label\tid\tsentence\n1\t7\tgood\n0\t8\tbad\n")
-    assert read_glue_tsv(p) == [{"sentence": "good", "label": 1},
+    assert _rows(p) == [{"sentence": "good", "label": 1},
                                 {"sentence": "bad", "label": 0}]
 
 
 def test_long_sentence_accepted(tmp_path):
     long = "word " * 20_000  # 100k characters
     p = _write(tmp_path, HEADER + long.encode() + b"\t1\n")
-    assert read_glue_tsv(p)[0]["sentence"] == long
+    assert _rows(p)[0]["sentence"] == long
 
 
 # --- error cases -----------------------------------------------------------------
@@ -152,7 +156,7 @@ def test_long_bad_label_message_is_short(tmp_path):
     assert len(msg) < 400 + len(str(tmp_path))
 
 
-# --- read_data_dir ----------------------------------------------------------------
+# --- read_glue_dir ----------------------------------------------------------------
 
 
 def _make_dir(tmp_path, files=("train.tsv", "dev.tsv")):
@@ -163,15 +167,17 @@ def _make_dir(tmp_path, files=("train.tsv", "dev.tsv")):
     return d
 
 
-def test_read_data_dir(tmp_path):
-    train, dev = read_data_dir(_make_dir(tmp_path))
+def test_read_glue_dir(tmp_path):
+    train, dev = read_glue_dir(_make_dir(tmp_path))
     assert train[0] == {"sentence": "train.tsv good", "label": 1}
     assert dev[1] == {"sentence": "dev.tsv bad", "label": 0}
+    # Arrow in GLUE SST-2's schema on the hub: a ClassLabel, 0 negative, 1 positive.
+    assert train.features["label"].names == list(LABEL_NAMES) == ["negative", "positive"]
 
 
 def _dir_error(d, *fragments):
     with pytest.raises(UsageError) as info:
-        read_data_dir(d)
+        read_glue_dir(d)
     msg = str(info.value)
     assert "\n" not in msg
     assert msg.startswith(f"--data-dir {d}:")
@@ -207,7 +213,7 @@ def test_data_dir_bad_file_names_file(tmp_path):
     d = _make_dir(tmp_path)
     (d / "dev.tsv").write_bytes(HEADER + b"good\t5\n")
     with pytest.raises(UsageError, match=r"dev\.tsv line 2: label must be 0 or 1"):
-        read_data_dir(d)
+        read_glue_dir(d)
 
 
 # --- fuzz --------------------------------------------------------------------------
@@ -229,7 +235,7 @@ _fuzz_bytes = st.one_of(
 def test_fuzz_never_crashes(tmp_path, data):
     p = _write(tmp_path, data, name="fuzz.tsv")
     try:
-        rows = read_glue_tsv(p)
+        rows = _rows(p)
     except UsageError as exc:
         assert "\n" not in str(exc) and str(p) in str(exc)
         return

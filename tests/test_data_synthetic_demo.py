@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mixft.data import paraphrase, topics
-from mixft.data.demo_files import DEMO_FILES, write_demo_files
-from mixft.data.paraphrase import COMPANIES, VERBS, generate_paraphrase, paraphrase_splits
-from mixft.data.topics import TOPIC_NAMES, generate_topics, topics_splits
+from mixft.data.synthetic import paraphrase, topics
+from mixft.data.synthetic.paraphrase import COMPANIES, VERBS, generate_paraphrase, paraphrase_splits
+from mixft.data.synthetic.topics import TOPIC_NAMES, generate_topics, topics_splits
+from scripts.make_demo_data import DEMO_FILES, write_demo_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,7 +160,7 @@ def test_demo_files_and_script(tmp_path):
 
 @pytest.mark.usefixtures("isolated_hf")
 def test_demo_files_load_as_user_data(tmp_path):
-    from mixft.data.textdata import load_text_data
+    from mixft.data.user_data import load_text_data
 
     write_demo_files(tmp_path, train_size=60, eval_size=20, seed=0)
     data = load_text_data(train_file=tmp_path / "topics_train.csv", validation_file=tmp_path / "topics_validation.csv")

@@ -1,4 +1,4 @@
-"""Tests for mixft.data.generated: determinism, balance, disjoint splits, and that the
+"""Tests for mixft.data.synthetic.sentiment: determinism, balance, disjoint splits, and that the
 task is not a keyword task while its labels still follow the generator's own rules."""
 
 import random
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from mixft.data import generated
-from mixft.data.generated import (
+from mixft.data.synthetic import sentiment as generated
+from mixft.data.synthetic.sentiment import (
     DATASET_NAME,
     NEGATIVE_WORDS,
     POSITIVE_WORDS,

@@ -1,4 +1,4 @@
-"""mixft.data.tokenize + make_loader: Arrow in, Arrow out, cached by datasets, length-grouped batches."""
+"""mixft.data.tokenize + mixft.data.loaders.make_loader: Arrow in, Arrow out, cached by datasets, length-grouped batches."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from mixft.data import tokenize as tokenize_module
-from mixft.data.text import labels_tensor, make_loader, tokenize_rows
-from mixft.data.textdata import load_text_data
+from mixft.data.loaders import make_loader
+from mixft.data.synthetic.stand_ins import MRPC
 from mixft.data.tokenize import tokenize_text_data
+from mixft.data.user_data import load_text_data
+from mixft.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("isolated_hf")
 
@@ -52,7 +54,7 @@ def test_tokenised_columns_labels_and_truncation(topic_files, tokenizer):
         assert row["labels"] == data.task.label2id[label]
         assert row["lengths"] == len(row["input_ids"]) == sum(row["attention_mask"]) <= 16
     assert rows[5]["lengths"] == 16
-    assert labels_tensor(dev).tolist() == [data.task.label2id[v] for v in data.eval["label"][:]]
+    assert dev["labels"][:] == [data.task.label2id[v] for v in data.eval["label"][:]]
 
 
 def test_pairs_and_regression(tmp_path, tokenizer):
@@ -96,10 +98,29 @@ def test_make_loader_over_an_arrow_dataset(topic_files, tokenizer, monkeypatch):
 
 
 def test_make_loader_still_takes_a_list_of_dicts(tokenizer):
-    examples = tokenize_rows([{"sentence": "fine", "label": 1}, {"sentence": "not fine at all", "label": 0}],
-                             tokenizer, 16)
+    examples = [{**tokenizer(text, truncation=True, max_length=16), "labels": float(label)}
+                for text, label in (("fine", 1), ("not fine at all", 0))]
     batch = next(iter(make_loader(examples, tokenizer, batch_size=2, shuffle=False)))
     assert batch["labels"].tolist() == [0.0, 1.0]  # longest first in evaluation order
+
+
+def test_float_labels_for_a_one_logit_head(tmp_path, tokenizer):
+    d = tmp_path / "sst2"
+    d.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (d / name).write_text("sentence\tlabel\nfine\t1\nnot fine at all\t0\n", encoding="utf-8")
+    data = load_text_data(data_dir=d)
+    train, _ = tokenize_text_data(data, tokenizer, max_length=16, float_labels=True)
+    assert train.features["labels"].dtype == "float32" and train["labels"][:] == [1.0, 0.0]
+    batch = next(iter(make_loader(train, tokenizer, batch_size=2, shuffle=False)))
+    assert batch["labels"].dtype == torch.float32 and "lengths" not in batch
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, True, None])
+def test_max_length_must_be_a_positive_integer(topic_files, tokenizer, bad):
+    data = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    with pytest.raises(UsageError, match="max_length must be a positive integer"):
+        tokenize_text_data(data, tokenizer, max_length=bad)
 
 
 def test_second_tokenisation_of_a_file_hits_the_datasets_cache(topic_files, tokenizer, monkeypatch):
@@ -124,7 +145,8 @@ def test_in_memory_stand_in_tokenises(monkeypatch, tokenizer):
     import mixft.data.hubdata as hubdata
 
     monkeypatch.setattr(hubdata, "hub_reachable", lambda timeout=3.0: False)
-    data = load_text_data(dataset="glue", dataset_config="mrpc", max_train_samples=20, max_eval_samples=6)
+    data = load_text_data(dataset="glue", dataset_config="mrpc", max_train_samples=20, max_eval_samples=6,
+                          stand_in=MRPC)
     train, dev = tokenize_text_data(data, tokenizer, max_length=64)
     assert (len(train), len(dev)) == (20, 6)
     assert not train.cache_files  # in memory: nothing to cache, nothing hashed

@@ -1,4 +1,4 @@
-"""mixft.data.textdata: files and hub datasets end to end, GLUE tasks, stand-ins, validation hold-out, caps."""
+"""mixft.data.user_data: files, GLUE dirs and hub datasets end to end, GLUE tasks, stand-ins passed in, hold-out, caps."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 import mixft.data.hubdata as hubdata
 from mixft.data.glue import GLUE_TASKS, glue_task
-from mixft.data.textdata import load_glue_data, load_text_data
+from mixft.data.synthetic.stand_ins import SST2, stand_in_for
+from mixft.data.user_data import load_glue_data, load_text_data
 from mixft.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("isolated_hf")  # private caches, a hub that refuses connections
@@ -105,6 +106,9 @@ def test_missing_text_and_non_text_columns(tmp_path):
          "pass --validation-file or --validation-split, not both"),
         ({"train_file": "t.csv", "max_train_samples": 0}, "--max-train-samples must be a positive integer, got 0"),
         ({"train_file": "t.csv", "task_kind": "ranking"}, "unknown task kind 'ranking'"),
+        ({"data_dir": "d", "train_file": "t.csv"}, "--data-dir brings its own train.tsv and dev.tsv; drop --train-file"),
+        ({"data_dir": "d", "dataset": "imdb", "validation_split": 0.1},
+         "--data-dir brings its own train.tsv and dev.tsv; drop --dataset, --validation-split"),
     ],
 )
 def test_argument_errors_come_before_any_file_is_read(kwargs, message):
@@ -156,7 +160,8 @@ def test_unavailable_glue_task_without_stand_in(unreachable):
     ],
 )
 def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, generated, columns, names):
-    data = load_text_data(dataset=name, dataset_config=config, seed=1)
+    stand_in = stand_in_for(name, config)
+    data = load_text_data(dataset=name, dataset_config=config, seed=1, stand_in=stand_in)
     label = f"{name}/{config}" if config else name
     assert (data.source, data.name) == ("generated", generated)
     assert data.notice == (f"notice: {label} is not reachable or cached; using {generated}, mixft's generated "
@@ -164,14 +169,55 @@ def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, gener
     assert (len(data.train), len(data.eval)) == (2000, 872)  # the demo budget belongs to generated data
     assert data.task.text_columns == columns and data.task.label_names == names
     assert data.task.glue_task == config
-    again = load_text_data(dataset=name, dataset_config=config, seed=1, max_train_samples=50, max_eval_samples=10)
+    again = load_text_data(dataset=name, dataset_config=config, seed=1, max_train_samples=50, max_eval_samples=10,
+                           stand_in=stand_in)
     assert (len(again.train), len(again.eval)) == (50, 10)  # a cap sizes the generated set itself
 
 
-def test_glue_sst2_stand_in_is_todays_generated_set(unreachable):
-    from mixft.data.generated import generated_splits
+def test_no_stand_in_unless_the_caller_passes_one(unreachable):
+    # The user-data path never picks a generated set itself: that is the recipe's decision.
+    with pytest.raises(UsageError, match=r"^--dataset glue/sst2: not in the local datasets cache"):
+        load_glue_data("sst2")
+    assert stand_in_for("imdb") is None and stand_in_for(None) is None
 
-    data = load_glue_data("sst2", max_train_samples=40, max_eval_samples=10, seed=2)
+
+def test_a_stand_in_refuses_more_rows_than_it_offers_before_making_any(unreachable):
+    with pytest.raises(UsageError) as info:
+        load_glue_data("sst2", stand_in=SST2, max_train_samples=10**7)
+    assert str(info.value) == ("--max-train-samples 10000000: mixft's generated sentiment set offers at most 1000000 "
+                               "training sentences (glue/sst2 is not reachable or cached here); pass "
+                               "--train-file/--validation-file for more data")
+
+
+def test_user_data_path_imports_no_generator():
+    import subprocess
+    import sys
+
+    code = ("import sys, mixft.data, mixft.data.user_data, mixft.data.glue_dir, mixft.data.files, mixft.data.hubdata; "
+            "print(sorted(m for m in sys.modules if m.startswith('mixft.data.synthetic')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_data_dir_reads_the_glue_layout_into_arrow(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    d = tmp_path / "SST-2"
+    d.mkdir()
+    (d / "train.tsv").write_text("sentence\tlabel\nit 's great\t1\nit 's awful\t0\n", encoding="utf-8")
+    (d / "dev.tsv").write_text("sentence\tlabel\nsolid\t1\n", encoding="utf-8")
+    data = load_text_data(data_dir=d)
+    assert (data.source, data.name, data.notice) == ("data-dir", str(d), None)
+    assert data.train.to_list() == [{"sentence": "it 's great", "label": 1}, {"sentence": "it 's awful", "label": 0}]
+    assert data.eval.to_list() == [{"sentence": "solid", "label": 1}]
+    assert (data.task.text_columns, data.task.label_names) == (("sentence",), ("negative", "positive"))
+    assert data.description == f"{d} (2 train / 1 eval)"
+    assert "HF_HUB_OFFLINE" not in os.environ  # no probing, no offline switch
+
+
+def test_glue_sst2_stand_in_is_todays_generated_set(unreachable):
+    from mixft.data.synthetic.sentiment import generated_splits
+
+    data = load_glue_data("sst2", max_train_samples=40, max_eval_samples=10, seed=2, stand_in=SST2)
     train, dev = generated_splits(40, 10, seed=2)
     assert data.train.to_list() == [{**r, "idx": i} for i, r in enumerate(train)]
     assert data.eval["sentence"][:] == [r["sentence"] for r in dev]

@@ -16,7 +16,7 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
-from mixft.data.generated import generate_sentiment
+from mixft.data.synthetic.sentiment import generate_sentiment
 from mixft.hub import shipped_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]

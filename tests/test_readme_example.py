@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import mixft
-from mixft.data.generated import generate_sentiment
+from mixft.data.synthetic.sentiment import generate_sentiment
 from mixft.hub import shipped_model_dir
 from mixft.models import BertClassifier
 from examples.readme_example import (

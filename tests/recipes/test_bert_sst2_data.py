@@ -1,4 +1,5 @@
-"""mixft.data.sources: offline-first SST-2 resolution. No test touches the network."""
+"""bert-sst2's data (recipes.bert_sst2.load_sst2): --data-dir, GLUE SST-2 from hub or cache, else the
+generated set, all through the one Arrow path. No test touches the network."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import time
 import pytest
 from huggingface_hub import constants
 
-from mixft.data.sources import SentimentData, load_sentiment_data
 from mixft.errors import UsageError
+from recipes.bert_sst2 import load_sst2
 
 # Every test here starts from an isolated, online-looking Hugging Face state (conftest).
 pytestmark = pytest.mark.usefixtures("isolated_hf")
@@ -63,20 +64,17 @@ def test_data_dir(tmp_path, monkeypatch):
     import datasets
 
     monkeypatch.setattr(datasets, "load_dataset", no_glue)
-    data = load_sentiment_data(data_dir)
-    assert data == SentimentData(
-        train=[{"sentence": "it 's great", "label": 1}, {"sentence": "it 's awful", "label": 0}],
-        eval=[{"sentence": "solid", "label": 1}],
-        name=str(data_dir),
-        source="data-dir",
-        notice=None,
-    )
+    data = load_sst2(data_dir)
+    assert data.train.to_list() == [{"sentence": "it 's great", "label": 1}, {"sentence": "it 's awful", "label": 0}]
+    assert data.eval.to_list() == [{"sentence": "solid", "label": 1}]
+    assert (data.name, data.source, data.notice) == (str(data_dir), "data-dir", None)
+    assert data.description == f"{data_dir} (2 train / 1 eval)"  # results.json's dataset
     assert "HF_HUB_OFFLINE" not in os.environ  # no probing, no offline switch
 
 
 def test_data_dir_problem_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError):
-        load_sentiment_data(tmp_path / "missing")
+        load_sst2(tmp_path / "missing")
 
 
 # ---------------------------------------------------------------------------------------
@@ -87,9 +85,9 @@ def test_data_dir_problem_is_a_usage_error(tmp_path):
 def test_offline_env_falls_back_to_generated_fast(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     start = time.monotonic()
-    data = load_sentiment_data(seed=3, generated_train_size=50, generated_eval_size=20)
+    data = load_sst2(seed=3, max_train_samples=50, max_eval_samples=20)
     assert time.monotonic() - start < 10
-    from mixft.data.generated import DATASET_NAME
+    from mixft.data.synthetic.sentiment import DATASET_NAME
 
     assert (data.source, data.name) == ("generated", DATASET_NAME)
     assert (len(data.train), len(data.eval)) == (50, 20)
@@ -97,7 +95,8 @@ def test_offline_env_falls_back_to_generated_fast(monkeypatch):
         "notice: GLUE SST-2 is not reachable or cached; using mixft's generated sentiment set "
         "(50 train / 20 eval, seed 3)"
     )
-    assert all(set(row) == {"sentence", "label"} and row["label"] in (0, 1) for row in data.train + data.eval)
+    rows = data.train.to_list() + data.eval.to_list()
+    assert all(set(row) == {"sentence", "label", "idx"} and row["label"] in (0, 1) for row in rows)
 
 
 @pytest.mark.parametrize("endpoint", [None, "https://mixft-no-such-host.invalid", "http://10.255.255.1:9"])
@@ -108,20 +107,21 @@ def test_unreachable_hub_goes_offline_and_falls_back_fast(monkeypatch, endpoint)
         monkeypatch.setattr(constants, "ENDPOINT", endpoint)
         monkeypatch.setattr(datasets.config, "HF_ENDPOINT", endpoint)
     start = time.monotonic()
-    data = load_sentiment_data(hub_timeout=1.0)
+    data = load_sst2(hub_timeout=1.0)
     elapsed = time.monotonic() - start
     assert elapsed < 6, f"took {elapsed:.1f}s"
     assert data.source == "generated"
-    assert (len(data.train), len(data.eval)) == (4000, 872)
-    assert data.notice.endswith("(4000 train / 872 eval, seed 0)")
+    assert (len(data.train), len(data.eval)) == (2000, 872)  # bert-sst2's demo budget, generated data only
+    assert data.notice.endswith("(2000 train / 872 eval, seed 0)")
     assert datasets.config.HF_HUB_OFFLINE is True and os.environ["HF_HUB_OFFLINE"] == "1"
 
 
 def test_generated_is_deterministic(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    a = load_sentiment_data(seed=7, generated_train_size=30, generated_eval_size=10)
-    b = load_sentiment_data(seed=7, generated_train_size=30, generated_eval_size=10)
-    assert a == b
+    a = load_sst2(seed=7, max_train_samples=30, max_eval_samples=10)
+    b = load_sst2(seed=7, max_train_samples=30, max_eval_samples=10)
+    assert a.train.to_list() == b.train.to_list() and a.eval.to_list() == b.eval.to_list()
+    assert a.description == b.description == "mixft-generated-sentiment (30 train / 10 eval)"
 
 
 # ---------------------------------------------------------------------------------------
@@ -139,15 +139,12 @@ def test_hub_branch(monkeypatch, live_hub):
         return _fake_glue()
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    data = load_sentiment_data()
+    data = load_sst2()
     assert calls == [(("nyu-mll/glue", "sst2"), {})]
-    assert data == SentimentData(
-        train=[{"sentence": "a gem .", "label": 1}, {"sentence": "a mess .", "label": 0}],
-        eval=[{"sentence": "fine .", "label": 1}],  # validation, never the unlabelled test split
-        name="glue/sst2",
-        source="hub",
-        notice=None,
-    )
+    assert data.train["sentence"][:] == ["a gem .", "a mess ."] and data.train["label"][:] == [1, 0]
+    # validation, never the unlabelled test split
+    assert data.eval["sentence"][:] == ["fine ."] and data.eval["label"][:] == [1]
+    assert (data.name, data.source, data.notice) == ("glue/sst2", "hub", None)
     assert "HF_HUB_OFFLINE" not in os.environ and constants.HF_HUB_OFFLINE is False
 
 
@@ -159,28 +156,47 @@ def test_cache_branch_loads_with_offline_mode_on(monkeypatch):
 
     def fake_load_dataset(*args, **kwargs):
         seen["offline"] = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE"))
-        return {"train": {"sentence": ["x", "y"], "label": [0, 1]}, "validation": [{"sentence": "z", "label": 1}]}
+        return datasets.DatasetDict(train=datasets.Dataset.from_dict({"sentence": ["x", "y"], "label": [0, 1]}),
+                                    validation=datasets.Dataset.from_dict({"sentence": ["z"], "label": [1]}))
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    data = load_sentiment_data(hub_timeout=1.0)
+    data = load_sst2(hub_timeout=1.0)
     assert seen["offline"] == (True, True, "1")
     assert (data.source, data.name, data.notice) == ("cache", "glue/sst2", None)
-    assert data.train == [{"sentence": "x", "label": 0}, {"sentence": "y", "label": 1}]
-    assert data.eval == [{"sentence": "z", "label": 1}]
+    assert data.train.to_list() == [{"sentence": "x", "label": 0}, {"sentence": "y", "label": 1}]
+    assert data.eval.to_list() == [{"sentence": "z", "label": 1}]
 
 
-@pytest.mark.parametrize(
-    "failure",
-    [ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub"), FileNotFoundError("not cached"), KeyError("validation")],
-)
+@pytest.mark.parametrize("failure", [ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub"),
+                                     FileNotFoundError("not cached")])
 def test_glue_failure_falls_back_to_generated(monkeypatch, live_hub, failure):
     import datasets
 
     def broken(*args, **kwargs):
-        if isinstance(failure, KeyError):
-            return {"train": {"sentence": ["x"], "label": [1]}}  # no validation split
         raise failure
 
     monkeypatch.setattr(datasets, "load_dataset", broken)
-    data = load_sentiment_data(generated_train_size=10, generated_eval_size=5)
+    data = load_sst2(max_train_samples=10, max_eval_samples=5)
     assert data.source == "generated" and data.notice.startswith("notice: GLUE SST-2 is not reachable or cached")
+
+
+def test_glue_without_a_validation_split_is_one_line(monkeypatch, live_hub):
+    # A GLUE SST-2 that loads but has no validation split is broken data, said in one line
+    # (the list-based path used to fall back to the generated set instead).
+    import datasets
+
+    def no_validation(*args, **kwargs):
+        return datasets.DatasetDict(train=datasets.Dataset.from_dict({"sentence": ["x", "y"], "label": [1, 0]}))
+
+    monkeypatch.setattr(datasets, "load_dataset", no_validation)
+    with pytest.raises(UsageError, match=r"^--dataset glue/sst2: no split 'validation'"):
+        load_sst2()
+
+
+def test_more_generated_data_than_it_offers_names_data_dir(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError) as info:
+        load_sst2(max_train_samples=10**7)
+    assert str(info.value) == ("--max-train-samples 10000000: mixft's generated sentiment set offers at most 1000000 "
+                               "training sentences (GLUE SST-2 is not reachable or cached here); pass --data-dir "
+                               "for more data")
