@@ -5,7 +5,7 @@
 
 For each size: writes a generated 4-topic CSV (``text,label``, string labels), then in a
 fresh process (so peak RSS is that run's own) reads and checks it with
-``mixft.data.textdata.load_text_data`` (datasets converts it to Arrow in its cache) and
+``mixft.data.user_data.load_text_data`` (datasets converts it to Arrow in its cache) and
 tokenises it with the shipped MiniLM tokenizer (``mixft.data.tokenize``); then a second
 fresh process repeats both, which must come from the datasets cache. Prints the times,
 the peak RSS and its growth over the process's RSS before reading the data, per size,
@@ -44,7 +44,7 @@ def worker(path: str, max_length: int) -> dict:
     """Read, check and tokenise ``path`` once; the measurements as a dict."""
     from transformers import AutoTokenizer
 
-    from mixft.data.textdata import load_text_data
+    from mixft.data.user_data import load_text_data
     from mixft.data.tokenize import tokenize_text_data
     from mixft.hub import shipped_model_dir
 
@@ -68,7 +68,7 @@ def worker(path: str, max_length: int) -> dict:
 
 
 def _write_csv(path: Path, rows: int) -> None:
-    from mixft.data.topics import TOPIC_NAMES, generate_topics
+    from mixft.data.synthetic.topics import TOPIC_NAMES, generate_topics
 
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)

@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from mixft.data.batching import LengthGroupedBatchSampler
 
 
@@ -41,3 +43,11 @@ def test_eval_order_is_deterministic_longest_first():
     lengths = [5, 9, 2, 9, 7]
     batches = list(LengthGroupedBatchSampler(lengths, 2, shuffle=False))
     assert batches == [[1, 3], [4, 0], [2]]
+
+
+@pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"batch_size": 2.5}, {"batch_size": 4, "group_factor": 0}])
+def test_sizes_follow_the_options_rule(kwargs):
+    from mixft.errors import UsageError
+
+    with pytest.raises(UsageError, match="must be a positive integer"):
+        LengthGroupedBatchSampler([3, 1, 2], **kwargs)

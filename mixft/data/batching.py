@@ -12,6 +12,8 @@ from collections.abc import Iterator, Sequence
 
 from torch.utils.data import Sampler
 
+from ..options import POSITIVE_INT
+
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):
     """Yields batches of indices; every index appears exactly once per epoch.
@@ -32,8 +34,8 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, group_factor: int = 50,
                  shuffle: bool = True, num_replicas: int | None = None, rank: int | None = None):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        POSITIVE_INT.validate("batch_size", batch_size)
+        POSITIVE_INT.validate("group_factor", group_factor)
         from ..distributed import rank as current_rank, world_size
 
         self.lengths = list(lengths)
