@@ -1,4 +1,4 @@
-"""mixft.data.synthetic.common: the size rule, per-split rngs, distinct rows and disjoint splits every generator shares."""
+"""mixft.data.synthetic.common: the size rule, split rngs, distinct rows and disjoint splits of every generator."""
 
 from __future__ import annotations
 

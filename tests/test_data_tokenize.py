@@ -1,4 +1,4 @@
-"""mixft.data.tokenize + mixft.data.loaders.make_loader: Arrow in, Arrow out, cached by datasets, length-grouped batches."""
+"""mixft.data.tokenize + loaders.make_loader: Arrow in, Arrow out, cached by datasets, length-grouped batches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""mixft.data.user_data: files, GLUE dirs and hub datasets end to end, GLUE tasks, stand-ins passed in, hold-out, caps."""
+"""mixft.data.user_data: files, GLUE dirs and hub datasets end to end, GLUE tasks, stand-ins, hold-out, caps."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ passes one in; nothing here imports a generator.
 """
 
 from mixft.data.glue import GLUE_TASKS, glue_task
+from mixft.data.tokenize import tokenize_text_data
 from mixft.data.user_data import TextData, TextTask, load_glue_data, load_text_data
 
 __all__ = ["GLUE_TASKS", "TextData", "TextTask", "glue_task", "load_glue_data", "load_text_data",
@@ -25,12 +26,7 @@ __all__ = ["GLUE_TASKS", "TextData", "TextTask", "glue_task", "load_glue_data", 
 
 
 def __getattr__(name: str):
-    # Tokenising and batching need torch / transformers: imported on first use, so that
-    # reading and checking data stays light.
-    if name == "tokenize_text_data":
-        from mixft.data.tokenize import tokenize_text_data
-
-        return tokenize_text_data
+    # Batching needs torch: imported on first use, so that reading and checking data stays light.
     if name == "make_loader":
         from mixft.data.loaders import make_loader
 

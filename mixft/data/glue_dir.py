@@ -1,4 +1,4 @@
-"""``--data-dir DIR``: GLUE SST-2's layout (``train.tsv``, ``dev.tsv``, ``sentence<TAB>label``) read strictly into Arrow.
+"""``--data-dir DIR`` in GLUE SST-2's layout (train.tsv, dev.tsv: ``sentence<TAB>label``), read strictly into Arrow.
 
 Usage::
 

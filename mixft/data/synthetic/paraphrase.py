@@ -20,7 +20,6 @@ deterministic function of the two texts.
 from __future__ import annotations
 
 import random
-
 from dataclasses import dataclass, replace
 
 from mixft.data.synthetic.common import check_size, disjoint_splits, distinct_rows, split_rng

@@ -6,7 +6,8 @@ Usage::
     train, dev = generated_splits()            # 4000 / 872 rows, disjoint sentences
     rows = generate_sentiment(100, seed=3)     # [{"sentence": str, "label": int}, ...]
 
-Used when there is no hub access and no ``--data-dir``. Labels follow SST-2 (1 positive,
+The bert-sst2 recipe's stand-in for GLUE SST-2 (``stand_ins.SST2``) when there is no hub
+access and no ``--data-dir``. Labels follow SST-2 (1 positive,
 0 negative). The text is lowercase like SST-2 and is built so that no single keyword
 decides the label: besides plain statements ("the acting was superb") it has negation
 that flips polarity ("the plot was not good"), contrast clauses where the clause after

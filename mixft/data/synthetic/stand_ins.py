@@ -64,7 +64,8 @@ class StandIn:
 def _sst2_rows(train_size, eval_size, seed):
     from mixft.data.synthetic.sentiment import generated_splits
 
-    return tuple([{**r, "idx": i} for i, r in enumerate(split)] for split in generated_splits(train_size, eval_size, seed))
+    splits = generated_splits(train_size, eval_size, seed)
+    return tuple([{**r, "idx": i} for i, r in enumerate(split)] for split in splits)
 
 
 def _sst2_features():
