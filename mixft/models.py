@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -276,12 +277,18 @@ def _decoder_pad_id(model_path: str, config, source: str, tokenizer) -> int:
     if tokenizer is None:
         from transformers import AutoTokenizer
 
+        from mixft.model_check import TOKENIZER_FILES
+
+        needs = f"{source}: a decoder-only model needs its tokenizer (for the padding id)"
+        directory = Path(model_path)
+        # transformers builds a token-less stand-in from a directory without tokenizer files.
+        if directory.is_dir() and not any((directory / name).is_file() for name in TOKENIZER_FILES):
+            raise UsageError(f"{needs}; there are no tokenizer files")
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_path)
-        except Exception as exc:  # no tokenizer files, a broken tokenizer.json...
+        except Exception as exc:  # a broken tokenizer.json, a hub repo without one...
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise UsageError(f"{source}: a decoder-only model needs its tokenizer (for the padding id), "
-                             f"which cannot be loaded: {first}") from None
+            raise UsageError(f"{needs}, which cannot be loaded: {first}") from None
     pad_id = pad_for_classification(tokenizer, config, source).pad_token_id
     if config.pad_token_id is not None and config.pad_token_id != pad_id:
         logger.debug("%s: config.json pads with id %s, the tokenizer with %s; using the tokenizer's",
