@@ -112,6 +112,8 @@ def head_modules(model: nn.Module) -> list[str]:
     Usage: ``head_modules(load_classifier(path, seed=0, labels=["a", "b"]))  # ['classifier']``
     """
     hf = model.model if isinstance(model, SequenceClassifier) else model
+    if hasattr(hf, "get_base_model"):  # already LoRA-wrapped: the transformers model inside
+        hf = hf.get_base_model()
     names = [name for name, child in hf.named_children()
              if name != hf.base_model_prefix and any(True for _ in child.parameters())]
     fresh = model.fresh_weights if isinstance(model, SequenceClassifier) else ()
