@@ -191,7 +191,8 @@ def pad_for_classification(tokenizer, config, source: str = "the model"):
         return tokenizer
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise UsageError(f"{source}: the tokenizer has neither a padding token nor an end-of-text token to pad with")
+            raise UsageError(f"{source}: the tokenizer has neither a padding token nor an end-of-text token "
+                             "to pad with")
         tokenizer.pad_token = tokenizer.eos_token
         logger.debug("%s: no padding token; padding with the end-of-text token %r", source, tokenizer.eos_token)
     tokenizer.padding_side = "right"

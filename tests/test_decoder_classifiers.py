@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from mixft.errors import UsageError
 from mixft.models import load_classifier, pad_for_classification
 from mixft.trainer import Trainer
 from tiny_models import DECODER_ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, toy_batch
@@ -150,3 +151,23 @@ def test_bf16_autocast_runs_the_decoder_in_bf16_and_the_loss_in_fp32(decoder_dir
     assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
     loss.backward()
     assert all(p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
+
+
+def test_tokenizer_without_pad_or_eos_is_refused_in_one_line(decoder_dirs):
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(decoder_dirs["gpt2"])
+    tokenizer.eos_token = None
+    with pytest.raises(UsageError) as info:
+        pad_for_classification(tokenizer, AutoConfig.from_pretrained(decoder_dirs["gpt2"]), "--model tiny-gpt2")
+    assert str(info.value) == ("--model tiny-gpt2: the tokenizer has neither a padding token nor an end-of-text "
+                               "token to pad with")
+
+
+def test_encoder_tokenizers_are_left_as_they_are(tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = make_tiny_model_dir("bert", tmp_path / "bert")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"  # an odd choice, but not ours to change for an encoder
+    assert pad_for_classification(tokenizer, AutoConfig.from_pretrained(path)).padding_side == "left"

@@ -132,7 +132,8 @@ def test_head_and_a_missing_pooler_are_trained_in_full(tmp_path):
     assert head_modules(_classifier(path)) == ["bert.pooler.dense", "classifier"]
     with_pooler = make_tiny_model_dir("bert", tmp_path / "pooler")
     assert head_modules(_classifier(with_pooler)) == ["classifier"]
-    assert head_modules(_classifier(make_tiny_model_dir("distilbert", tmp_path / "d"))) == ["classifier", "pre_classifier"]
+    distilbert = make_tiny_model_dir("distilbert", tmp_path / "d")
+    assert head_modules(_classifier(distilbert)) == ["classifier", "pre_classifier"]
 
 
 def test_lora_keeps_bert_segment_ids(dirs):
