@@ -163,6 +163,21 @@ def resolve_targets(model: SequenceClassifier, options: LoraOptions) -> list[str
     return sorted(full for full, short in candidates.items() if short in wanted)
 
 
+def check_lora_targets(config, options: LoraOptions) -> list[str]:
+    """:func:`resolve_targets` before any weight is read: the model built from ``config`` on no memory.
+
+    For start-up validation (a bad ``--lora-target-modules`` refused before training starts).
+
+    Usage: ``check_lora_targets(checked.config, LoraOptions(target_modules="q_proj,v_proj"))``
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    with torch.device("meta"):  # shapes and names only: nothing allocated or initialised for real
+        model = AutoModelForSequenceClassification.from_config(config)
+    return resolve_targets(SequenceClassifier(model), options)
+
+
 def apply_lora(model: SequenceClassifier, options: LoraOptions | None = None) -> LoraClassifier:
     """Freeze ``model`` and add LoRA adapters; the head (and weights the checkpoint lacked) train in full.
 

@@ -14,6 +14,7 @@ from mixft.lora import (
     LoraClassifier,
     LoraOptions,
     apply_lora,
+    check_lora_targets,
     head_modules,
     is_lora_directory,
     load_lora_classifier,
@@ -234,3 +235,14 @@ def test_bf16_autocast_step_changes_only_trainable_parameters(dirs):
     # lora_B starts at zero, so lora_A's first gradient is zero too; B and the head move.
     assert any(".lora_B." in name for name in changed) and any(".modules_to_save." in name for name in changed)
     assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights, adapters included
+
+
+def test_targets_are_checked_from_the_config_alone(dirs):
+    """Start-up validation: the same answer as on the loaded model, without reading weights."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(dirs["gpt2"])
+    options = LoraOptions(target_modules="c_attn,c_fc")
+    assert check_lora_targets(config, options) == resolve_targets(_classifier(dirs["gpt2"]), options)
+    with pytest.raises(UsageError, match="gpt2 has no Linear layer named q_proj; its Linear layers: c_attn, c_fc, c_proj"):
+        check_lora_targets(config, LoraOptions(target_modules="q_proj"))
