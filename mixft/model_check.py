@@ -9,8 +9,9 @@ themselves), the tokenizer - and refuses with a :class:`~mixft.errors.UsageError
 
 - ``config.json`` missing, not valid JSON, without a ``model_type``, or of a type this
   transformers does not know;
-- a decoder-only (GPT-2, Llama, ...) or encoder-decoder (T5, BART, ...) model: mixft
-  fine-tunes encoders;
+- an encoder-decoder model (T5, BART, ...), always; a decoder-only one (GPT-2, Llama, ...)
+  unless the caller takes them (``decoders=True``: text-classification and glue do, through
+  transformers' last-token pooling head; bert-sst2 keeps its BERT classifier);
 - weights missing, empty, truncated or corrupt, or not of the shapes the config describes;
 - no tokenizer files, a tokenizer of special tokens only, or one whose ids reach beyond the
   model's vocabulary;
@@ -73,39 +74,61 @@ class CheckedModel:
 
 
 # ---------------------------------------------------------------------------------------
-# The kind of model: encoders only
+# The kind of model: encoders, and decoder-only models where the caller takes them
 # ---------------------------------------------------------------------------------------
 
+_ENCODERS = "BERT, RoBERTa, DeBERTa, ..."
+_DECODERS = "GPT-2, Llama, Qwen2, Mistral, ..."
 
-def encoder_problem(config) -> str | None:
-    """Why ``config`` is not a text encoder mixft can fine-tune, or None when it is one.
 
-    Usage: ``if (why := encoder_problem(AutoConfig.from_pretrained(path))): ...``
+def is_decoder_only(config) -> bool:
+    """True for a decoder-only language model (GPT-2, Llama, Qwen2, ...), whatever its head.
+
+    Usage: ``is_decoder_only(AutoConfig.from_pretrained(path))``
     """
     from transformers.models.auto import modeling_auto as auto
 
-    model_type = getattr(config, "model_type", None) or "?"
-    encoders = auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    model_type = getattr(config, "model_type", None)
     generative = {
         *auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         *auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
         *auto.MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES,
     }
+    return model_type in generative and model_type not in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def encoder_problem(config, *, decoders: bool = False) -> str | None:
+    """Why ``config`` is not a text model mixft can fine-tune as a classifier, or None when it is one.
+
+    ``decoders=True`` accepts decoder-only models that transformers gives a
+    sequence-classification head (it pools the last non-padding token).
+
+    Usage: ``if (why := encoder_problem(AutoConfig.from_pretrained(path), decoders=True)): ...``
+    """
+    from transformers.models.auto import modeling_auto as auto
+
+    model_type = getattr(config, "model_type", None) or "?"
+    takes = f"{_ENCODERS} or decoder-only {_DECODERS}" if decoders else _ENCODERS
     if getattr(config, "is_encoder_decoder", False) or model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
-        return f"is an encoder-decoder model ({model_type}); mixft fine-tunes encoders (BERT, RoBERTa, DeBERTa, ...)"
-    if getattr(config, "is_decoder", False) or (model_type in generative and model_type not in encoders):
-        return f"is a decoder-only model ({model_type}); mixft fine-tunes encoders (BERT, RoBERTa, DeBERTa, ...)"
+        return f"is an encoder-decoder model ({model_type}); mixft fine-tunes encoders ({takes})"
+    if is_decoder_only(config) and not decoders:
+        return (f"is a decoder-only model ({model_type}); this recipe fine-tunes encoders ({_ENCODERS}); "
+                "--recipe text-classification also takes decoder-only models")
+    if getattr(config, "is_decoder", False) and not is_decoder_only(config):
+        # An encoder configured as a decoder sees only the tokens before each position, so
+        # its [CLS] vector, the one the head reads, sees nothing but itself.
+        return f"is a {model_type} encoder configured as a decoder (is_decoder: true in config.json); set it to false"
     if model_type not in auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
         return f"is a {model_type} model, which has no sequence-classification head in transformers"
     return None
 
 
-def check_encoder(config, source: str) -> None:
-    """Raise UsageError unless ``config`` is a text encoder with a classification head.
+def check_encoder(config, source: str, *, decoders: bool = False) -> None:
+    """Raise UsageError unless ``config`` is a text model with a classification head.
 
-    Usage: ``check_encoder(AutoConfig.from_pretrained(path), "--model gpt2")``
+    Usage: ``check_encoder(AutoConfig.from_pretrained(path), "--model gpt2", decoders=True)``
     """
-    why = encoder_problem(config)
+    why = encoder_problem(config, decoders=decoders)
     if why:
         raise UsageError(f"{source} {why}")
 
@@ -378,19 +401,22 @@ def _load_tokenizer(source: str, path: str, config):
 # ---------------------------------------------------------------------------------------
 
 
-def check_model(path: str, *, max_length: int | None = None, source: str | None = None) -> CheckedModel:
+def check_model(
+    path: str, *, max_length: int | None = None, source: str | None = None, decoders: bool = False,
+) -> CheckedModel:
     """Check a resolved model before training; return its config and loaded tokenizer.
 
     ``path`` is what ``from_pretrained`` gets (``resolve_model(...).path``: a directory or a
     cached/hub repo id). ``source`` names it in messages (default ``--model PATH``). Reads
     the config, the weight files' headers and the tokenizer; raises UsageError, one line
     naming the file and the cause, for anything that would train wrongly or crash later.
+    ``decoders=True`` accepts decoder-only models (see :func:`encoder_problem`).
 
     Usage: ``tokenizer = check_model(resolved.path, max_length=cfg.max_length).tokenizer``
     """
     source = source or f"--model {path}"
     config = _read_config(source, path)
-    check_encoder(config, source)
+    check_encoder(config, source, decoders=decoders)
     weight_files, shapes = read_weight_shapes(source, path)
     check_weight_shapes(source, weight_files, shapes, config)
     tokenizer = _load_tokenizer(source, path, config)

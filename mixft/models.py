@@ -6,8 +6,10 @@ exactly 0 or 1 and ``log(0)`` is -inf. So ``forward`` returns the *logit*, the l
 ``BCEWithLogitsLoss`` (which autocast runs in fp32 and which folds the sigmoid into a
 numerically stable log-sum-exp), and ``predict_proba`` applies the sigmoid for users.
 
-``SequenceClassifier`` (below) is the any-encoder model of the ``text-classification`` and
-``glue`` recipes: N classes with softmax cross-entropy, or regression with MSE.
+``SequenceClassifier`` (below) is the model of the ``text-classification`` and ``glue``
+recipes: any encoder, or a decoder-only model (GPT-2, Llama, Qwen2, Mistral, ...) whose
+head reads the last token that is not padding; N classes with softmax cross-entropy, or
+regression with MSE.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -94,11 +97,17 @@ class SequenceClassifier(nn.Module):
         # Weights not in the checkpoint (initialised from the seed): a fresh head is
         # untrained, which --eval-only must not present as a fine-tuned result.
         self.fresh_weights = tuple(sorted(fresh_weights))
-        accepted = inspect.signature(model.forward).parameters
+        # A LoRA-wrapped model (peft) takes token_type_ids through **kwargs: ask the model inside.
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        accepted = inspect.signature(inner.forward).parameters
         # DistilBERT takes no token_type_ids; RoBERTa/XLM-R have one segment embedding
         # (type_vocab_size 1), where zeros equal "absent" and a pair's ones would index
-        # past the table; DeBERTa (0) ignores them. Only models with 2+ segments get them.
-        self._token_types = "token_type_ids" in accepted and getattr(model.config, "type_vocab_size", 2) > 1
+        # past the table; DeBERTa (0) ignores them. GPT-2 would look segment ids up in its
+        # *word* embeddings. Only encoders with 2+ segments get them.
+        self._token_types = (
+            "token_type_ids" in accepted and getattr(model.config, "type_vocab_size", 2) > 1
+            and not _is_decoder_only(model.config)
+        )
 
     @property
     def config(self):
@@ -157,6 +166,39 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+def _is_decoder_only(config) -> bool:
+    from mixft.model_check import is_decoder_only
+
+    return is_decoder_only(config)
+
+
+def pad_for_classification(tokenizer, config, source: str = "the model"):
+    """Make ``tokenizer`` pad the way a decoder-only classifier needs; returns it (changed in place).
+
+    A decoder's head reads the last token that is not padding (transformers finds it as the
+    rightmost id != ``config.pad_token_id``). GPT-2, Llama and Mistral tokenizers have no
+    padding token, so batches cannot be padded at all: they pad with their end-of-text
+    token, as transformers' own examples do. Padding goes on the right: the real tokens
+    then keep positions 0..n-1 in any batch (left padding shifts them by the padding
+    length, so a prediction would depend on the longest text in its batch), and causal
+    attention keeps them from seeing the padding after them. Encoders are returned as they
+    are. Pass the same tokenizer to :func:`load_classifier`, which copies its padding id
+    into the model's config.
+
+    Usage: ``tokenizer = pad_for_classification(checked.tokenizer, checked.config)``
+    """
+    if not _is_decoder_only(config):
+        return tokenizer
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise UsageError(f"{source}: the tokenizer has neither a padding token nor an end-of-text token "
+                             "to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+        logger.debug("%s: no padding token; padding with the end-of-text token %r", source, tokenizer.eos_token)
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
 def load_classifier(
     model_path: str,
     *,
@@ -164,8 +206,9 @@ def load_classifier(
     labels: Sequence[str] | None = None,
     regression: bool = False,
     source: str | None = None,
+    tokenizer=None,
 ) -> SequenceClassifier:
-    """Load any encoder with its sequence-classification head, fp32 master weights.
+    """Load any encoder or decoder-only model with its sequence-classification head, fp32 master weights.
 
     ``labels``: class names in id order (2 or more): a classifier with that many outputs,
     names saved as id2label/label2id. ``regression=True``: one output trained with MSE.
@@ -174,7 +217,11 @@ def load_classifier(
     is replaced by a fresh one (fine-tuning an MNLI model for RTE); weights that do not fit
     the encoder are refused. Weights missing from the checkpoint are drawn from ``seed``
     alone: the same seed gives the same head in every run, and the caller's RNG stream is
-    left untouched. Decoder-only and encoder-decoder models are refused (UsageError).
+    left untouched. Weights saved in fp16/bf16 are loaded as float32. Encoder-decoder models
+    are refused (UsageError). A decoder-only model gets ``config.pad_token_id`` from
+    ``tokenizer`` (default: the one saved with the model) after
+    :func:`pad_for_classification`, so its head pools the padding the batches really hold,
+    and no generation cache (a classifier never reuses one; it would only cost memory).
 
     Usage: ``model = load_classifier(resolve_model(name).path, seed=0, labels=["neg", "pos"])``
     """
@@ -186,7 +233,7 @@ def load_classifier(
     if labels is not None and regression:
         raise UsageError("a model is either a classifier (labels) or a regression model, not both")
     config = AutoConfig.from_pretrained(model_path)
-    check_encoder(config, source)
+    check_encoder(config, source, decoders=True)
     if regression:
         task = {"num_labels": 1, "problem_type": "regression"}
     elif labels is not None:
@@ -202,6 +249,8 @@ def load_classifier(
     else:  # the checkpoint's own task; transformers' convention: 1 output means regression
         saved = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
         task = {"problem_type": saved}
+    if _is_decoder_only(config):
+        task.update(pad_token_id=_decoder_pad_id(model_path, config, source, tokenizer), use_cache=False)
 
     # Seed right before the weights are created: the fresh head (and a pooler missing from
     # the checkpoint) then depends on the seed only, not on what ran before. fork_rng puts
@@ -222,6 +271,30 @@ def load_classifier(
     if fresh:
         logger.debug("%s: newly initialised (seed %d): %s", source, seed, ", ".join(sorted(fresh)))
     return SequenceClassifier(model, fresh)
+
+
+def _decoder_pad_id(model_path: str, config, source: str, tokenizer) -> int:
+    """The id the batches are padded with: the tokenizer's, which wins over a config that disagrees."""
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from mixft.model_check import TOKENIZER_FILES
+
+        needs = f"{source}: a decoder-only model needs its tokenizer (for the padding id)"
+        directory = Path(model_path)
+        # transformers builds a token-less stand-in from a directory without tokenizer files.
+        if directory.is_dir() and not any((directory / name).is_file() for name in TOKENIZER_FILES):
+            raise UsageError(f"{needs}; there are no tokenizer files")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+        except Exception as exc:  # a broken tokenizer.json, a hub repo without one...
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise UsageError(f"{needs}, which cannot be loaded: {first}") from None
+    pad_id = pad_for_classification(tokenizer, config, source).pad_token_id
+    if config.pad_token_id is not None and config.pad_token_id != pad_id:
+        logger.debug("%s: config.json pads with id %s, the tokenizer with %s; using the tokenizer's",
+                     source, config.pad_token_id, pad_id)
+    return pad_id
 
 
 def _mismatched_names(info) -> set[str]:

@@ -17,7 +17,7 @@ from mixft.model_check import (
     max_sequence_length,
     safetensors_shapes,
 )
-from tiny_models import ARCHITECTURES, MAX_POSITIONS, make_tiny_model_dir, toy_batch
+from tiny_models import ARCHITECTURES, DECODER_ARCHITECTURES, MAX_POSITIONS, make_tiny_model_dir, toy_batch
 
 
 @pytest.fixture(scope="module")
@@ -253,16 +253,45 @@ def test_broken_tokenizer_json(bert_dir):
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type,kind", [("gpt2", "a decoder-only"), ("t5", "an encoder-decoder")])
-def test_generative_models_are_refused(tmp_path, model_type, kind):
+def _save_generative(model_type, path):
     from transformers import AutoModel, GPT2Config, T5Config
 
     config = (GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64) if model_type == "gpt2"
               else T5Config(d_model=32, d_ff=37, num_layers=1, num_heads=2, d_kv=16, vocab_size=100))
-    AutoModel.from_config(config).save_pretrained(tmp_path / model_type)
-    message = _refusal(tmp_path / model_type)
-    assert message == (f"--model {tmp_path / model_type} is {kind} model ({model_type}); "
-                       "mixft fine-tunes encoders (BERT, RoBERTa, DeBERTa, ...)")
+    AutoModel.from_config(config).save_pretrained(path)
+    return path
+
+
+def test_decoder_only_models_are_refused_unless_the_caller_takes_them(tmp_path):
+    """bert-sst2 keeps its BERT classifier: check_model's default still refuses decoders, naming the alternative."""
+    path = _save_generative("gpt2", tmp_path / "gpt2")
+    assert _refusal(path) == (f"--model {path} is a decoder-only model (gpt2); this recipe fine-tunes encoders "
+                              "(BERT, RoBERTa, DeBERTa, ...); --recipe text-classification also takes decoder-only models")
+
+
+@pytest.mark.parametrize("decoders", [False, True])
+def test_encoder_decoder_models_are_always_refused(tmp_path, decoders):
+    path = _save_generative("t5", tmp_path / "t5")
+    takes = "BERT, RoBERTa, DeBERTa, ..." + (" or decoder-only GPT-2, Llama, Qwen2, Mistral, ..." if decoders else "")
+    assert _refusal(path, decoders=decoders) == (
+        f"--model {path} is an encoder-decoder model (t5); mixft fine-tunes encoders ({takes})")
+
+
+@pytest.mark.parametrize("arch", DECODER_ARCHITECTURES)
+def test_decoder_only_models_pass_when_taken(tmp_path, arch):
+    path = make_tiny_model_dir(arch, tmp_path / arch)
+    checked = check_model(str(path), max_length=MAX_POSITIONS, decoders=True)
+    assert checked.config.model_type == arch and checked.max_length == MAX_POSITIONS
+    assert "decoder-only" in _refusal(path)  # the encoder-only default
+
+
+def test_encoder_configured_as_a_decoder_is_refused(bert_dir):
+    """is_decoder makes BERT's attention causal: the [CLS] vector its head reads would see only itself."""
+    config = json.loads((bert_dir / "config.json").read_text())
+    (bert_dir / "config.json").write_text(json.dumps({**config, "is_decoder": True}))
+    for decoders in (False, True):
+        assert _refusal(bert_dir, decoders=decoders).endswith(
+            "is a bert encoder configured as a decoder (is_decoder: true in config.json); set it to false")
 
 
 def test_non_text_model_is_refused(tmp_path):

@@ -1,9 +1,12 @@
-"""Tiny encoders of several architectures, each saved with a working tokenizer (no hub).
+"""Tiny encoders and decoders of several architectures, each saved with a working tokenizer (no hub).
 
 Each model is 1 layer, 32 wide, built from a config; each tokenizer is built in memory
 from a small vocabulary in the format its family uses: WordPiece for BERT, DistilBERT and
-ELECTRA, byte-level BPE (trained with ``tokenizers``) for RoBERTa, Unigram pieces for
-XLM-R and DeBERTa-v2 (transformers 5 builds these without sentencepiece).
+ELECTRA, byte-level BPE (trained with ``tokenizers``) for RoBERTa, GPT-2 and Qwen2, Unigram
+pieces for XLM-R and DeBERTa-v2 (transformers 5 builds these without sentencepiece), and
+metaspace BPE for Llama and Mistral. The decoders are saved as causal language models (what
+a hub checkpoint holds); like the real ones, GPT-2's, Llama's and Mistral's tokenizers have
+no padding token and Llama's pads on the left, Qwen2's pads with its end-of-text token.
 
 Usage::
 
@@ -19,6 +22,7 @@ from pathlib import Path
 import torch
 
 ARCHITECTURES = ("bert", "roberta", "distilbert", "electra", "deberta-v2", "xlm-roberta")
+DECODER_ARCHITECTURES = ("gpt2", "llama", "qwen2", "mistral")
 
 # Enough words for the toy tasks below; every one is a whole token in each tokenizer.
 WORDS = (
@@ -43,6 +47,24 @@ def _unigram_pieces(specials: list[str], mask: str) -> list[tuple[str, float]]:
     return pieces
 
 
+def _trained_bpe(specials: list[str], metaspace: bool = False) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """(vocab, merges) of a BPE trained on the toy words: byte-level, or metaspace (Llama's "\u2581word")."""
+    from tokenizers import ByteLevelBPETokenizer, Tokenizer, models, pre_tokenizers, trainers
+
+    if metaspace:
+        bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+        bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+        trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=1, show_progress=False, special_tokens=specials,
+                                      initial_alphabet=[*_LETTERS, "\u2581"])
+        bpe.train_from_iterator([" ".join(WORDS)] * 4, trainer)
+    else:
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator([" ".join(WORDS)] * 4, vocab_size=400, min_frequency=1, show_progress=False,
+                                special_tokens=specials)
+    model = json.loads(bpe.to_str())["model"]
+    return model["vocab"], [tuple(m) if isinstance(m, list) else tuple(m.split()) for m in model["merges"]]
+
+
 def make_tokenizer(arch: str):
     """A working tokenizer of ``arch``'s family over the toy vocabulary."""
     from transformers import (
@@ -58,21 +80,23 @@ def make_tokenizer(arch: str):
         cls = {"bert": BertTokenizer, "distilbert": DistilBertTokenizer, "electra": ElectraTokenizer}[arch]
         return cls(vocab=_wordpiece_vocab())
     if arch == "roberta":
-        from tokenizers import ByteLevelBPETokenizer
+        vocab, merges = _trained_bpe(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+        return RobertaTokenizer(vocab=vocab, merges=merges)
+    if arch in ("gpt2", "qwen2"):
+        from transformers import GPT2Tokenizer, Qwen2Tokenizer
 
-        bpe = ByteLevelBPETokenizer()
-        bpe.train_from_iterator(
-            [" ".join(WORDS)] * 4, vocab_size=400, min_frequency=1, show_progress=False,
-            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-        )
-        model = json.loads(bpe.to_str())["model"]
-        merges = [tuple(m) if isinstance(m, list) else tuple(m.split()) for m in model["merges"]]
-        return RobertaTokenizer(vocab=model["vocab"], merges=merges)
+        vocab, merges = _trained_bpe(["<|endoftext|>"])
+        return (GPT2Tokenizer if arch == "gpt2" else Qwen2Tokenizer)(vocab=vocab, merges=merges)
+    if arch in ("llama", "mistral"):
+        from transformers import LlamaTokenizer
+
+        vocab, merges = _trained_bpe(["<unk>", "<s>", "</s>"], metaspace=True)
+        return LlamaTokenizer(vocab=vocab, merges=merges)
     if arch == "xlm-roberta":
         return XLMRobertaTokenizer(vocab=_unigram_pieces(["<s>", "<pad>", "</s>", "<unk>"], "<mask>"))
     if arch == "deberta-v2":
         return DebertaV2Tokenizer(vocab=_unigram_pieces(["[PAD]", "[CLS]", "[SEP]", "[UNK]"], "[MASK]"), unk_id=3)
-    raise ValueError(f"unknown tiny architecture {arch!r}; known: {ARCHITECTURES}")
+    raise ValueError(f"unknown tiny architecture {arch!r}; known: {ARCHITECTURES + DECODER_ARCHITECTURES}")
 
 
 def tiny_config(arch: str, vocab_size: int, **overrides):
@@ -82,6 +106,10 @@ def tiny_config(arch: str, vocab_size: int, **overrides):
         DebertaV2Config,
         DistilBertConfig,
         ElectraConfig,
+        GPT2Config,
+        LlamaConfig,
+        MistralConfig,
+        Qwen2Config,
         RobertaConfig,
         XLMRobertaConfig,
     )
@@ -107,20 +135,40 @@ def tiny_config(arch: str, vocab_size: int, **overrides):
                       position_biased_input=False, pos_att_type=["p2c", "c2p"], position_buckets=16,
                       type_vocab_size=0, pad_token_id=0)
         return DebertaV2Config(vocab_size=vocab_size, **{**kwargs, **overrides})
-    raise ValueError(f"unknown tiny architecture {arch!r}; known: {ARCHITECTURES}")
+    if arch == "gpt2":
+        kwargs = dict(n_embd=32, n_layer=1, n_head=2, n_inner=37, n_positions=MAX_POSITIONS, bos_token_id=0,
+                      eos_token_id=0)
+        return GPT2Config(vocab_size=vocab_size, **{**kwargs, **overrides})
+    if arch in ("llama", "qwen2", "mistral"):
+        # Grouped-query attention (2 query heads share 1 key/value head), as in the real ones.
+        cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[arch]
+        ids = {"bos_token_id": 1, "eos_token_id": 2} if arch != "qwen2" else {"bos_token_id": None, "eos_token_id": 0}
+        kwargs = dict(_SIZES, num_key_value_heads=1, max_position_embeddings=MAX_POSITIONS, **ids)
+        if arch == "mistral":
+            kwargs["sliding_window"] = None
+        return cls(vocab_size=vocab_size, **{**kwargs, **overrides})
+    raise ValueError(f"unknown tiny architecture {arch!r}; known: {ARCHITECTURES + DECODER_ARCHITECTURES}")
 
 
-def make_tiny_model_dir(arch: str, path: Path, *, seed: int = 0, pooler: bool = True, **overrides) -> Path:
-    """Save a tiny ``arch`` encoder (``AutoModel``, no task head) and its tokenizer into ``path``.
+def make_tiny_model_dir(arch: str, path: Path, *, seed: int = 0, pooler: bool = True, dtype=None, **overrides) -> Path:
+    """Save a tiny ``arch`` encoder (``AutoModel``, no task head) or decoder (a causal LM) and its tokenizer.
 
     ``pooler=False`` saves a BERT without its pooler, as sentence-embedding checkpoints are.
+    ``dtype`` saves the weights in that dtype (``torch.bfloat16``: as most decoders are published).
     """
-    from transformers import AutoModel, BertModel
+    from transformers import AutoModel, AutoModelForCausalLM, BertModel
 
     tokenizer = make_tokenizer(arch)
     config = tiny_config(arch, vocab_size=len(tokenizer), **overrides)
     torch.manual_seed(seed)
-    model = BertModel(config, add_pooling_layer=False) if arch == "bert" and not pooler else AutoModel.from_config(config)
+    if arch in DECODER_ARCHITECTURES:
+        model = AutoModelForCausalLM.from_config(config)
+    elif arch == "bert" and not pooler:
+        model = BertModel(config, add_pooling_layer=False)
+    else:
+        model = AutoModel.from_config(config)
+    if dtype is not None:
+        model = model.to(dtype)
     path = Path(path)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
