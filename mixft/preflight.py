@@ -37,6 +37,7 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -87,7 +88,8 @@ class ModuleRisk:
         else:
             what = f"max |gradient| x loss scale {self.value:.4g} = {self.ratio:.3g}x fp16's max {self.limit:.0f}"
         starts = " (starts here)" if self.origin else ""
-        return f"{self.name} ({self.module_type}): {self.kind} {'risk' if self.level == 'exceeds' else 'close'}: {what}{starts}"
+        label = "near overflow" if self.level == "close" else self.kind
+        return f"{self.name} ({self.module_type}): {label}: {what}{starts}"
 
 
 @dataclass
@@ -200,7 +202,7 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
     def record_gradient(s: _Stats):
         def hook(grad: torch.Tensor):
             g = grad.detach().abs()
-            s.grad_max = _fold(s.grad_max, _abs_max(g), torch.maximum)
+            s.grad_max = _fold(s.grad_max, _abs_max(g), torch.maximum)  # NaN counts as inf there
             nonzero = g != 0
             s.flushed = _fold(s.flushed, (nonzero & (g < flush_below)).sum(), torch.add)
             s.nonzero = _fold(s.nonzero, nonzero.sum(), torch.add)
@@ -228,9 +230,7 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
     try:
         model.train()  # the mode training runs in: dropout's 1/(1-p) scaling is part of the range
         with torch.autocast(device.type, enabled=False):  # fp32 whatever context the caller is in
-            for batch in batches:
-                if n >= max_batches:
-                    break
+            for batch in itertools.islice(batches, max_batches):  # never pulls a batch it will not use
                 inputs, labels = _split(batch, device)
                 outputs = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
                 loss = loss_fn(outputs, labels)
@@ -246,13 +246,12 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
         restore_rng_state(rng)
     if n == 0:
         raise UsageError("preflight: no batches to check (the training data loader is empty)")
-    result = _assess(model, stats, init_scale, bf16_supported, n)
+    result = _assess(stats, init_scale, bf16_supported, n)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _assess(model: nn.Module, stats: dict[str, _Stats], init_scale: float, bf16_supported: bool,
-            batches: int) -> PreflightResult:
+def _assess(stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, batches: int) -> PreflightResult:
     values = {name: _host(s) for name, s in stats.items()}  # read once, after the last batch
     risks: list[ModuleRisk] = []
     close = FP16_MAX / OVERFLOW_MARGIN
@@ -305,6 +304,10 @@ def _recommend(result: PreflightResult) -> None:
     grad_over = [r for r in risks if r.tensor == "gradient" and r.kind == "overflow"]
     under = [r for r in risks if r.kind == "underflow"]
     advice = result.recommendations
+    broken = next((r for r in act if not math.isfinite(r.value)), None)
+    if broken is not None:
+        advice.append(f"{broken.name} is already inf/NaN in fp32: no precision fixes that; check the weights "
+                      "and the inputs")
     if result.bf16_supported:
         advice.append("--precision bf16: fp32's exponent range, no loss scaling; none of the ranges above "
                       "is a risk there")
@@ -323,7 +326,8 @@ def _recommend(result: PreflightResult) -> None:
                       "it; use bf16 or fp32")
 
     largest = result.largest_gradient[1] if result.largest_gradient else 0.0
-    fits = _power_of_two_below(FP16_MAX / largest) if largest > 0 else None  # scale that keeps all gradients
+    # The largest power-of-two scale that keeps every gradient within fp16's range.
+    fits = _power_of_two_below(FP16_MAX / largest) if 0 < largest < math.inf else None
     if grad_over:
         if fits is not None and fits >= 1:
             skipped = round(math.log2(result.init_scale / fits))
