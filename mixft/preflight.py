@@ -54,6 +54,7 @@ FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
 FP16_SMALLEST_SUBNORMAL = 2.0**-24  # below this a float16 is zero
 OVERFLOW_MARGIN = 8.0  # "close": within this factor of FP16_MAX (see the module docstring)
 UNDERFLOW_SHARE = 0.1  # at risk when more than this share of non-zero gradient elements flush
+LARGE_SHARE = 0.5  # --fp32-modules covering this share of the parameters is nearly an fp32 run
 ROOT = "(model)"  # how the model itself is named in the results
 FP32_MODULES_FLAG = "--fp32-modules"
 INIT_SCALE_FLAG = "--init-loss-scale"
@@ -246,12 +247,15 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
         restore_rng_state(rng)
     if n == 0:
         raise UsageError("preflight: no batches to check (the training data loader is empty)")
-    result = _assess(stats, init_scale, bf16_supported, n)
+    total = sum(p.numel() for p in model.parameters()) or 1
+    shares = {name: sum(p.numel() for p in m.parameters()) / total for m, name in names.items()}
+    result = _assess(stats, init_scale, bf16_supported, n, shares)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _assess(stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, batches: int) -> PreflightResult:
+def _assess(stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, batches: int,
+            param_shares: dict[str, float]) -> PreflightResult:
     values = {name: _host(s) for name, s in stats.items()}  # read once, after the last batch
     risks: list[ModuleRisk] = []
     close = FP16_MAX / OVERFLOW_MARGIN
@@ -292,11 +296,11 @@ def _assess(stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, b
         largest_gradient=max(grads, key=lambda g: g[1]) if grads else None,
         largest_underflow=max(shares, key=lambda u: u[1]) if shares else None,
     )
-    _recommend(result)
+    _recommend(result, param_shares)
     return result
 
 
-def _recommend(result: PreflightResult) -> None:
+def _recommend(result: PreflightResult, param_shares: dict[str, float]) -> None:
     risks = result.modules_at_risk
     if not risks:
         return
@@ -321,6 +325,12 @@ def _recommend(result: PreflightResult) -> None:
         why = "; ".join(f"the overflow starting in {r.name} is back within range at the output of {r.contained_by}"
                         for r in origins if r.contained_by in keep)
         advice.append(f"keep {', '.join(keep)} in fp32 (outside autocast): {result.flag_line} ({why})")
+        kept = sum(param_shares.get(name, 0.0) for name in keep)
+        if kept >= LARGE_SHARE:
+            # Pre-norm transformers (Llama, GPT-2) carry a value on the residual stream up to
+            # the final norm: the module containing it is then most of the model.
+            advice.append(f"that keeps {kept:.0%} of the parameters in fp32: little is left for fp16 to speed up; "
+                          "bf16 or fp32 is the simpler choice")
     elif origins:
         advice.append(f"the overflow starting in {origins[0].name} reaches the model's output: fp16 cannot hold "
                       "it; use bf16 or fp32")

@@ -253,3 +253,40 @@ def test_no_batches_or_unlabelled_batches_are_usage_errors():
         preflight(Net(), nn.functional.cross_entropy, [], device="cpu")
     with pytest.raises(UsageError, match="labels"):
         preflight(tiny_bert(), bert_loss, [{"input_ids": torch.ones(2, 3, dtype=torch.long)}], device="cpu")
+
+
+def test_pre_norm_decoder_carries_the_overflow_to_the_final_norm():
+    # Llama adds each block's output to the residual stream and normalises only at the end:
+    # the smallest module around a planted overflow is then the whole base model, and the
+    # advice says that keeping it in fp32 leaves little for fp16.
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification(LlamaConfig(
+        vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=37, max_position_embeddings=64, num_labels=2, pad_token_id=0))
+    batches = bert_batches(2, size=4)
+    for b in batches:
+        b.pop("attention_mask")  # no padding: last-token pooling reads the last position
+    assert not preflight(model, bert_loss, batches, device="cpu").at_risk
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(1e8)
+    result = preflight(model, bert_loss, batches, device="cpu")
+    top = result.modules_at_risk[0]
+    assert (top.name, top.level, top.origin) == ("model.layers.0.mlp.down_proj", "exceeds", True)
+    assert result.fp32_modules == ["model"]
+    assert any("of the parameters in fp32" in text for text in result.recommendations)
+
+
+def test_a_shuffling_loader_passed_whole_gives_training_the_same_first_epoch():
+    # iter(loader) draws the shuffle seed from torch's RNG; preflight creates the iterator
+    # after saving the RNG, so the training loop's own iter() draws the same order.
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    torch.manual_seed(5)
+    expected = [y.tolist() for _, y in loader]
+    torch.manual_seed(5)
+    preflight(Net(), nn.functional.cross_entropy, loader, device="cpu", max_batches=2)
+    assert [y.tolist() for _, y in loader] == expected
