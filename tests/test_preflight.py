@@ -285,8 +285,9 @@ def test_a_shuffling_loader_passed_whole_gives_training_the_same_first_epoch():
 
     data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)))
     loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net()
     torch.manual_seed(5)
     expected = [y.tolist() for _, y in loader]
     torch.manual_seed(5)
-    preflight(Net(), nn.functional.cross_entropy, loader, device="cpu", max_batches=2)
+    preflight(model, nn.functional.cross_entropy, loader, device="cpu", max_batches=2)
     assert [y.tolist() for _, y in loader] == expected
