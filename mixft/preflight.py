@@ -28,8 +28,9 @@ The model's ``.grad`` fields, training flags and every RNG are left as they were
 
 Usage::
 
-    result = preflight(model, loss_fn, itertools.islice(train_loader, 3), device=device,
-                       bf16_supported=False)
+    # the loader itself, not an islice of it: its iterator (and shuffle draw) is then
+    # created after the RNG is saved, so training's first epoch is unchanged
+    result = preflight(model, loss_fn, train_loader, device=device, bf16_supported=False)
     for line in result.render():
         logger.info(line)
     doc["preflight"] = result.to_dict()
