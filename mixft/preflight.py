@@ -8,9 +8,10 @@ few training batches forward and backward in fp32 (autocast off) and records, pe
 * **activation overflow**: largest |output| above 65504 becomes inf under fp16 autocast
   (the loss goes NaN and the scaler skips every step). ``close`` when within a factor
   ``OVERFLOW_MARGIN`` (8) of the limit: activations were measured at initialisation on a
-  few batches and grow during training, and ops downstream may square them (on CPU a
-  LayerNorm fed in fp16 does: a tiny BERT whose FFN output peaked at 0.4x the limit in
-  fp32 gave a NaN loss in one fp16 step here), so 8x (three binary orders) is the
+  few batches and grow during training, and the fp16 computation of a value can pass
+  through larger intermediates than the value itself (a tiny BERT's FFN output projection
+  peaking at 0.4x the limit in fp32 gave inf in that very projection under CPU fp16
+  autocast here), so 8x (three binary orders) is the
   headroom we ask for before calling a module safe.
 * **gradient overflow**: fp16 backward carries gradients times the loss scale; largest
   |gradient| x ``init_scale`` above 65504 means the first steps are skipped while the
