@@ -169,3 +169,26 @@ def test_resuming_with_another_metric_is_refused():
     saved = BestModel("loss").state_dict()
     with pytest.raises(UsageError, match="resume with the same --metric-for-best"):
         BestModel("accuracy").load_state_dict(saved)
+
+
+def test_in_a_real_fit_early_stopping_ends_the_run_and_the_best_model_comes_back(early_stopping_kind):
+    from mixft.trainer import Trainer
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(24, 5, generator=g)
+    y = (x[:, 0] > 0).long()
+    loader = [(x[i:i + 4], y[i:i + 4]) for i in range(0, 24, 4)]  # 6 steps per epoch
+    torch.manual_seed(0)
+    # Judged "higher is better" on the eval loss, which training lowers: the first evaluation
+    # stays the best and the stop comes at evaluation 1 + patience.
+    best = BestModel("loss", greater=True)
+    stop = EarlyStopping("loss", patience=2, greater=True)
+    trainer = Trainer(nn.Linear(5, 2), lambda p: torch.optim.SGD(p, lr=0.5), nn.CrossEntropyLoss(), loader,
+                      eval_loader=loader, device="cpu", epochs=10, callbacks=[best, stop])
+    result = trainer.fit()
+    losses = [e["loss"] for e in result.eval_history]
+    assert losses == sorted(losses, reverse=True) and len(set(losses)) == 3  # the premise: each lower
+    assert result.stop_kind == "early_stopping" and result.steps == 18
+    assert best.step == 6 and best.best_value == losses[0]
+    assert best.restore(trainer)
+    assert trainer.evaluate()["loss"] == pytest.approx(losses[0], rel=1e-6)
