@@ -44,7 +44,7 @@ from .summary import (
     task_of,
 )
 
-__all__ = ["render_eval_history", "render_hardware", "render_markdown", "render_probe", "render_table",
+__all__ = ["measured_speed_sentence", "render_eval_history", "render_hardware", "render_markdown", "render_probe", "render_table",
            "summarize", "task_line", "write_report"]
 
 #: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.plots.write_plots``).
@@ -342,11 +342,42 @@ def _yes_no(value: Any) -> str:
     return "unknown" if value is None else ("yes" if value else "no")
 
 
-def render_hardware(hw: dict | None) -> str | None:
-    """The "Hardware" section: the machine in one line, the flags that decide AMP's speed,
-    and why the answer belongs to this machine. None without a ``hardware`` record (older documents).
+def measured_speed_sentence(rows: Sequence[dict], baseline: str = "fp32", probe: dict | None = None) -> str:
+    """What was measured about speed on this machine, in words: the runs' own speedups (the
+    table's), and whether a probe is below. Where nothing was measured it says so and offers
+    ``--probe``. Never a rule about CPU flags: a CPU without AMX has measured bf16 faster
+    than fp32, so flags do not settle it.
 
-    Usage: ``render_hardware(doc.get("hardware"))``
+    Usage: ``measured_speed_sentence(summarize(doc), probe=doc["hardware"].get("probe"))``
+    -> ``"Measured in these runs: bf16 trained 1.78x faster than fp32 (the table's speedup)."``
+    """
+    said = []
+    for r in rows:
+        s = number(r.get("speedup"))
+        if r.get("is_baseline") or s is None:
+            continue
+        if round(s, 2) > 1:
+            said.append(f"{r['precision']} trained {s:.2f}x faster than {baseline}")
+        elif round(s, 2) < 1:
+            said.append(f"{r['precision']} trained at {s:.2f}x {baseline}'s speed, slower")
+        else:
+            said.append(f"{r['precision']} trained as fast as {baseline} (1.00x)")
+    probed = isinstance(probe, dict) and bool(probe)
+    if said:
+        text = f"Measured in these runs: {'; '.join(said)} (the table's speedup, mean train time ratio)."
+        return text + (" The probe below timed single training steps on this machine." if probed else "")
+    if probed:
+        return "These runs have no speed ratio to compare; the probe below measured one on this machine."
+    return ("Nothing in these results measured one precision's speed against another on this machine: "
+            "`--probe` measures it (about 30 s), or `--compare fp32,bf16` trains both.")
+
+
+def render_hardware(hw: dict | None, rows: Sequence[dict] = (), baseline: str = "fp32") -> str | None:
+    """The "Hardware" section: the machine in one line, its CPU flags as context, and what was
+    measured about speed here (``rows``: ``summarize``'s, for the runs' own speedups; the
+    record's ``probe``). None without a ``hardware`` record (older documents).
+
+    Usage: ``render_hardware(doc.get("hardware"), summarize(doc))``
     """
     if not isinstance(hw, dict) or not hw:
         return None
@@ -369,7 +400,7 @@ def render_hardware(hw: dict | None) -> str | None:
     if facts:
         lines.append("- " + " · ".join(facts))
     flags = cpu.get("flags") if isinstance(cpu.get("flags"), dict) else {}
-    lines.append("- CPU flags that decide how fast bf16/fp16 run: "
+    lines.append("- CPU flags (context for the figures, not a forecast of them): "
                  + " · ".join(f"`{f}` {_yes_no(flags.get(f))}" for f in CPU_FLAGS))
     gpu = hw.get("gpu")
     if isinstance(gpu, dict):
@@ -380,20 +411,10 @@ def render_hardware(hw: dict | None) -> str | None:
             + (f" · {mem / 2**30:.0f} GiB" if mem else "")
         )
     lines.append("")
-    amx = flags.get("amx_bf16")
-    if isinstance(gpu, dict):
-        here = ("These runs used a GPU, where the answer depends on its tensor cores (TF32 and bf16 from "
-                "compute capability 8.0); on a CPU it depends on AMX.")
-    elif amx is None:
-        here = "This CPU's flags are unknown, so which case applies here was not recorded."
-    elif amx:
-        here = "This CPU has AMX: bf16 is expected to pay off here."
-    else:
-        here = "This CPU has no AMX: expect bf16 to be no faster than fp32 here, likely slower."
     lines.append(
-        "Whether mixed precision is faster depends on the CPU: with AMX (`amx_bf16`) a bf16 matmul runs "
-        "several times faster than fp32, without it bf16 runs at about half the fp32 rate and AMP slows "
-        f"training down. {here} A figure from one machine is not a fact about another."
+        f"{measured_speed_sentence(rows, baseline, hw.get('probe'))} CPU flags alone do not settle whether "
+        "mixed precision is faster, so only a measurement on this machine tells; a figure from one machine "
+        "is not a fact about another."
     )
     return "\n".join(lines)
 
@@ -451,7 +472,7 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     out += [line for task in _task_lines(runs) for line in (task, "")]
 
     hw = doc.get("hardware") if isinstance(doc.get("hardware"), dict) else None
-    machine = [sec for sec in (render_hardware(hw), render_probe((hw or {}).get("probe"))) if sec]
+    machine = [sec for sec in (render_hardware(hw, rows, baseline), render_probe((hw or {}).get("probe"))) if sec]
     if not rows:
         probed = isinstance((hw or {}).get("probe"), dict)
         out += ["No training runs in this results document" + (": it holds the probe below." if probed else "."), ""]

@@ -576,9 +576,8 @@ def section(md: str, heading: str) -> str:
     return md[start:] if end < 0 else md[start:end]
 
 
-@pytest.mark.parametrize("amx, says", [(True, "This CPU has AMX"), (False, "This CPU has no AMX"),
-                                       (None, "flags are unknown")])
-def test_hardware_section_names_machine_flags_and_the_amx_dependence(doc, amx, says):
+@pytest.mark.parametrize("amx", [True, False, None])
+def test_hardware_section_names_machine_and_flags_as_context(doc, amx):
     from mixft.hardware import hardware_line
 
     hw = cpu_hardware(amx)
@@ -589,7 +588,39 @@ def test_hardware_section_names_machine_flags_and_the_amx_dependence(doc, amx, s
     for flag, value in hw["cpu"]["flags"].items():
         assert f"`{flag}` {yes_no[value]}" in text
     assert "torch 2.13.0+cpu (2 threads)" in text
-    assert "depends on the CPU" in text and "AMX" in text and says in text
+    # Nothing derived from the flags: no forecast, whatever they are.
+    for rule in ("expect", "likely", "has no AMX", "has AMX", "pay off"):
+        assert rule not in text
+
+
+def _times(doc: dict, precision: str, seconds: float) -> None:
+    for r in runs_of(doc, precision):
+        r["train_time_s"] = seconds
+
+
+@pytest.mark.parametrize("amx, bf16_s, says, never", [
+    (False, 2.0, "bf16 trained 2.00x faster than fp32", "slower"),   # no AMX, measured faster: says faster
+    (True, 8.0, "bf16 trained at 0.50x fp32's speed, slower", "faster than fp32"),  # AMX, measured slower
+])
+def test_hardware_words_follow_the_measured_ratio_not_the_flags(doc, amx, bf16_s, says, never):
+    _times(doc, "fp32", 4.0)
+    _times(doc, "bf16", bf16_s)
+    doc["runs"] = [r for r in doc["runs"] if r["precision"] in ("fp32", "bf16")]
+    doc["hardware"] = cpu_hardware(amx)
+    md = render_markdown(doc)
+    text = section(md, "## Hardware")
+    assert says in text and never not in text
+    # The sentence agrees with the table's speedup cell.
+    assert table_rows(md)["bf16"]["speedup"] == f"{4.0 / bf16_s:.2f}×"
+
+
+def test_hardware_without_any_measurement_offers_probe():
+    from mixft.report import measured_speed_sentence
+
+    assert "`--probe`" in measured_speed_sentence([])
+    assert "Nothing in these results measured" in measured_speed_sentence([{"precision": "fp32", "is_baseline": True,
+                                                                            "speedup": None}])
+    assert "the probe below" in measured_speed_sentence([], probe={"format": 1})
 
 
 def test_gpu_hardware_lists_the_gpu(doc):
@@ -602,7 +633,7 @@ def test_gpu_hardware_lists_the_gpu(doc):
     text = section(render_markdown(doc), "## Hardware")
     assert hardware_line(hw) in text and "NVIDIA H100 80GB HBM3" in text
     assert "compute capability 9.0 · TF32 yes · bf16 yes · 80 GiB" in text and "CUDA 12.4" in text
-    assert "tensor cores" in text
+    assert "Measured in these runs: bf16 trained" in text
 
 
 def test_probe_section_renders_from_the_stored_dict(doc):
@@ -623,7 +654,7 @@ def test_probe_only_document_renders_hardware_and_probe():
     hw = cpu_hardware(False)
     md = render_markdown({"created": "2026-11-22T12:00:00+00:00", "runs": [], "hardware": {**hw, "probe": probe_dict(hw)}})
     assert "No training runs" in md and "probe below" in md
-    assert "## Hardware" in md and "This CPU has no AMX" in md
+    assert "## Hardware" in md and "the probe below measured one" in md
     assert "| bf16 | 125.0 | 1.60x |" in md
 
 
