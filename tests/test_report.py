@@ -694,3 +694,75 @@ def test_results_frame_and_compare_frame_carry_every_metric():
         statistics.mean(values(doc, "bf16", metric("spearmanr"))) - statistics.mean(values(doc, "fp32", metric("spearmanr"))))
     multi = compare_frame(load("results_multiclass.json"))
     assert {"f1_mean", "f1_std", "delta_f1_pts", "accuracy_mean", "delta_accuracy_pts"} <= set(multi.columns)
+
+
+# ---------------------------------------------------------------------------- memory breakdown, agreement
+
+
+def _memory(saved: int, *, device: int | None = 900 * 2**20, dtype_bf16: int = 0) -> dict:
+    return {"parameters": 90 * 2**20, "gradients": 90 * 2**20, "optimizer_state": 180 * 2**20,
+            "saved_activations_peak": saved,
+            "saved_by_dtype": {"bfloat16": dtype_bf16, "float32": saved - dtype_bf16} if dtype_bf16 else {"float32": saved},
+            "saved_by_op": [["linear", saved // 2], ["layer_norm", saved // 4]],
+            "device_figure": device, "device_figure_kind": "cpu_rss"}
+
+
+def test_lighter_sentence_in_words():
+    from mixft.report import lighter_sentence
+
+    assert lighter_sentence("bf16", 83, 100) == "bf16 saved 0.83x the activation bytes of fp32: 17% lighter"
+    assert lighter_sentence("fp16", 110, 100).endswith("10% heavier")
+    assert lighter_sentence("bf16", 100, 100).endswith("the same within 1%")
+
+
+def test_memory_section_table_and_words(doc):
+    for r in doc["runs"]:
+        saved = {"fp32": 200 * 2**20, "bf16": 166 * 2**20, "fp16": 150 * 2**20}[r["precision"]]
+        r["memory"] = _memory(saved, dtype_bf16=0 if r["precision"] == "fp32" else 100 * 2**20)
+    md = render_markdown(doc)
+    text = section(md, "## Memory breakdown")
+    rows = table_rows(text, 0)
+    assert rows["fp32"]["saved activations (peak) (MiB)"] == "200.0"
+    assert rows["bf16"]["saved vs fp32"] == "0.83×" and rows["fp32"]["saved vs fp32"] == "baseline"
+    assert rows["bf16"]["optimizer state (MiB)"] == "180.0"
+    assert rows["bf16"]["device figure (MiB, RSS)"] == "900.0"
+    assert "bf16 saved 0.83x the activation bytes of fp32: 17% lighter" in text
+    assert "fp16 saved 0.75x the activation bytes of fp32: 25% lighter" in text
+    # 100 of 166 MiB in bfloat16: 60%.
+    assert "**bf16** saved by dtype: bfloat16 100.0 MiB (60%), float32 66.0 MiB (40%)" in text
+    assert "top ops: linear 83.0 MiB (50%)" in text
+
+
+def test_memory_section_absent_without_records(doc):
+    assert "## Memory breakdown" not in render_markdown(doc)
+    doc["runs"][0]["memory"] = _memory(100, device=None)   # fp32 only, no device figure: no ratio, no crash
+    text = section(render_markdown(doc), "## Memory breakdown")
+    assert "Lighter?" not in text and table_rows(text, 0)["fp32"]["device figure (MiB, device)"] == "n/a"
+
+
+def test_agreement_section(doc):
+    from mixft.agreement import agreement_vs_fp32
+
+    labels = [0] * 10 + [0] * 3 + [1] + [2] * 6
+    fp32 = [0] * 10 + [1, 1, 1] + [1] + [0] * 6
+    bf16 = [0] * 10 + [1, 1, 2] + [0] + [2] * 6
+    for r in doc["runs"]:
+        if r["precision"] == "bf16":
+            r["agreement_vs_fp32"] = agreement_vs_fp32("bf16", bf16, fp32, labels)
+    md = render_markdown(doc)
+    text = section(md, "## Agreement with fp32")
+    rows = table_rows(text, 0)
+    row = rows["bf16"]
+    assert row["flipped labels"] == "8 (40.0%)" and row["Δaccuracy vs fp32 (pts)"] == "+25.00"
+    assert row["only this right / only fp32 right"] == "6 / 1" and row["McNemar p"] == "0.125"
+    assert "not distinguishable from noise" in text
+    assert "## Agreement with fp32" not in render_markdown({**doc, "runs": [
+        {k: v for k, v in r.items() if k != "agreement_vs_fp32"} for r in doc["runs"]]})
+
+
+def test_agreement_section_regression(doc):
+    from mixft.agreement import agreement_vs_fp32
+
+    doc["runs"][2]["agreement_vs_fp32"] = agreement_vs_fp32("bf16", [1.0, 2.0], [1.5, 2.0], regression=True)
+    text = section(render_markdown(doc), "## Agreement with fp32")
+    assert "| 0.25 | 0.5 |" in text
