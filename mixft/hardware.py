@@ -1,8 +1,9 @@
 """Which machine produced a figure: CPU model and the flags that decide AMP's speed, GPU, torch.
 
-Machines of one kind give opposite answers to "is mixed precision faster?": a CPU with
-AMX runs a bf16 matmul ~4-5x faster than fp32, one without runs it at about half the fp32
-rate. So every figure mixft reports carries the hardware that produced it::
+Machines of one kind give opposite answers to "is mixed precision faster?", and the CPU
+flags do not settle it (two CPUs with avx512_bf16 and no AMX measured a bf16 step 0.64x
+and ~1.7x fp32). So mixft measures, and every figure it reports carries the hardware that
+produced it, flags included as context::
 
     hw = describe_hardware("cpu")
     hardware_line(hw)
@@ -19,8 +20,9 @@ import platform
 from pathlib import Path
 from typing import Any
 
-# The CPU flags that decide how fast autocast runs on a CPU: AMX tiles for bf16 matmuls,
-# AVX512 instructions for bf16 and fp16 arithmetic (without them fp16 is emulated).
+# The CPU flags recorded beside every figure as context: AMX tiles for bf16 matmuls, AVX512
+# instructions for bf16 and fp16 arithmetic. They are what oneDNN can use, not a forecast:
+# how fast autocast runs is measured (mixft.probe, --compare).
 CPU_FLAGS = ("amx_bf16", "avx512_bf16", "avx512_fp16")
 
 CPUINFO = "/proc/cpuinfo"
@@ -140,7 +142,8 @@ def hardware_line(hw: dict[str, Any]) -> str:
 
 
 def device_note(hw: dict[str, Any]) -> str | None:
-    """What most explains AMP's speed here, in a few words: ``"this CPU has no AMX"``, a GPU's name.
+    """The machine in a few words, as context beside a measured figure: ``"this CPU has no AMX"``,
+    a GPU's name. A fact about the machine, never a reason given for a speed.
 
     None on a CPU whose flags are unknown.
     """

@@ -17,6 +17,10 @@ themselves), the tokenizer - and refuses with a :class:`~mixft.errors.UsageError
   model's vocabulary;
 - a ``max_length`` longer than the model's position table (:func:`check_max_length`).
 
+Library warnings raised while checking (``warnings`` and transformers' logging, e.g. "bos_token_id
+must be None or an integer within the vocabulary") are held back: shown after a check that
+passes, dropped when the model is refused, so the refusal is the one line the user sees.
+
 Usage::
 
     checked = check_model(resolve_model(name).path, max_length=128)
@@ -25,10 +29,13 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import struct
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,6 +404,56 @@ def _load_tokenizer(source: str, path: str, config):
 
 
 # ---------------------------------------------------------------------------------------
+# Library warnings: after a pass, never before a refusal
+# ---------------------------------------------------------------------------------------
+
+# Loggers whose records are held during a check (children propagate to them).
+_LIBRARY_LOGGERS = ("transformers",)
+
+
+class _Holder(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def held_library_warnings() -> Iterator[None]:
+    """Hold the ``warnings`` and transformers log records raised inside the block; show them
+    after it when it ends normally, drop them when it raises (the error line comes alone).
+
+    Usage: ``with held_library_warnings(): config = AutoConfig.from_pretrained(path)``
+    """
+    held = []
+    for name in _LIBRARY_LOGGERS:
+        lib = logging.getLogger(name)
+        holder = _Holder()
+        held.append((lib, lib.handlers[:], lib.propagate, holder))
+        lib.handlers = [holder]
+        lib.propagate = False
+    try:
+        # record=True keeps the active filters (ignored stays ignored) and only replaces showwarning.
+        with warnings.catch_warnings(record=True) as caught:
+            yield
+    except BaseException:
+        n = len(caught) + sum(len(h.records) for *_, h in held)
+        if n:
+            logger.debug("dropped %d library warning(s) raised while checking a refused model", n)
+        raise
+    finally:
+        for lib, handlers, propagate, _ in held:
+            lib.handlers, lib.propagate = handlers, propagate
+    for lib, _, _, holder in held:
+        for record in holder.records:
+            lib.handle(record)
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+
+
+# ---------------------------------------------------------------------------------------
 # All of it
 # ---------------------------------------------------------------------------------------
 
@@ -411,17 +468,19 @@ def check_model(
     the config, the weight files' headers and the tokenizer; raises UsageError, one line
     naming the file and the cause, for anything that would train wrongly or crash later.
     ``decoders=True`` accepts decoder-only models (see :func:`encoder_problem`).
+    Library warnings raised meanwhile appear only if the check passes.
 
     Usage: ``tokenizer = check_model(resolved.path, max_length=cfg.max_length).tokenizer``
     """
     source = source or f"--model {path}"
-    config = _read_config(source, path)
-    check_encoder(config, source, decoders=decoders)
-    weight_files, shapes = read_weight_shapes(source, path)
-    check_weight_shapes(source, weight_files, shapes, config)
-    tokenizer = _load_tokenizer(source, path, config)
-    if max_length is not None:
-        check_max_length(config, max_length, source)
+    with held_library_warnings():
+        config = _read_config(source, path)
+        check_encoder(config, source, decoders=decoders)
+        weight_files, shapes = read_weight_shapes(source, path)
+        check_weight_shapes(source, weight_files, shapes, config)
+        tokenizer = _load_tokenizer(source, path, config)
+        if max_length is not None:
+            check_max_length(config, max_length, source)
     logger.debug("%s: %s checked (%d tensors in %s)", source, config.model_type, len(shapes), ", ".join(weight_files))
     return CheckedModel(
         path=str(path), config=config, tokenizer=tokenizer, weight_files=weight_files,

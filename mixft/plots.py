@@ -6,7 +6,9 @@ Charts (a chart whose data is entirely absent is skipped, not drawn empty; which
 document has data for is :func:`mixft.summary.planned_charts`):
 
 * ``loss.png``          training loss per optimizer step, one line per precision
-                        (mean over seeds with a shaded min-max band when there are several)
+                        (mean over seeds with a shaded min-max band when there are several);
+                        below it, with a baseline run, (precision loss - baseline loss) per
+                        step, smoothed: identical curves read as a flat line at 0
 * ``loss_scale.png``    GradScaler loss scale per step (log axis), one line per run that
                         had a scaler, skipped steps marked with red ``x``
 * ``eval_<metric>.png`` one chart per task metric (``eval_accuracy.png``, ``eval_f1.png``,
@@ -14,6 +16,9 @@ document has data for is :func:`mixft.summary.planned_charts`):
                         (mean, min-max band); :func:`mixft.summary.eval_charts` names them
 * ``time_memory.png``   train time and peak memory per precision, speedup / memory
                         ratio vs the baseline written on the bars
+* ``memory_breakdown.png`` per precision, stacked: parameters, gradients, optimizer
+                        state and the peak of saved activations (runs' ``memory``), the
+                        device figure as a marker, saved bytes vs the baseline on the bars
 
 Notebook-safe: matplotlib is imported only inside the functions that draw, and they use
 its object API (``matplotlib.figure.Figure`` rendered by ``fig.savefig``), never pyplot
@@ -33,8 +38,12 @@ from .summary import (
     eval_charts,
     eval_series,
     group_runs,
+    MEMORY_PARTS,
+    MIB,
+    loss_difference_series,
     loss_series,
     memory_label,
+    memory_rows,
     metric_label,
     planned_charts,
     scale_points,
@@ -91,8 +100,16 @@ def _plot_lines(ax, doc: dict, series_of: Callable[[dict], dict[float, float]]) 
     ax.legend()
 
 
-def _loss_figure(doc: dict):
-    fig, ax = _figure(8, 4.5)
+def _loss_figure(doc: dict, baseline: str = "fp32"):
+    diffs = loss_difference_series(doc, baseline)
+    if not diffs:
+        fig, ax = _figure(8, 4.5)
+    else:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(8, 6.5))
+        ax, ax_d = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+        _loss_difference_panel(ax_d, doc, diffs, baseline)
     _plot_lines(ax, doc, loss_series)
     ax.set_title("Training loss per step")
     ax.set_xlabel("optimizer step")
@@ -101,7 +118,22 @@ def _loss_figure(doc: dict):
     if any(len(group_runs(doc)[p]) > 1 for p in group_runs(doc)):
         ax.text(0.99, 0.98, "band: min–max over seeds", transform=ax.transAxes, ha="right", va="top",
                 fontsize=8, color="0.4")
+    if diffs:
+        ax.set_xlabel("")
+        fig.tight_layout()
     return fig
+
+
+def _loss_difference_panel(ax, doc: dict, diffs: dict, baseline: str) -> None:
+    """(precision loss - baseline loss) per step: where the curves above coincide, this is 0."""
+    colors = _colors(doc)
+    ax.axhline(0.0, color=colors.get(baseline, "0.3"), linewidth=1, linestyle="--", label=f"{baseline} (0)")
+    for precision, (steps, diff) in diffs.items():
+        ax.plot(steps, diff, color=colors[precision], linewidth=1.5, label=f"{precision} − {baseline}")
+    ax.set_ylabel(f"loss − {baseline} loss\n(smoothed)")
+    ax.set_xlabel("optimizer step")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def _loss_scale_figure(doc: dict):
@@ -184,14 +216,47 @@ def _time_memory_figure(doc: dict, baseline: str):
     return fig
 
 
+def _memory_breakdown_figure(doc: dict, baseline: str):
+    rows = memory_rows(doc)
+    fig, ax = _figure(8, 4.5)
+    names = [r["precision"] for r in rows]
+    bottoms = [0.0] * len(rows)
+    for i, (key, label) in enumerate(MEMORY_PARTS):
+        heights = [(r[key] or 0.0) / MIB for r in rows]
+        ax.bar(names, heights, bottom=bottoms, label=label, color=f"C{i}", edgecolor="white", linewidth=0.5)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    base = next((r for r in rows if r["precision"] == baseline), None)
+    top = max(bottoms, default=0.0)
+    for x, (row, total) in enumerate(zip(rows, bottoms)):
+        saved = row["saved_activations_peak"]
+        if base is not None and row is not base and saved and base["saved_activations_peak"]:
+            ax.text(x, total + top * 0.01, f"saved {saved / base['saved_activations_peak']:.2f}× {baseline}",
+                    ha="center", va="bottom", fontsize=9)
+    devices = [(x, r["device_figure"] / MIB) for x, r in enumerate(rows) if r["device_figure"] is not None]
+    kinds = {r["device_figure_kind"] for r in rows if r["device_figure"] is not None}
+    if devices:
+        kind = memory_label(next(iter(kinds))) if len(kinds) == 1 and None not in kinds else "device"
+        ax.scatter([x for x, _ in devices], [y for _, y in devices], marker="_", s=900, color="black",
+                   zorder=3, label=f"device figure ({kind})")
+        top = max(top, *(y for _, y in devices))
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    ax.set_title("Memory breakdown of one training step (MiB)")
+    ax.set_ylabel("MiB (mean over seeds)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never on them
+    fig.tight_layout()
+    return fig
+
+
 # ---------------------------------------------------------------------------- writing
 
 # name -> figure builder, for the names mixft.summary.planned_charts gives (the eval
 # charts, one per metric, are looked up in mixft.summary.eval_charts).
 _CHARTS: dict[str, Callable[[dict, str], Any]] = {
-    "loss.png": lambda doc, base: _loss_figure(doc),
+    "loss.png": _loss_figure,
     "loss_scale.png": lambda doc, base: _loss_scale_figure(doc),
     "time_memory.png": _time_memory_figure,
+    "memory_breakdown.png": _memory_breakdown_figure,
 }
 
 

@@ -116,13 +116,18 @@ def resolve_precision(name: str | Precision | None, device: torch.device) -> Pre
     return precision
 
 
-def precision_notice(precision: Precision, device: torch.device) -> str | None:
-    """A one-line caution for combinations that run but that users rarely want."""
-    if precision.name == "fp16" and device.type == "cpu":
+def precision_notice(precision: Precision, device: torch.device, *, measured: bool = False) -> str | None:
+    """A one-line caution for combinations that run but that users rarely want.
+
+    ``measured``: a probe of this machine is at hand (its own notice then says what it
+    measured), so this one, which says nothing was measured, is not given.
+
+    Usage: ``precision_notice(precision, device, measured=cached is not None)``
+    """
+    if precision.name == "fp16" and device.type == "cpu" and not measured:
         return (
-            "notice: fp16 on CPU runs through autocast, but its speed depends on the CPU (native only "
-            "with AVX512-FP16/AMX-FP16, emulated elsewhere); GPUs are where fp16 pays. "
-            "Measure it with --compare"
+            "notice: fp16 on CPU runs through autocast; how fast it runs on this CPU is not known "
+            "until measured: --probe measures it (about 30 s), --compare fp32,fp16 trains both"
         )
     return None
 

@@ -1,8 +1,8 @@
 """Is mixed precision faster on this machine? Measured in seconds, on the recipe's own shapes.
 
-The answer depends on the hardware (a CPU with AMX runs bf16 matmuls ~4-5x faster than
-fp32; one without runs them at about half the fp32 rate), so mixft measures it instead
-of assuming it. For one recipe, ``probe``:
+The answer depends on the machine, and its CPU flags do not settle it (two CPUs with
+avx512_bf16 and no AMX measured a bf16 step 0.64x and ~1.7x fp32), so mixft measures it
+instead of assuming it. For one recipe, ``probe``:
 
 1. names the machine (``mixft.hardware.describe_hardware``);
 2. builds the recipe on one batch of data and times a few real training steps of mixft's

@@ -34,7 +34,10 @@ from .summary import (
     fmt_scale,
     group_runs,
     is_points,
+    MEMORY_PARTS,
+    MIB,
     memory_label,
+    memory_rows,
     metric_label,
     metric_names,
     metric_short,
@@ -44,7 +47,8 @@ from .summary import (
     task_of,
 )
 
-__all__ = ["render_eval_history", "render_hardware", "render_markdown", "render_probe", "render_table",
+__all__ = ["lighter_sentence", "measured_speed_sentence", "render_agreement", "render_eval_history", "render_hardware",
+           "render_markdown", "render_memory", "render_probe", "render_table",
            "summarize", "task_line", "write_report"]
 
 #: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.plots.write_plots``).
@@ -342,11 +346,42 @@ def _yes_no(value: Any) -> str:
     return "unknown" if value is None else ("yes" if value else "no")
 
 
-def render_hardware(hw: dict | None) -> str | None:
-    """The "Hardware" section: the machine in one line, the flags that decide AMP's speed,
-    and why the answer belongs to this machine. None without a ``hardware`` record (older documents).
+def measured_speed_sentence(rows: Sequence[dict], baseline: str = "fp32", probe: dict | None = None) -> str:
+    """What was measured about speed on this machine, in words: the runs' own speedups (the
+    table's), and whether a probe is below. Where nothing was measured it says so and offers
+    ``--probe``. Never a rule about CPU flags: a CPU without AMX has measured bf16 faster
+    than fp32, so flags do not settle it.
 
-    Usage: ``render_hardware(doc.get("hardware"))``
+    Usage: ``measured_speed_sentence(summarize(doc), probe=doc["hardware"].get("probe"))``
+    -> ``"Measured in these runs: bf16 trained 1.78x faster than fp32 (the table's speedup)."``
+    """
+    said = []
+    for r in rows:
+        s = number(r.get("speedup"))
+        if r.get("is_baseline") or s is None:
+            continue
+        if round(s, 2) > 1:
+            said.append(f"{r['precision']} trained {s:.2f}x faster than {baseline}")
+        elif round(s, 2) < 1:
+            said.append(f"{r['precision']} trained at {s:.2f}x {baseline}'s speed, slower")
+        else:
+            said.append(f"{r['precision']} trained as fast as {baseline} (1.00x)")
+    probed = isinstance(probe, dict) and bool(probe)
+    if said:
+        text = f"Measured in these runs: {'; '.join(said)} (the table's speedup, mean train time ratio)."
+        return text + (" The probe below timed single training steps on this machine." if probed else "")
+    if probed:
+        return "These runs have no speed ratio to compare; the probe below measured one on this machine."
+    return ("Nothing in these results measured one precision's speed against another on this machine: "
+            "`--probe` measures it (about 30 s), or `--compare fp32,bf16` trains both.")
+
+
+def render_hardware(hw: dict | None, rows: Sequence[dict] = (), baseline: str = "fp32") -> str | None:
+    """The "Hardware" section: the machine in one line, its CPU flags as context, and what was
+    measured about speed here (``rows``: ``summarize``'s, for the runs' own speedups; the
+    record's ``probe``). None without a ``hardware`` record (older documents).
+
+    Usage: ``render_hardware(doc.get("hardware"), summarize(doc))``
     """
     if not isinstance(hw, dict) or not hw:
         return None
@@ -369,7 +404,7 @@ def render_hardware(hw: dict | None) -> str | None:
     if facts:
         lines.append("- " + " · ".join(facts))
     flags = cpu.get("flags") if isinstance(cpu.get("flags"), dict) else {}
-    lines.append("- CPU flags that decide how fast bf16/fp16 run: "
+    lines.append("- CPU flags (context for the figures, not a forecast of them): "
                  + " · ".join(f"`{f}` {_yes_no(flags.get(f))}" for f in CPU_FLAGS))
     gpu = hw.get("gpu")
     if isinstance(gpu, dict):
@@ -380,22 +415,139 @@ def render_hardware(hw: dict | None) -> str | None:
             + (f" · {mem / 2**30:.0f} GiB" if mem else "")
         )
     lines.append("")
-    amx = flags.get("amx_bf16")
-    if isinstance(gpu, dict):
-        here = ("These runs used a GPU, where the answer depends on its tensor cores (TF32 and bf16 from "
-                "compute capability 8.0); on a CPU it depends on AMX.")
-    elif amx is None:
-        here = "This CPU's flags are unknown, so which case applies here was not recorded."
-    elif amx:
-        here = "This CPU has AMX: bf16 is expected to pay off here."
-    else:
-        here = "This CPU has no AMX: expect bf16 to be no faster than fp32 here, likely slower."
     lines.append(
-        "Whether mixed precision is faster depends on the CPU: with AMX (`amx_bf16`) a bf16 matmul runs "
-        "several times faster than fp32, without it bf16 runs at about half the fp32 rate and AMP slows "
-        f"training down. {here} A figure from one machine is not a fact about another."
+        f"{measured_speed_sentence(rows, baseline, hw.get('probe'))} CPU flags alone do not settle whether "
+        "mixed precision is faster, so only a measurement on this machine tells; a figure from one machine "
+        "is not a fact about another."
     )
     return "\n".join(lines)
+
+
+def lighter_sentence(precision: str, saved: float, base_saved: float, baseline: str = "fp32") -> str:
+    """The headline "lighter" figure in words, from two measured saved-activation peaks.
+
+    Usage: ``lighter_sentence("bf16", 83, 100)`` -> ``"bf16 saved 0.83x the activation bytes of fp32: 17% lighter"``
+    """
+    ratio = saved / base_saved
+    pct = round(abs(1 - ratio) * 100)
+    if pct == 0:
+        how = "the same within 1%"
+    else:
+        how = f"{pct}% {'lighter' if ratio < 1 else 'heavier'}"
+    return f"{precision} saved {ratio:.2f}x the activation bytes of {baseline}: {how}"
+
+
+def _mib_of(value: float | None) -> str:
+    return NA if value is None else f"{value / MIB:.1f}"
+
+
+def _shares(parts: Sequence[tuple[str, float]], total: float) -> str:
+    return ", ".join(f"{name} {b / MIB:.1f} MiB" + (f" ({b / total:.0%})" if total else "") for name, b in parts)
+
+
+def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
+    """The "Memory breakdown" section from the runs' ``memory`` records (see
+    ``mixft.memory``): a table per precision, the saved-activation ratio vs ``baseline`` in
+    words, and the saved bytes by dtype and by op. None when no run has a record.
+
+    Usage: ``render_memory(doc)``
+    """
+    rows = memory_rows(doc)
+    if not rows:
+        return None
+    kinds = {r["device_figure_kind"] for r in rows if r["device_figure"] is not None}
+    kind = memory_label(next(iter(kinds))) if len(kinds) == 1 and None not in kinds else "device"
+    base = next((r for r in rows if r["precision"] == baseline), None)
+    header = ["precision", *(f"{label} (MiB)" for _, label in MEMORY_PARTS), f"device figure (MiB, {kind})",
+              f"saved vs {baseline}"]
+    lines = ["## Memory breakdown", "",
+             "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    words = []
+    for r in rows:
+        ratio = NA
+        if base is not None and r is not base and r["saved_activations_peak"] and base["saved_activations_peak"]:
+            ratio = f"{r['saved_activations_peak'] / base['saved_activations_peak']:.2f}×"
+            words.append(lighter_sentence(r["precision"], r["saved_activations_peak"],
+                                          base["saved_activations_peak"], baseline))
+        elif r is base:
+            ratio = "baseline"
+        cells = [r["precision"], *(_mib_of(r[key]) for key, _ in MEMORY_PARTS), _mib_of(r["device_figure"]), ratio]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines.append("")
+    if words:
+        lines += [f"**Lighter?** {'; '.join(words)} (peak bytes autograd saved for backward in one training "
+                  "step, the part of memory a precision changes).", ""]
+    lines.append("- Measured on one forward + backward of a training batch: every storage autograd saved, "
+                 "counted once, autocast's cached low-precision weight copies included; the parameters' own "
+                 "storages are under parameters. Autocast changes the dtype of what the forward computes, not "
+                 "of the parameters, gradients or optimizer state.")
+    for r in rows:
+        dtypes = list(r["saved_by_dtype"].items())
+        ops = [(str(op), float(b)) for op, b in r["saved_by_op"][:3] if number(b) is not None]
+        total = r["saved_activations_peak"] or 0
+        parts = []
+        if dtypes:
+            parts.append("by dtype: " + _shares(dtypes, total))
+        if ops:
+            parts.append("top ops: " + _shares(ops, total))
+        if parts:
+            lines.append(f"- **{r['precision']}** saved " + " · ".join(parts) + ".")
+    if any(r["device_figure_kind"] == "cpu_rss" for r in rows):
+        lines.append("- The device figure on CPU is the run's peak RSS: the whole process (runtime, libraries, "
+                     "data), not tensors alone.")
+    return "\n".join(lines)
+
+
+def render_agreement(doc: dict) -> str | None:
+    """The "Agreement with fp32" section from each run's ``agreement_vs_fp32`` (see
+    ``mixft.agreement``): per run, the flip rate, the paired accuracy difference with its
+    95% interval, McNemar's p and the verdict; for regression the mean |difference|.
+    None when no run has one.
+
+    Usage: ``render_agreement(doc)``
+    """
+    found = [r for r in doc.get("runs") or [] if isinstance(r.get("agreement_vs_fp32"), dict)]
+    if not found:
+        return None
+    cls = [r for r in found if r["agreement_vs_fp32"].get("kind") != "regression"]
+    reg = [r for r in found if r["agreement_vs_fp32"].get("kind") == "regression"]
+    lines = ["## Agreement with fp32", "",
+             "Each precision's predictions on the eval set, example by example, against fp32's of the same seed.", ""]
+    if cls:
+        lines += ["| precision | seed | examples | flipped labels | Δaccuracy vs fp32 (pts) | 95% interval (pts) "
+                  "| only this right / only fp32 right | McNemar p |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in cls:
+            a = r["agreement_vs_fp32"]
+            diff, ci = number(a.get("accuracy_diff")), a.get("accuracy_diff_ci95")
+            flips, rate = a.get("flips"), number(a.get("flip_rate"))
+            cells = [
+                str(r.get("precision")), str(r.get("seed")), str(a.get("n", NA)),
+                NA if rate is None else f"{flips} ({rate:.1%})",
+                NA if diff is None else f"{100 * diff:+.2f}",
+                NA if not ci else f"{100 * ci[0]:+.2f} to {100 * ci[1]:+.2f}",
+                NA if a.get("precision_only_right") is None else f"{a['precision_only_right']} / {a['fp32_only_right']}",
+                NA if number(a.get("mcnemar_p")) is None else f"{a['mcnemar_p']:.3g}",
+            ]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("")
+    if reg:
+        lines += ["| precision | seed | examples | mean abs. difference | largest abs. difference |",
+                  "|---|---|---:|---:|---:|"]
+        for r in reg:
+            a = r["agreement_vs_fp32"]
+            cells = [str(r.get("precision")), str(r.get("seed")), str(a.get("n", NA)),
+                     NA if number(a.get("mean_abs_diff")) is None else f"{a['mean_abs_diff']:.4g}",
+                     NA if number(a.get("max_abs_diff")) is None else f"{a['max_abs_diff']:.4g}"]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("")
+    lines += [f"- seed {r.get('seed')}: {r['agreement_vs_fp32']['verdict']}" for r in found
+              if r["agreement_vs_fp32"].get("verdict")]
+    if cls:
+        interval = cls[0]["agreement_vs_fp32"].get("interval")
+        lines.append("- The interval is a " + (interval or "paired normal 95% interval") + "; McNemar's exact test "
+                     "counts only the examples one precision got right and the other wrong.")
+    return "\n".join(lines).rstrip("\n")
 
 
 def render_probe(probe: dict | None) -> str | None:
@@ -451,7 +603,7 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     out += [line for task in _task_lines(runs) for line in (task, "")]
 
     hw = doc.get("hardware") if isinstance(doc.get("hardware"), dict) else None
-    machine = [sec for sec in (render_hardware(hw), render_probe((hw or {}).get("probe"))) if sec]
+    machine = [sec for sec in (render_hardware(hw, rows, baseline), render_probe((hw or {}).get("probe"))) if sec]
     if not rows:
         probed = isinstance((hw or {}).get("probe"), dict)
         out += ["No training runs in this results document" + (": it holds the probe below." if probed else "."), ""]
@@ -470,6 +622,7 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
         out += ["## Eval per epoch", "", history, ""]
         out += ["Each row: the evaluation recorded at that epoch (step), mean ± sample std over seeds.", ""]
 
+    out += [line for sec in (render_memory(doc, baseline), render_agreement(doc)) if sec for line in (sec, "")]
     out += [line for sec in machine for line in (sec, "")]
 
     titles = chart_titles(doc)

@@ -68,6 +68,7 @@ CHART_TITLES = {
     "loss_scale.png": "GradScaler loss scale",
     "eval_accuracy.png": "Eval accuracy per epoch",
     "time_memory.png": "Train time and peak memory",
+    "memory_breakdown.png": "Memory breakdown per precision",
 }
 # Every other eval metric gets its own chart too, ``eval_<metric>.png`` (see eval_charts).
 
@@ -345,6 +346,89 @@ def loss_series(run: dict) -> dict[float, float]:
     return _series(zip(steps, loss))
 
 
+def smooth(values: list[float], window: int | None = None) -> list[float]:
+    """Centred moving average (``window`` points, default about a twentieth of the series,
+    odd, at least 1); the ends average over the points they have.
+
+    Usage: ``smooth([0, 3, 0, 3, 0], 3)`` -> ``[1.5, 1.0, 2.0, 1.0, 1.5]``
+    """
+    n = len(values)
+    if window is None:
+        window = max(1, n // 20)
+    half = max(0, window) // 2
+    out = []
+    for i in range(n):
+        part = values[max(0, i - half): i + half + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def loss_difference_series(doc: dict, baseline: str = "fp32") -> dict[str, tuple[list[float], list[float]]]:
+    """``{precision: (steps, smoothed mean of (precision loss - baseline loss))}`` at the steps
+    both have, each run paired with the baseline run of the same seed (in order where seeds
+    do not match), mean over the pairs, then :func:`smooth`. Identical curves give 0.
+
+    Usage: ``steps, diff = loss_difference_series(doc)["bf16"]``
+    """
+    groups = group_runs(doc)
+    base_runs = groups.get(baseline) or []
+    base_by_seed = {r.get("seed"): loss_series(r) for r in base_runs}
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for precision, runs in groups.items():
+        if precision == baseline or not base_runs:
+            continue
+        diffs = []
+        for i, run in enumerate(runs):
+            base = base_by_seed.get(run.get("seed"))
+            if base is None:
+                base = loss_series(base_runs[min(i, len(base_runs) - 1)])
+            mine = loss_series(run)
+            common = {x: mine[x] - base[x] for x in mine if x in base}
+            if common:
+                diffs.append(common)
+        if diffs:
+            steps = sorted({x for d in diffs for x in d})
+            means = [mean(d[x] for d in diffs if x in d) for x in steps]
+            out[precision] = (steps, smooth(means))
+    return out
+
+
+#: The byte figures of a run's ``memory`` (results.json), in stacking order, with labels.
+MEMORY_PARTS = (("parameters", "parameters"), ("gradients", "gradients"),
+                ("optimizer_state", "optimizer state"), ("saved_activations_peak", "saved activations (peak)"))
+
+
+def memory_rows(doc: dict) -> list[dict[str, Any]]:
+    """One row per precision with a ``memory`` record in some run: the mean over those runs of
+    each byte figure (``MEMORY_PARTS``, ``device_figure``), ``device_figure_kind`` (None
+    when runs differ), ``saved_by_dtype`` (mean bytes per dtype), ``saved_by_op`` (the
+    first such run's) and ``n`` (runs with a record). [] for documents without any.
+
+    Usage: ``{r["precision"]: r["saved_activations_peak"] for r in memory_rows(doc)}``
+    """
+    rows = []
+    for precision, runs in group_runs(doc).items():
+        recs = [r["memory"] for r in runs if isinstance(r.get("memory"), dict)]
+        if not recs:
+            continue
+        row: dict[str, Any] = {"precision": precision, "n": len(recs)}
+        for key, _ in MEMORY_PARTS:
+            row[key] = mean(number(m.get(key)) for m in recs)
+        row["device_figure"] = mean(number(m.get("device_figure")) for m in recs)
+        kinds = {m.get("device_figure_kind") for m in recs}
+        row["device_figure_kind"] = kinds.pop() if len(kinds) == 1 else None
+        dtypes: dict[str, list[float]] = {}
+        for m in recs:
+            for dt, b in (m.get("saved_by_dtype") or {}).items():
+                if number(b) is not None:
+                    dtypes.setdefault(str(dt), []).append(number(b))
+        row["saved_by_dtype"] = dict(sorted(((dt, sum(v) / len(recs)) for dt, v in dtypes.items()),
+                                            key=lambda kv: -kv[1]))
+        row["saved_by_op"] = [list(x) for x in recs[0].get("saved_by_op") or [] if isinstance(x, (list, tuple))]
+        rows.append(row)
+    return rows
+
+
 def eval_series(run: dict, metric: str = "accuracy") -> dict[float, float]:
     """``{epoch: eval metric}`` of a run (accuracy unless ``metric`` says otherwise)."""
     return _series((e.get("epoch"), e.get(metric)) for e in run.get("eval_history") or [])
@@ -444,15 +528,17 @@ _CHART_DATA = {
     "loss.png": lambda doc: any(loss_series(r) for r in doc.get("runs") or []),
     "loss_scale.png": lambda doc: any(scale_points(r)[0] for r in doc.get("runs") or []),
     "time_memory.png": _has_time_memory,
+    "memory_breakdown.png": lambda doc: bool(memory_rows(doc)),
 }
 
 
 def planned_charts(doc: dict) -> list[str]:
     """File names of the charts ``doc`` has data for, in report order (``mixft.plots`` draws them):
-    loss, loss scale, one eval chart per metric (:func:`eval_charts`), time and memory.
+    loss, loss scale, one eval chart per metric (:func:`eval_charts`), time and memory, the
+    memory breakdown (runs with a ``memory`` record).
 
     Usage: ``planned_charts(doc)`` -> ``["loss.png", "eval_accuracy.png", "eval_f1.png", "time_memory.png"]``
     """
     names = [n for n in ("loss.png", "loss_scale.png") if _CHART_DATA[n](doc)]
     names += list(eval_charts(doc))
-    return names + [n for n in ("time_memory.png",) if _CHART_DATA[n](doc)]
+    return names + [n for n in ("time_memory.png", "memory_breakdown.png") if _CHART_DATA[n](doc)]

@@ -394,3 +394,68 @@ def test_repo_missing_on_the_hub_is_one_line(monkeypatch):
         "--model roberta-larg: cannot read config.json from the Hugging Face hub: roberta-larg is not a local folder and "
         "is not a valid model identifier listed on 'https://huggingface.co/models'"
     )
+
+
+# ---------------------------------------------------------------------------------------
+# One line means one line: library warnings never precede the refusal
+# ---------------------------------------------------------------------------------------
+
+
+def _out_of_vocab_bos(model_dir: Path, bos: int) -> None:
+    cfg = json.loads((model_dir / "config.json").read_text())
+    cfg["bos_token_id"] = bos  # transformers warns (logging) when it reads this config
+    (model_dir / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.fixture
+def transformers_records():
+    """What transformers' logger hands its handlers (its own stderr handler binds the stream
+    it was created with, which pytest's capture fixtures do not see)."""
+    import logging
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    lib = logging.getLogger("transformers")
+    keep = Keep()
+    lib.addHandler(keep)
+    yield keep.messages
+    lib.removeHandler(keep)
+
+
+def test_library_warning_of_a_refused_model_is_not_shown(bert_dir, transformers_records):
+    # transformers' warning_once remembers its messages: a bos id no other test uses.
+    _out_of_vocab_bos(bert_dir, 7_654_321)
+    (bert_dir / "model.safetensors").write_bytes(b"")
+    message = _refusal(bert_dir)
+    assert "model.safetensors is empty" in message
+    assert not [m for m in transformers_records if "7654321" in m]
+
+
+def test_library_warning_of_an_accepted_model_still_shown(bert_dir, transformers_records):
+    _out_of_vocab_bos(bert_dir, 7_654_322)
+    check_model(str(bert_dir))
+    shown = [m for m in transformers_records if "7654322" in m]
+    assert len(shown) == 1 and "bos_token_id must be `None` or an integer within the vocabulary" in shown[0]
+
+
+def test_held_python_warnings_dropped_on_refusal_shown_on_pass():
+    import warnings
+
+    from mixft.model_check import held_library_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(UsageError):
+            with held_library_warnings():
+                warnings.warn("from a library, before the refusal", UserWarning)
+                raise UsageError("--model M: refused")
+        assert seen == []
+        with held_library_warnings():
+            warnings.warn("from a library, model accepted", UserWarning)
+        assert [str(w.message) for w in seen] == ["from a library, model accepted"]

@@ -190,3 +190,73 @@ def test_eval_chart_titles_name_the_metric(monkeypatch):
     plots.write_plots(doc, Path("/nonexistent"))
     assert titles == [("pearsonr", "Eval Pearson r per epoch", "Pearson r"),
                       ("spearmanr", "Eval Spearman ρ per epoch", "Spearman ρ")]
+
+
+# ---------------------------------------------------------------------------- loss difference, memory breakdown
+
+
+def test_loss_difference_is_zero_for_identical_curves(doc):
+    from mixft.summary import loss_difference_series
+
+    for r in doc["runs"]:
+        if r["precision"] != "fp32":
+            base = next(b for b in doc["runs"] if b["precision"] == "fp32" and b["seed"] == r["seed"])
+            r["history"] = copy.deepcopy(base["history"])
+    diffs = loss_difference_series(doc)
+    assert set(diffs) == {"bf16", "fp16"}
+    steps, diff = diffs["bf16"]
+    assert steps and all(d == 0 for d in diff)
+
+
+def test_loss_difference_pairs_same_seed_and_smooths(doc):
+    from mixft.summary import loss_difference_series, smooth
+
+    assert smooth([0, 3, 0, 3, 0], 3) == [1.5, 1.0, 2.0, 1.0, 1.5]
+    runs = [r for r in doc["runs"] if r["precision"] in ("fp32", "bf16")]
+    for r in runs:
+        r["history"] = {"step": [1, 2, 3], "loss": [1.0, 1.0, 1.0]}
+    # bf16 seed 0 sits 0.2 above fp32 seed 0, seed 1 0.4 above: mean 0.3 at every step.
+    for r in runs:
+        if r["precision"] == "bf16":
+            r["history"]["loss"] = [1.2, 1.2, 1.2] if r["seed"] == 0 else [1.4, 1.4, 1.4]
+    steps, diff = loss_difference_series({"runs": runs})["bf16"]
+    assert steps == [1, 2, 3] and diff == pytest.approx([0.3, 0.3, 0.3])
+
+
+def test_loss_chart_has_a_difference_panel_with_a_baseline(doc):
+    fig = plots._loss_figure(doc, "fp32")
+    assert len(fig.axes) == 2
+    labels = [ln.get_label() for ln in fig.axes[1].get_lines()]
+    assert "bf16 − fp32" in labels and "fp16 − fp32" in labels
+    no_base = {"runs": [r for r in doc["runs"] if r["precision"] != "fp32"]}
+    assert len(plots._loss_figure(no_base, "fp32").axes) == 1
+
+
+def _memory(saved: int, device: int | None = 900 * 2**20) -> dict:
+    return {"parameters": 90 * 2**20, "gradients": 90 * 2**20, "optimizer_state": 180 * 2**20,
+            "saved_activations_peak": saved, "saved_by_dtype": {"bfloat16": saved // 2, "float32": saved // 2},
+            "saved_by_op": [["linear", saved // 2]], "device_figure": device, "device_figure_kind": "cpu_rss"}
+
+
+def test_memory_breakdown_chart_written_only_with_memory(doc, tmp_path):
+    assert "memory_breakdown.png" not in plots.planned_plots(doc)
+    for r in doc["runs"]:
+        r["memory"] = _memory(200 * 2**20 if r["precision"] == "fp32" else 160 * 2**20)
+    assert plots.planned_plots(doc)[-1] == "memory_breakdown.png"
+    fig = plots._memory_breakdown_figure(doc, "fp32")
+    ax = fig.axes[0]
+    # Four stacked parts per precision, the top of fp32's stack = the sum of its parts.
+    stacks = [p for p in ax.patches]
+    assert len(stacks) == 4 * 3
+    fp32_top = max(p.get_y() + p.get_height() for p in stacks if abs(p.get_x() + p.get_width() / 2) < 1e-9)
+    assert fp32_top == pytest.approx((90 + 90 + 180 + 200))
+    assert any(t.get_text() == "saved 0.80× fp32" for t in ax.texts)
+    out = plots.write_plots(doc, tmp_path)
+    assert (tmp_path / "memory_breakdown.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert out[-1].name == "memory_breakdown.png"
+
+
+def test_memory_breakdown_tolerates_missing_device_figure(doc):
+    doc["runs"][0]["memory"] = _memory(100, device=None)
+    fig = plots._memory_breakdown_figure(doc, "fp32")
+    assert len(fig.axes[0].patches) == 4

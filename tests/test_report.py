@@ -576,9 +576,8 @@ def section(md: str, heading: str) -> str:
     return md[start:] if end < 0 else md[start:end]
 
 
-@pytest.mark.parametrize("amx, says", [(True, "This CPU has AMX"), (False, "This CPU has no AMX"),
-                                       (None, "flags are unknown")])
-def test_hardware_section_names_machine_flags_and_the_amx_dependence(doc, amx, says):
+@pytest.mark.parametrize("amx", [True, False, None])
+def test_hardware_section_names_machine_and_flags_as_context(doc, amx):
     from mixft.hardware import hardware_line
 
     hw = cpu_hardware(amx)
@@ -589,7 +588,39 @@ def test_hardware_section_names_machine_flags_and_the_amx_dependence(doc, amx, s
     for flag, value in hw["cpu"]["flags"].items():
         assert f"`{flag}` {yes_no[value]}" in text
     assert "torch 2.13.0+cpu (2 threads)" in text
-    assert "depends on the CPU" in text and "AMX" in text and says in text
+    # Nothing derived from the flags: no forecast, whatever they are.
+    for rule in ("expect", "likely", "has no AMX", "has AMX", "pay off"):
+        assert rule not in text
+
+
+def _times(doc: dict, precision: str, seconds: float) -> None:
+    for r in runs_of(doc, precision):
+        r["train_time_s"] = seconds
+
+
+@pytest.mark.parametrize("amx, bf16_s, says, never", [
+    (False, 2.0, "bf16 trained 2.00x faster than fp32", "slower"),   # no AMX, measured faster: says faster
+    (True, 8.0, "bf16 trained at 0.50x fp32's speed, slower", "faster than fp32"),  # AMX, measured slower
+])
+def test_hardware_words_follow_the_measured_ratio_not_the_flags(doc, amx, bf16_s, says, never):
+    _times(doc, "fp32", 4.0)
+    _times(doc, "bf16", bf16_s)
+    doc["runs"] = [r for r in doc["runs"] if r["precision"] in ("fp32", "bf16")]
+    doc["hardware"] = cpu_hardware(amx)
+    md = render_markdown(doc)
+    text = section(md, "## Hardware")
+    assert says in text and never not in text
+    # The sentence agrees with the table's speedup cell.
+    assert table_rows(md)["bf16"]["speedup"] == f"{4.0 / bf16_s:.2f}×"
+
+
+def test_hardware_without_any_measurement_offers_probe():
+    from mixft.report import measured_speed_sentence
+
+    assert "`--probe`" in measured_speed_sentence([])
+    assert "Nothing in these results measured" in measured_speed_sentence([{"precision": "fp32", "is_baseline": True,
+                                                                            "speedup": None}])
+    assert "the probe below" in measured_speed_sentence([], probe={"format": 1})
 
 
 def test_gpu_hardware_lists_the_gpu(doc):
@@ -602,7 +633,7 @@ def test_gpu_hardware_lists_the_gpu(doc):
     text = section(render_markdown(doc), "## Hardware")
     assert hardware_line(hw) in text and "NVIDIA H100 80GB HBM3" in text
     assert "compute capability 9.0 · TF32 yes · bf16 yes · 80 GiB" in text and "CUDA 12.4" in text
-    assert "tensor cores" in text
+    assert "Measured in these runs: bf16 trained" in text
 
 
 def test_probe_section_renders_from_the_stored_dict(doc):
@@ -623,7 +654,7 @@ def test_probe_only_document_renders_hardware_and_probe():
     hw = cpu_hardware(False)
     md = render_markdown({"created": "2026-11-22T12:00:00+00:00", "runs": [], "hardware": {**hw, "probe": probe_dict(hw)}})
     assert "No training runs" in md and "probe below" in md
-    assert "## Hardware" in md and "This CPU has no AMX" in md
+    assert "## Hardware" in md and "the probe below measured one" in md
     assert "| bf16 | 125.0 | 1.60x |" in md
 
 
@@ -663,3 +694,75 @@ def test_results_frame_and_compare_frame_carry_every_metric():
         statistics.mean(values(doc, "bf16", metric("spearmanr"))) - statistics.mean(values(doc, "fp32", metric("spearmanr"))))
     multi = compare_frame(load("results_multiclass.json"))
     assert {"f1_mean", "f1_std", "delta_f1_pts", "accuracy_mean", "delta_accuracy_pts"} <= set(multi.columns)
+
+
+# ---------------------------------------------------------------------------- memory breakdown, agreement
+
+
+def _memory(saved: int, *, device: int | None = 900 * 2**20, dtype_bf16: int = 0) -> dict:
+    return {"parameters": 90 * 2**20, "gradients": 90 * 2**20, "optimizer_state": 180 * 2**20,
+            "saved_activations_peak": saved,
+            "saved_by_dtype": {"bfloat16": dtype_bf16, "float32": saved - dtype_bf16} if dtype_bf16 else {"float32": saved},
+            "saved_by_op": [["linear", saved // 2], ["layer_norm", saved // 4]],
+            "device_figure": device, "device_figure_kind": "cpu_rss"}
+
+
+def test_lighter_sentence_in_words():
+    from mixft.report import lighter_sentence
+
+    assert lighter_sentence("bf16", 83, 100) == "bf16 saved 0.83x the activation bytes of fp32: 17% lighter"
+    assert lighter_sentence("fp16", 110, 100).endswith("10% heavier")
+    assert lighter_sentence("bf16", 100, 100).endswith("the same within 1%")
+
+
+def test_memory_section_table_and_words(doc):
+    for r in doc["runs"]:
+        saved = {"fp32": 200 * 2**20, "bf16": 166 * 2**20, "fp16": 150 * 2**20}[r["precision"]]
+        r["memory"] = _memory(saved, dtype_bf16=0 if r["precision"] == "fp32" else 100 * 2**20)
+    md = render_markdown(doc)
+    text = section(md, "## Memory breakdown")
+    rows = table_rows(text, 0)
+    assert rows["fp32"]["saved activations (peak) (MiB)"] == "200.0"
+    assert rows["bf16"]["saved vs fp32"] == "0.83×" and rows["fp32"]["saved vs fp32"] == "baseline"
+    assert rows["bf16"]["optimizer state (MiB)"] == "180.0"
+    assert rows["bf16"]["device figure (MiB, RSS)"] == "900.0"
+    assert "bf16 saved 0.83x the activation bytes of fp32: 17% lighter" in text
+    assert "fp16 saved 0.75x the activation bytes of fp32: 25% lighter" in text
+    # 100 of 166 MiB in bfloat16: 60%.
+    assert "**bf16** saved by dtype: bfloat16 100.0 MiB (60%), float32 66.0 MiB (40%)" in text
+    assert "top ops: linear 83.0 MiB (50%)" in text
+
+
+def test_memory_section_absent_without_records(doc):
+    assert "## Memory breakdown" not in render_markdown(doc)
+    doc["runs"][0]["memory"] = _memory(100, device=None)   # fp32 only, no device figure: no ratio, no crash
+    text = section(render_markdown(doc), "## Memory breakdown")
+    assert "Lighter?" not in text and table_rows(text, 0)["fp32"]["device figure (MiB, device)"] == "n/a"
+
+
+def test_agreement_section(doc):
+    from mixft.agreement import agreement_vs_fp32
+
+    labels = [0] * 10 + [0] * 3 + [1] + [2] * 6
+    fp32 = [0] * 10 + [1, 1, 1] + [1] + [0] * 6
+    bf16 = [0] * 10 + [1, 1, 2] + [0] + [2] * 6
+    for r in doc["runs"]:
+        if r["precision"] == "bf16":
+            r["agreement_vs_fp32"] = agreement_vs_fp32("bf16", bf16, fp32, labels)
+    md = render_markdown(doc)
+    text = section(md, "## Agreement with fp32")
+    rows = table_rows(text, 0)
+    row = rows["bf16"]
+    assert row["flipped labels"] == "8 (40.0%)" and row["Δaccuracy vs fp32 (pts)"] == "+25.00"
+    assert row["only this right / only fp32 right"] == "6 / 1" and row["McNemar p"] == "0.125"
+    assert "not distinguishable from noise" in text
+    assert "## Agreement with fp32" not in render_markdown({**doc, "runs": [
+        {k: v for k, v in r.items() if k != "agreement_vs_fp32"} for r in doc["runs"]]})
+
+
+def test_agreement_section_regression(doc):
+    from mixft.agreement import agreement_vs_fp32
+
+    doc["runs"][2]["agreement_vs_fp32"] = agreement_vs_fp32("bf16", [1.0, 2.0], [1.5, 2.0], regression=True)
+    text = section(render_markdown(doc), "## Agreement with fp32")
+    assert "| 0.25 | 0.5 |" in text
