@@ -9,6 +9,7 @@ models stop before any work with one line (exit 2).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,13 @@ def run(out: Path, model: Path, *args: str, batch: int = 4) -> tuple[int, dict]:
     return code, doc
 
 
+def header_params(printed: str) -> tuple[int, int, str]:
+    """(trainable, total, the whole line) from the run header's ``params`` line."""
+    line = next(line for line in printed.splitlines() if line.strip().startswith("params"))
+    found = re.search(r"params\s+([\d,]+) trainable / ([\d,]+) total", line)
+    return int(found[1].replace(",", "")), int(found[2].replace(",", "")), line
+
+
 def one_line_error(capsys) -> str:
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1, lines
@@ -52,9 +60,8 @@ def test_decoder_trains_saves_and_evaluates_again_with_the_same_figures(tmp_path
     saved = tmp_path / "out" / "model"
     config = json.loads((saved / "config.json").read_text())
     assert config["model_type"] == arch and config["pad_token_id"] is not None
-    header = capsys.readouterr().out
-    total = int(next(line for line in header.splitlines() if "params" in line).split("/")[1].split()[0].replace(",", ""))
-    assert f"{total:,} trainable / {total:,} total" in header  # full fine-tuning: every weight trains
+    trainable, total, line = header_params(capsys.readouterr().out)
+    assert trainable == total > 0 and "LoRA" not in line  # full fine-tuning: every weight trains
 
     # Evaluated alone, at another batch size (1 example per batch: no padding at all).
     code, again = run(tmp_path / "eval", saved, *data, "--eval-only", batch=1)
@@ -71,8 +78,7 @@ def test_lora_trains_adapters_saves_them_small_and_reloads_them(tmp_path, models
     assert code == 0, capsys.readouterr().err
     (r,) = trained["runs"]
     assert r["steps"] == 6 and r["config"]["lora"] is True and r["config"]["lora_r"] == 4
-    params = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("params"))
-    trainable, total = (int(part.split()[0].replace(",", "")) for part in params.split("params")[1].split("/"))
+    trainable, total, params = header_params(capsys.readouterr().out)
     assert 0 < trainable < total / 4 and "LoRA r=4, alpha 16" in params
     assert ("query, value" if arch == "bert" else "c_attn") in params
 
@@ -80,7 +86,8 @@ def test_lora_trains_adapters_saves_them_small_and_reloads_them(tmp_path, models
     assert (saved / "adapter_model.safetensors").is_file() and not (saved / "model.safetensors").exists()
     recorded = json.loads((saved / "lora_classifier.json").read_text())
     assert Path(recorded["base_model"]) == models[arch].resolve()
-    assert (saved / "adapter_model.safetensors").stat().st_size < (models[arch] / "model.safetensors").stat().st_size / 3
+    full = (models[arch] / "model.safetensors").stat().st_size
+    assert (saved / "adapter_model.safetensors").stat().st_size < full / 3
 
     code, again = run(tmp_path / "eval", saved, *data, "--eval-only")
     assert code == 0, capsys.readouterr().err
