@@ -95,6 +95,7 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
     from mixft.model_check import check_model
     from mixft.models import pad_for_classification
 
+    options = lora_options(cfg) if cfg.lora else None  # "--lora-target-modules q,,v" refused before any reading
     source = f"--model {cfg.model}"
     # A --save-model directory of a LoRA run holds adapters + head only: the weights
     # underneath come from the base model it records.
@@ -109,8 +110,8 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
     checked = check_model(resolved.path, max_length=cfg.max_length, source=source, decoders=True)
     # Before tokenising: a decoder's batches are padded (and pooled) as its tokenizer now says.
     tokenizer = pad_for_classification(checked.tokenizer, checked.config, source)
-    if cfg.lora:  # a target name the model lacks is refused now, not after tokenising
-        check_lora_targets(checked.config, lora_options(cfg))
+    if options:  # a target name the model lacks is refused now, not after tokenising
+        check_lora_targets(checked.config, options)
     if cfg.eval_only:
         _check_fine_tuned(cfg, resolved.path, data.task, tokenizer, lora_dir)
     max_length = cfg.max_length or min(DEFAULT_MAX_LENGTH, checked.max_length or DEFAULT_MAX_LENGTH)
