@@ -159,6 +159,11 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     say(f"  data       {run_info.get('dataset', cfg.data_dir)}")
     if run_info.get("task"):
         say(f"  task       {run_info['task']}")
+    if run_info.get("parameters"):
+        params, lora = run_info["parameters"], run_info.get("lora")
+        how = (f" (LoRA r={lora['r']}, alpha {lora['alpha']:g}, dropout {lora['dropout']:g} on "
+               f"{', '.join(lora['target_modules'])}; the head in full)") if lora else ""
+        say(f"  params     {params['trainable']:,} trainable / {params['total']:,} total{how}")
     say(f"  device     {device}: {hardware_line(hardware)}")
     if hardware.get("probe"):
         say(f"  speed      {probe_line(ProbeResult.from_dict(hardware['probe']))}")

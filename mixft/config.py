@@ -18,6 +18,7 @@ from .errors import UsageError
 from .options import (
     BOOL,
     FRACTION,
+    LORA_DROPOUT,
     NON_NEGATIVE_FLOAT,
     NON_NEGATIVE_INT,
     POSITIVE_FLOAT,
@@ -33,6 +34,7 @@ from .options import (
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DATA = "data (which recipes read which: --help of each recipe's USES; others refuse them)"
 RELIABILITY = "reliability (docs/reliability.md)"
+LORA = "LoRA (peft: text-classification and glue)"
 
 
 def per_recipe(default, help: str, **kwargs):
@@ -86,6 +88,17 @@ class RunConfig:
                                               metavar="N", group=DATA)
     max_length: int | None = per_recipe(None, "tokens per example; longer ones are truncated", check=POSITIVE_INT,
                                         metavar="N")
+    lora: bool = per_recipe(False, "train LoRA adapters on the frozen model (the classification head trains in "
+                            "full); --save-model then writes the adapters + head only", check=BOOL, group=LORA)
+    lora_r: int = per_recipe(8, "rank of each LoRA update", check=POSITIVE_INT, metavar="N", group=LORA)
+    lora_alpha: float = per_recipe(16.0, "LoRA scaling: updates are multiplied by alpha / r", check=POSITIVE_FLOAT,
+                                   metavar="F", group=LORA)
+    lora_dropout: float = per_recipe(0.05, "dropout on the LoRA branch's input", check=LORA_DROPOUT, metavar="P",
+                                     group=LORA)
+    lora_target_modules: str | None = per_recipe(None, "Linear layers to adapt: short names, comma-separated "
+                                                 "(e.g. query,value or q_proj,v_proj), or all-linear (default: the "
+                                                 "architecture's attention query and value)", check=TEXT,
+                                                 metavar="NAMES", group=LORA)
     epochs: int | None = option(None, "passes over the training data", check=POSITIVE_INT, metavar="N")
     max_steps: int | None = option(None, "optimizer steps; ends the run early when reached", check=POSITIVE_INT,
                                    metavar="N")
@@ -152,10 +165,20 @@ class RunConfig:
             raise UsageError("--probe trains nothing: it cannot be combined with --resume, --save-model or --eval-only")
         if self.eval_only and (self.resume or self.save_model):
             raise UsageError("--eval-only trains nothing: it cannot be combined with --resume or --save-model")
+        self._validate_lora()
         out = Path(self.output_dir)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {self.output_dir}: exists and is not a directory")
         return self
+
+    def _validate_lora(self) -> None:
+        # A LoRA setting without --lora would be silently ignored: the full model would train.
+        if not self.lora:
+            for f in fields(self):
+                if f.name.startswith("lora_") and getattr(self, f.name) != f.default:
+                    raise UsageError(f"{flag_of(f)} needs --lora")
+        elif self.eval_only:
+            raise UsageError("--lora with --eval-only: a saved LoRA directory is loaded as it is; drop --lora")
 
     def check_recipe_options(self, recipe_name: str, uses, defaults: dict[str, Any] | None = None) -> None:
         """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic).

@@ -34,14 +34,11 @@ from torch import nn
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.models import SequenceClassifier, load_classifier
-from mixft.options import POSITIVE_FLOAT, POSITIVE_INT, Check
+from mixft.options import LORA_DROPOUT, POSITIVE_FLOAT, POSITIVE_INT
 
 ALL_LINEAR = "all-linear"
 LORA_FILE = "lora_classifier.json"
 ADAPTER_CONFIG = "adapter_config.json"
-# 0 keeps every activation; 1 would drop them all, so the adapters would learn nothing.
-DROPOUT = Check(float, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1,
-                "a number >= 0 and below 1")
 # Defaults peft's own table lacks (its table covers BERT, RoBERTa, GPT-2, Llama, Qwen2, Mistral...).
 _EXTRA_DEFAULT_TARGETS = {"distilbert": ("q_lin", "v_lin")}
 
@@ -66,7 +63,7 @@ class LoraOptions:
     def __post_init__(self):
         POSITIVE_INT.validate("--lora-r", self.r)
         POSITIVE_FLOAT.validate("--lora-alpha", self.alpha)
-        DROPOUT.validate("--lora-dropout", self.dropout)
+        LORA_DROPOUT.validate("--lora-dropout", self.dropout)
         targets = self.target_modules
         if isinstance(targets, str):
             targets = ALL_LINEAR if targets.strip() == ALL_LINEAR else tuple(n.strip() for n in targets.split(","))

@@ -26,13 +26,15 @@ def adamw_factory(lr: float, device: torch.device, weight_decay: float = 0.01):
     """``f(params) -> AdamW`` with BERT's groups: no weight decay on biases and LayerNorm weights.
 
     Those are exactly the 1-d parameters (as BERT and Hugging Face's Trainer treat them).
+    Frozen parameters (``requires_grad=False``: a LoRA model's base weights) are left out:
+    AdamW would keep two moment buffers per frozen weight, the memory LoRA exists to save.
     Fused where the device has it. A factory, because the trainer builds the optimizer
     only once the model is on its device.
 
     Usage: ``Trainer(model, adamw_factory(2e-5, device), loss_fn, loader)``
     """
     def build(params):
-        params = list(params)
+        params = [p for p in params if p.requires_grad]
         groups = [
             {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},

@@ -71,6 +71,8 @@ POSITIVE_FLOAT = Check(float, lambda v: _is_number(v) and v > 0, "a positive fin
 NON_NEGATIVE_FLOAT = Check(float, lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
 PROBABILITY = Check(float, lambda v: _is_number(v) and 0 <= v <= 1, "a probability between 0 and 1")
 FRACTION = Check(float, lambda v: _is_number(v) and 0 < v < 1, "a fraction between 0 and 1 (exclusive)")
+# 0 keeps every activation; 1 would drop them all, so LoRA's adapters would learn nothing.
+LORA_DROPOUT = Check(float, lambda v: _is_number(v) and 0 <= v < 1, "a number >= 0 and below 1")
 # torch.manual_seed takes any integer in [-2**63, 2**64): refuse the rest before work starts.
 SEED = Check(int, lambda v: _is_int(v) and -(2**63) <= v < 2**64, "an integer in [-2**63, 2**64)")
 TEXT = Check(_text, lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string")

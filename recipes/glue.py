@@ -1,7 +1,8 @@
 """glue: a GLUE task (``--task cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli``) with its official metric.
 
-The text-classification recipe's model, loss and loop on GLUE's train split and official
-validation split (``validation_matched`` for MNLI); metrics as GLUE reports them (CoLA:
+The text-classification recipe's model (encoders and decoder-only models, ``--lora``
+included), loss and loop on GLUE's train split and official validation split
+(``validation_matched`` for MNLI); metrics as GLUE reports them (CoLA:
 Matthews correlation; MRPC, QQP: F1 and accuracy; STS-B: Pearson and Spearman; the rest:
 accuracy). From the datasets cache or the hub; with neither, ``sst2`` and ``mrpc`` fall
 back to mixft's generated stand-ins (with a notice) and the other tasks stop with one line.
@@ -14,10 +15,17 @@ from __future__ import annotations
 
 from mixft.config import RunConfig
 from mixft.errors import UsageError
-from recipes.text_classification import DEFAULTS, Prepared, build, prepare_model_and_tokens, save_model  # noqa: F401
+from recipes.text_classification import (  # noqa: F401
+    DEFAULTS,
+    LORA_OPTIONS,
+    Prepared,
+    build,
+    prepare_model_and_tokens,
+    save_model,
+)
 
 NAME = "glue"
-USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max_length"})
+USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max_length", *LORA_OPTIONS})
 
 
 def prepare(cfg: RunConfig) -> Prepared:

@@ -1,9 +1,14 @@
-"""text-classification: any encoder fine-tuned on the user's own data, files or a hub dataset.
+"""text-classification: any encoder or decoder-only model fine-tuned on the user's own data, files or a hub dataset.
 
-Model: the encoder's own sequence-classification head (``AutoModelForSequenceClassification``
+Model: the model's own sequence-classification head (``AutoModelForSequenceClassification``
 via ``mixft.models.load_classifier``): N logits with softmax cross-entropy for two or more
-classes, one output with MSE for regression. BERT, RoBERTa, DistilBERT, ELECTRA,
-DeBERTa-v2, XLM-R, MiniLM...; decoder-only and encoder-decoder checkpoints are refused.
+classes, one output with MSE for regression. Encoders (BERT, RoBERTa, DistilBERT, ELECTRA,
+DeBERTa-v2, XLM-R, MiniLM...) pool their first token; decoder-only models (GPT-2, Llama,
+Qwen2, Mistral...) their last non-padding token, padded on the right with the end-of-text
+token when the tokenizer has no padding token. Encoder-decoder checkpoints (T5, BART) are
+refused. ``--lora`` trains LoRA adapters (peft) on the frozen model and the head in full;
+``--save-model`` then writes the adapters + head only, which ``--eval-only --model DIR``
+loads back onto the base model they record.
 Data: ``--train-file`` (+ ``--validation-file`` or ``--validation-split``) in CSV, TSV,
 JSON, JSON Lines or Parquet, or ``--dataset NAME [--dataset-config CFG]`` from the cache or
 the hub; single texts or pairs, columns auto-detected; integer, string or float labels
@@ -12,8 +17,9 @@ Pearson + Spearman for regression, through shipped ``evaluate`` modules.
 Data the user brings is used whole unless ``--max-train-samples`` says otherwise.
 
 Raises UsageError (before any training) for unreadable data, missing columns, label
-problems, a model that is not an encoder or is broken, and --eval-only on a model
-without a fine-tuned head.
+problems, a model that is encoder-decoder or broken, LoRA target modules the model does
+not have, a saved LoRA directory given for training, and --eval-only on a model without
+a fine-tuned head.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ from mixft.precision import Precision
 from mixft.recipe import TrainerParts
 
 NAME = "text-classification"
+LORA_OPTIONS = ("lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 USES = frozenset({"model", "train_file", "validation_file", "dataset", "dataset_config", "eval_split", "task_kind",
                   "text_column", "text_pair_column", "label_column", "validation_split", "max_train_samples",
-                  "max_eval_samples", "max_length"})
+                  "max_eval_samples", "max_length", *LORA_OPTIONS})
 # Hugging Face's own defaults for fine-tuning (run_glue.py / TrainingArguments): 3 epochs at 5e-5.
 DEFAULTS = {
     "model": "bert-base-uncased",
@@ -60,6 +67,7 @@ class Prepared:
     train: object  # tokenised datasets.Dataset (Arrow)
     eval: object
     notices: list
+    lora_dir: str | None = None  # --model is a saved LoRA directory (adapters + head); model_path is its base
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -83,30 +91,64 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
     """The model half of ``prepare`` (shared with the glue recipe): check, tokenise."""
     from mixft.data.tokenize import tokenize_text_data
     from mixft.hub import resolve_model
+    from mixft.lora import check_lora_targets, is_lora_directory, lora_base_model
     from mixft.model_check import check_model
+    from mixft.models import pad_for_classification
 
-    resolved = resolve_model(cfg.model)
-    checked = check_model(resolved.path, max_length=cfg.max_length, source=f"--model {cfg.model}")
+    options = lora_options(cfg) if cfg.lora else None  # "--lora-target-modules q,,v" refused before any reading
+    source = f"--model {cfg.model}"
+    # A --save-model directory of a LoRA run holds adapters + head only: the weights
+    # underneath come from the base model it records.
+    lora_dir = str(Path(cfg.model).expanduser().resolve()) if is_lora_directory(Path(cfg.model).expanduser()) else None
+    if lora_dir and not cfg.eval_only:
+        raise UsageError(f"{source} is a saved LoRA adapter (on {lora_base_model(lora_dir)}): evaluate it with "
+                         "--eval-only, or train from its base model with --lora")
+    base = lora_base_model(lora_dir) if lora_dir else cfg.model
+    resolved = resolve_model(base)
+    if lora_dir:
+        source = f"--model {cfg.model} (LoRA on base model {base})"
+    checked = check_model(resolved.path, max_length=cfg.max_length, source=source, decoders=True)
+    # Before tokenising: a decoder's batches are padded (and pooled) as its tokenizer now says.
+    tokenizer = pad_for_classification(checked.tokenizer, checked.config, source)
+    if options:  # a target name the model lacks is refused now, not after tokenising
+        check_lora_targets(checked.config, options)
     if cfg.eval_only:
-        _check_fine_tuned(cfg, resolved.path, data.task)
+        _check_fine_tuned(cfg, resolved.path, data.task, tokenizer, lora_dir)
     max_length = cfg.max_length or min(DEFAULT_MAX_LENGTH, checked.max_length or DEFAULT_MAX_LENGTH)
-    train, evaluation = tokenize_text_data(data, checked.tokenizer, max_length)
+    train, evaluation = tokenize_text_data(data, tokenizer, max_length)
     return Prepared(
         model_path=resolved.path,
-        model_description=resolved.description,
+        model_description=f"{cfg.model} (LoRA on {resolved.description})" if lora_dir else resolved.description,
         data=data,
-        tokenizer=checked.tokenizer,
+        tokenizer=tokenizer,
         train=train,
         eval=evaluation,
         notices=[n for n in (resolved.notice, data.notice) if n],
+        lora_dir=lora_dir,
     )
 
 
-def _check_fine_tuned(cfg: RunConfig, path: str, task) -> None:
-    # --eval-only on a bare encoder would report a random head's accuracy: refuse it.
+def lora_options(cfg: RunConfig):
+    """``--lora-*`` as a checked :class:`mixft.lora.LoraOptions`."""
+    from mixft.lora import LoraOptions
+
+    return LoraOptions(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                       target_modules=cfg.lora_target_modules)
+
+
+def _load_saved(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None, seed: int):
+    """The model --eval-only evaluates: a --save-model directory, or a LoRA one on its base."""
+    from mixft.lora import load_lora_classifier
     from mixft.models import load_classifier
 
-    model = load_classifier(path, seed=0, source=f"--model {cfg.model}")
+    if lora_dir:
+        return load_lora_classifier(lora_dir, base_model=path, seed=seed, tokenizer=tokenizer)
+    return load_classifier(path, seed=seed, source=f"--model {cfg.model}", tokenizer=tokenizer)
+
+
+def _check_fine_tuned(cfg: RunConfig, path: str, task, tokenizer, lora_dir: str | None) -> None:
+    # --eval-only on a bare encoder would report a random head's accuracy: refuse it.
+    model = _load_saved(cfg, path, tokenizer, lora_dir, seed=0)
     if model.untrained:
         raise UsageError(f"--eval-only --model {cfg.model}: the model has no fine-tuned classification head, so its "
                          "scores would be a random head's; pass a directory written by --save-model")
@@ -126,15 +168,19 @@ def describe_task(task) -> str:
 
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
+    from mixft.lora import apply_lora, trainable_parameters
     from mixft.models import load_classifier
 
     task = prepared.data.task
     if cfg.eval_only:  # the saved model brings its own head and labels (checked in prepare)
-        model = load_classifier(prepared.model_path, seed=seed, source=f"--model {cfg.model}")
+        model = _load_saved(cfg, prepared.model_path, prepared.tokenizer, prepared.lora_dir, seed)
     else:
         regression = task.kind == "regression"
         model = load_classifier(prepared.model_path, seed=seed, labels=None if regression else list(task.label_names),
-                                regression=regression, source=f"--model {cfg.model}")
+                                regression=regression, source=f"--model {cfg.model}", tokenizer=prepared.tokenizer)
+        if cfg.lora:
+            model = apply_lora(model, lora_options(cfg))
+    trainable, total = trainable_parameters(model)
     pad = pad_multiple(device)
     pin = device.type == "cuda"
     train_loader = make_loader(prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
@@ -154,6 +200,8 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
             "model": prepared.model_description,
             "dataset": prepared.data.description,
             "task": describe_task(task),
+            "parameters": {"trainable": trainable, "total": total},
+            "lora": describe_lora(model),
             "labels": {
                 "kind": task.kind,
                 "names": list(task.label_names) if task.kind == "classification" else None,
@@ -165,8 +213,20 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     )
 
 
+def describe_lora(model) -> dict | None:
+    """``{"r", "alpha", "dropout", "target_modules"}`` of a LoRA model (None for any other)."""
+    from mixft.lora import LoraClassifier
+
+    if not isinstance(model, LoraClassifier):
+        return None
+    config = model.model.peft_config["default"]
+    targets = config.target_modules
+    short = sorted({name.rpartition(".")[2] for name in targets}) if not isinstance(targets, str) else [targets]
+    return {"r": config.r, "alpha": config.lora_alpha, "dropout": config.lora_dropout, "target_modules": short}
+
+
 def save_model(model, prepared: Prepared, directory: Path) -> None:
-    """Model (its config carries id2label/label2id) + tokenizer, swapped in whole."""
+    """Model (its config carries id2label/label2id; a LoRA model: adapters + head) + tokenizer, swapped in whole."""
     with atomic_directory(directory) as staging:
         model.save_pretrained(staging)
         prepared.tokenizer.save_pretrained(staging)
