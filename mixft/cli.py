@@ -28,7 +28,7 @@ from .faults import is_collapse
 from .options import SEED, add_arguments
 from .precision import PRECISIONS, amp_precision_names, resolve_device
 from .registry import RECIPES
-from .trainer import Callback, StepInfo
+from .callbacks import Callback, StepInfo
 
 PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
