@@ -15,7 +15,6 @@ Usage::
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -85,12 +84,6 @@ def make_scheduler(parts: TrainerParts, optimizer: torch.optim.Optimizer, total_
     if sched is None or not callable(sched) or hasattr(sched, "step"):
         return sched
     return sched(optimizer, total_steps)
-
-
-def planned_steps(n_batches: int, grad_accum: int, epochs: int, max_steps: int | None) -> int:
-    """Optimizer steps of a run, counted as mixft's Trainer counts them (the schedule's length)."""
-    total = math.ceil(n_batches / grad_accum) * epochs
-    return min(total, max_steps) if max_steps else total
 
 
 def optimizer_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> list[dict[str, Any]]:

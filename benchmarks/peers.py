@@ -56,6 +56,7 @@ from mixft.config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.measure import device_name
+from mixft.optim import planned_steps
 from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
 from mixft.recipe import TrainerParts
 from mixft.trainer import Trainer
@@ -68,7 +69,6 @@ from .bert import (
     make_scheduler,
     optimizer_groups,
     pad_description,
-    planned_steps,
     prepare_bert,
 )
 from .timing import TimedRegion, markdown_table, mib, ratio, rotated

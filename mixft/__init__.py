@@ -14,9 +14,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # the loop
     "Trainer": "mixft.trainer",
-    "Callback": "mixft.trainer",
-    "StepInfo": "mixft.trainer",
-    "StopTraining": "mixft.trainer",
+    "Callback": "mixft.callbacks",
+    "StepInfo": "mixft.callbacks",
+    "StopTraining": "mixft.callbacks",
     # results
     "RunResult": "mixft.results",
     "results_frame": "mixft.results",

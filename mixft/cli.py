@@ -27,8 +27,8 @@ from .interrupt import SignalHandler, StopOnSignal
 from .faults import is_collapse
 from .options import SEED, add_arguments
 from .precision import PRECISIONS, amp_precision_names, resolve_device
+from .callbacks import Callback, StepInfo
 from .registry import recipe_names
-from .trainer import Callback, StepInfo
 
 PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)

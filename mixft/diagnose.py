@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .batch import forward, split_batch
+
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504: anything larger becomes inf in fp16
 
 
@@ -110,9 +112,9 @@ def diagnose(trainer, loader: Iterable | None = None, max_batches: int = 4) -> D
     try:
         with torch.no_grad():
             for batch in loader if loader is not None else trainer.train_loader:
-                inputs, _ = trainer._split(batch)
+                inputs, _ = split_batch(batch, trainer.device)
                 with trainer.autocast():
-                    model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+                    forward(model, inputs)
                 batches += 1
                 # Hooks fire as modules finish: `order` is execution order.
                 first_bad = next((stats[n] for n in order if stats[n].nonfinite), None)

@@ -22,9 +22,10 @@ import random
 
 import torch
 
+from .callbacks import Callback, StepInfo, StopTraining, stop_kind_of
 from .log import logger
 from .options import POSITIVE_INT
-from .trainer import Callback, StepInfo, StopTraining, Trainer, stop_kind_of
+from .trainer import Trainer
 
 # The start of the stopped_early message of a run a CollapseDetector ended (for people;
 # code reads stop_kind).

@@ -23,8 +23,9 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from .callbacks import Callback, StepInfo, StopTraining, stop_kind_of
 from .log import logger
-from .trainer import Callback, StepInfo, StopTraining, Trainer, stop_kind_of
+from .trainer import Trainer
 
 # The start of the stopped_early message of a run a signal ended (for people; code reads stop_kind).
 INTERRUPTED = "interrupted"

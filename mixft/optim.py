@@ -3,11 +3,48 @@
 Usage::
 
     opt = torch.optim.AdamW(groups, lr=cfg.lr, fused=fused_adamw_available(device))
+    total = planned_steps(len(train_loader), grad_accum=2, epochs=3, max_steps=None)
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+
+def planned_steps(n_batches: int | None, grad_accum: int, epochs: int, max_steps: int | None) -> int | None:
+    """Optimizer steps a run will take: the length a schedule is built for.
+
+    Each epoch's last window may be shorter than ``grad_accum`` micro-batches and is a step
+    of its own; ``max_steps`` caps the total. Without ``n_batches`` (a loader without
+    ``len()``) only ``max_steps`` can say, and it may be None.
+
+    Usage: ``planned_steps(10, grad_accum=4, epochs=2, max_steps=None) == 6``
+    """
+    if n_batches is None:
+        return max_steps
+    total = math.ceil(n_batches / grad_accum) * epochs
+    return min(total, max_steps) if max_steps is not None else total
+
+
+def build_schedulers(lr_scheduler, optimizers: list[torch.optim.Optimizer], total_steps: int | None) -> list:
+    """The trainer's LR schedulers from what it was given: none, one, a list, or a factory.
+
+    A factory ``f(optimizer, total_steps) -> scheduler`` is called once per optimizer and
+    needs ``total_steps`` (``planned_steps``).
+
+    Usage: ``build_schedulers(linear_warmup_factory(0.1), [opt], total_steps=100)``
+    """
+    if lr_scheduler is None:
+        return []
+    if isinstance(lr_scheduler, (list, tuple)):
+        return list(lr_scheduler)
+    if callable(lr_scheduler) and not hasattr(lr_scheduler, "step"):
+        if total_steps is None:
+            raise ValueError("a scheduler factory needs a sized train_loader or max_steps")
+        return [lr_scheduler(opt, total_steps) for opt in optimizers]
+    return [lr_scheduler]
 
 
 def fused_adamw_available(device: torch.device) -> bool:

@@ -1,9 +1,9 @@
 """Capture and restore every global random number generator a training step draws from.
 
 Checkpoints save these (``mixft.checkpoint``) and the trainer restores them when it
-resumes mid-epoch, so dropout and data shuffling draw the same numbers as a run that was
-never stopped. Its own module so that the trainer and the checkpoint code both import it
-and neither imports the other for it.
+resumes mid-epoch (``ResumeRng``: which state, when), so dropout and data shuffling draw
+the same numbers as a run that was never stopped. Its own module so that the trainer and
+the checkpoint code both import it and neither imports the other for it.
 
 Usage::
 
@@ -57,3 +57,48 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
 def _as_tuple(value):
     # random.setstate wants the nested tuples random.getstate gave (a round trip may list them).
     return tuple(_as_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+class ResumeRng:
+    """The RNG bookkeeping that lets a resumed ``fit`` draw what an unbroken one would have.
+
+    An epoch's loader draws from the global RNG as it starts (sampler and worker seeds).
+    Resuming mid-epoch replays that from the state at the epoch's start; the state saved
+    with the checkpoint takes over once the trained micro-batches are skipped.
+
+    Usage (what the trainer does)::
+
+        rng.load(checkpoint_rng)                    # {"now": ..., "epoch_start": ...} or None
+        rng.start_epoch(mid_epoch=state.batch_in_epoch > 0)
+        for window in windows: rng.catch_up(); ...  # first window: back to "now"
+        rng.catch_up()                              # resumed at an epoch's end: nothing to skip
+        rng.state()                                 # what a checkpoint saves
+    """
+
+    def __init__(self):
+        self._pending: Mapping[str, Any] | None = None  # the checkpoint's states, until used
+        self._epoch_start: dict[str, Any] | None = None
+
+    def load(self, state: Mapping[str, Any] | None) -> None:
+        """The RNG states of a checkpoint (``state()``), put back at the right moments of the next fit."""
+        self._pending = state
+
+    def start_epoch(self, mid_epoch: bool) -> None:
+        """Call before the epoch's loader starts; ``mid_epoch``: the epoch resumes part-way."""
+        pending = self._pending
+        if pending is not None:
+            if mid_epoch and pending.get("epoch_start") is not None:
+                restore_rng_state(pending["epoch_start"])
+            else:
+                self.catch_up()
+        self._epoch_start = capture_rng_state()
+
+    def catch_up(self) -> None:
+        """Restore the checkpoint's own RNG state once (a no-op afterwards and without one)."""
+        if self._pending is not None:
+            restore_rng_state(self._pending["now"])
+            self._pending = None
+
+    def state(self) -> dict[str, Any]:
+        """The RNG states now and at the start of the current epoch (what ``load`` takes)."""
+        return {"now": capture_rng_state(), "epoch_start": self._epoch_start}

@@ -23,10 +23,11 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from conftest import without_timings
+from mixft.callbacks import Callback, StopTraining
 from mixft.checkpoint import CheckpointError, Checkpointer, load_checkpoint, resume, save_checkpoint
 from mixft.cli import main
 from mixft.rng import capture_rng_state, restore_rng_state
-from mixft.trainer import Callback, StopTraining, Trainer
+from mixft.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

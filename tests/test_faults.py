@@ -9,10 +9,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from mixft.callbacks import Callback
 from mixft.checkpoint import Checkpointer, load_checkpoint
 from mixft.cli import main
 from mixft.faults import COLLAPSE, CollapseDetector, InjectNonFinite, is_collapse
-from mixft.trainer import Callback, Trainer
+from mixft.trainer import Trainer
 
 _g = torch.Generator().manual_seed(2)
 X = torch.randn(64, 8, generator=_g)

@@ -17,10 +17,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import mixft.cli
 from conftest import without_timings
+from mixft.callbacks import Callback
 from mixft.checkpoint import Checkpointer, load_checkpoint, resume
 from mixft.cli import main
 from mixft.interrupt import Interrupted, SignalHandler, StopOnSignal, is_interrupted
-from mixft.trainer import Callback, Trainer
+from mixft.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft.trainer import Callback, StopTraining, Trainer
+from mixft.callbacks import Callback, StopTraining
+from mixft.trainer import Trainer
 
 
 def make_mlp(seed: int = 0, width: int = 16) -> nn.Module:
@@ -376,33 +377,35 @@ def test_fused_and_plain_optimizers_side_by_side_are_clipped_by_one_global_norm(
     torch.testing.assert_close(flat(model), flat(reference()), rtol=1e-6, atol=1e-7)
 
 
-# ------------------------------------------------------------------ from_parts
-def test_from_parts_builds_the_trainer_a_hand_written_call_would():
-    from mixft.config import RunConfig
-    from mixft.recipe import TrainerParts
+# ------------------------------------------------------------------ gradient norm
+def test_grad_norms_come_from_one_foreach_call_and_match_the_per_parameter_reference(monkeypatch):
+    from mixft.trainer import grad_norms
 
-    x, y = regression_data(48)
+    model = make_mlp()
+    nn.MSELoss()(model(torch.randn(16, 8)), torch.randn(16, 1)).backward()
+    opt_a = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(model[2].parameters(), lr=0.1)
+    idle = torch.optim.SGD([nn.Parameter(torch.ones(3))], lr=0.1)  # no gradient yet
+    calls = []
+    real = torch._foreach_norm
+    monkeypatch.setattr(torch, "_foreach_norm", lambda tensors, *a, **k: (calls.append(len(tensors)), real(tensors, *a, **k))[1])
+    norms = grad_norms([opt_a, opt_b, idle], torch.device("cpu"))
+    assert calls == [4]  # every gradient of every optimizer in one call
+    for opt, norm in zip((opt_a, opt_b), norms):
+        grads = [p.grad for g in opt.param_groups for p in g["params"]]
+        reference = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        torch.testing.assert_close(norm, reference, rtol=1e-6, atol=0)
+        torch.testing.assert_close(norm, torch.nn.utils.get_total_norm(grads), rtol=1e-6, atol=0)
+    assert norms[2].item() == 0.0
 
-    def parts():
-        return TrainerParts(model=make_mlp(), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), loss_fn=nn.MSELoss(),
-                            train_loader=loader(x, y, 4), eval_loader=loader(x, y, 16),
-                            lr_scheduler=lambda o, n: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, n),
-                            predict_fn=lambda out: out, run_info={"model": "mlp", "dataset": "toy"})
 
-    cfg = RunConfig(recipe="mlp", epochs=2, max_steps=5, grad_accum=2, max_grad_norm=0.4, batch_size=4, lr=1e-2)
-    trainer = Trainer.from_parts(parts(), cfg, precision="bf16", device="cpu", seed=3)
-    assert (trainer.grad_accum, trainer.max_grad_norm, trainer.epochs, trainer.max_steps) == (2, 0.4, 2, 5)
-    assert (trainer.precision.name, trainer.seed, trainer.total_steps) == ("bf16", 3, 5)
-    result = trainer.fit()
-    p = parts()
-    by_hand = Trainer(p.model, p.optimizer, p.loss_fn, p.train_loader, eval_loader=p.eval_loader, precision="bf16",
-                      device="cpu", lr_scheduler=p.lr_scheduler, grad_accum=2, max_grad_norm=0.4, epochs=2,
-                      max_steps=5, predict_fn=p.predict_fn, seed=3)
-    by_hand.fit()
-    assert torch.equal(flat(trainer.model), flat(by_hand.model))
-    assert (result.model, result.dataset, result.steps) == ("mlp", "toy", 5)
-    assert result.config["grad_accum"] == 2 and result.config["recipe"] == "mlp"
-    assert result.config["precisions"] is None and result.config["seeds"] is None  # one run's own config
-    # max_grad_norm 0 means "no clipping" on the command line: the trainer gets None.
-    assert Trainer.from_parts(parts(), RunConfig(epochs=1, max_grad_norm=0.0), precision="fp32", device="cpu",
-                              seed=0).max_grad_norm is None
+def test_grad_norms_of_half_gradients_are_fp32_and_an_inf_stays_in_its_optimizer():
+    from mixft.trainer import grad_norms
+
+    big = nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+    big.grad = torch.full((4,), 300.0, dtype=torch.bfloat16)  # squares overflow nothing in fp32
+    bad = nn.Parameter(torch.zeros(2))
+    bad.grad = torch.tensor([1.0, float("inf")])
+    norms = grad_norms([torch.optim.SGD([big], lr=0.1), torch.optim.SGD([bad], lr=0.1)], torch.device("cpu"))
+    assert norms[0].dtype == torch.float32 and norms[0].item() == pytest.approx(600.0)
+    assert torch.isinf(norms[1])

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from mixft.trainer import Callback, Trainer
+from mixft.callbacks import Callback
+from mixft.trainer import Trainer
 
 
 def make_mlp(seed: int = 0) -> nn.Module:
