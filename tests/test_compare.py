@@ -9,7 +9,7 @@ import torch
 
 from mixft.cli import main
 from mixft.config import RunConfig
-from mixft.runner import RunObserver, run
+from mixft.run.runner import RunObserver, run
 from mixft.trainer import Callback
 
 

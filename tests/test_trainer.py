@@ -374,35 +374,3 @@ def test_fused_and_plain_optimizers_side_by_side_are_clipped_by_one_global_norm(
     opts = [torch.optim.AdamW(model[0].parameters(), lr=1e-2, fused=True), torch.optim.SGD(model[2].parameters(), lr=0.05)]
     Trainer(model, opts, nn.MSELoss(), loader(x, y, 8), max_grad_norm=0.3, device="cpu").fit()
     torch.testing.assert_close(flat(model), flat(reference()), rtol=1e-6, atol=1e-7)
-
-
-# ------------------------------------------------------------------ from_parts
-def test_from_parts_builds_the_trainer_a_hand_written_call_would():
-    from mixft.config import RunConfig
-    from mixft.recipe import TrainerParts
-
-    x, y = regression_data(48)
-
-    def parts():
-        return TrainerParts(model=make_mlp(), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), loss_fn=nn.MSELoss(),
-                            train_loader=loader(x, y, 4), eval_loader=loader(x, y, 16),
-                            lr_scheduler=lambda o, n: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, n),
-                            predict_fn=lambda out: out, run_info={"model": "mlp", "dataset": "toy"})
-
-    cfg = RunConfig(recipe="mlp", epochs=2, max_steps=5, grad_accum=2, max_grad_norm=0.4, batch_size=4, lr=1e-2)
-    trainer = Trainer.from_parts(parts(), cfg, precision="bf16", device="cpu", seed=3)
-    assert (trainer.grad_accum, trainer.max_grad_norm, trainer.epochs, trainer.max_steps) == (2, 0.4, 2, 5)
-    assert (trainer.precision.name, trainer.seed, trainer.total_steps) == ("bf16", 3, 5)
-    result = trainer.fit()
-    p = parts()
-    by_hand = Trainer(p.model, p.optimizer, p.loss_fn, p.train_loader, eval_loader=p.eval_loader, precision="bf16",
-                      device="cpu", lr_scheduler=p.lr_scheduler, grad_accum=2, max_grad_norm=0.4, epochs=2,
-                      max_steps=5, predict_fn=p.predict_fn, seed=3)
-    by_hand.fit()
-    assert torch.equal(flat(trainer.model), flat(by_hand.model))
-    assert (result.model, result.dataset, result.steps) == ("mlp", "toy", 5)
-    assert result.config["grad_accum"] == 2 and result.config["recipe"] == "mlp"
-    assert result.config["precisions"] is None and result.config["seeds"] is None  # one run's own config
-    # max_grad_norm 0 means "no clipping" on the command line: the trainer gets None.
-    assert Trainer.from_parts(parts(), RunConfig(epochs=1, max_grad_norm=0.0), precision="fp32", device="cpu",
-                              seed=0).max_grad_norm is None
