@@ -49,6 +49,7 @@ import torch
 from .atomic import atomic_path
 from .errors import UsageError
 from .log import logger
+from .options import NON_NEGATIVE_INT
 from .rng import capture_rng_state, restore_rng_state
 from .trainer import Callback, StepInfo, Trainer
 
@@ -207,8 +208,7 @@ class Checkpointer(Callback):
     """
 
     def __init__(self, path: str | os.PathLike, every: int = 20, meta: Mapping[str, Any] | None = None):
-        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-            raise ValueError(f"every must be an integer >= 0, got {every!r}")
+        NON_NEGATIVE_INT.validate("every", every)  # the options' rule (a UsageError is a ValueError)
         self.path = Path(path)
         self.every = every
         self.meta = dict(meta or {})
@@ -223,12 +223,12 @@ class Checkpointer(Callback):
         return self.path
 
     def on_step_end(self, trainer: Trainer, info: StepInfo) -> None:
-        if self.every and info.step % self.every == 0 and _finite(info.loss):
+        if self.every and info.step % self.every == 0 and _loss_is_finite(info.loss):
             self.save(trainer)
 
     def on_epoch_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
         losses = trainer.state.history["loss"]
-        if not losses or _finite(losses[-1]):
+        if not losses or _loss_is_finite(losses[-1]):
             self.save(trainer)
 
 
@@ -243,6 +243,6 @@ def _remove_stale_temporaries(path: Path) -> None:
             pass
 
 
-def _finite(loss) -> bool:
+def _loss_is_finite(loss) -> bool:
     # Reading the loss is a host sync; a save is one anyway (the state goes to the CPU).
     return math.isfinite(float(loss))

@@ -184,6 +184,12 @@ def test_missing_checkpoint_and_precision_mismatch_are_refused(tmp_path):
     # (Other options are the run layer's to compare: tests/test_run_identity.py.)
 
 
+@pytest.mark.parametrize("every", [-1, True, 1.5, "20"])
+def test_checkpointer_refuses_a_bad_interval_with_the_options_rule(tmp_path, every):
+    with pytest.raises(ValueError, match=rf"^every must be an integer >= 0, got {every!r}$"):
+        Checkpointer(tmp_path / "ckpt.pt", every=every)
+
+
 def test_checkpointer_keeps_the_last_good_checkpoint_once_the_loss_is_nan(tmp_path):
     calls = {"n": 0}
 

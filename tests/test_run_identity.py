@@ -48,6 +48,9 @@ def test_an_option_mismatch_is_refused_naming_the_flag(tmp_path):
     with pytest.raises(CheckpointError, match=r"--lr 0.1, this run has 0.2"):
         check_meta(ckpt, {"lr": 0.2}, path)
     check_meta(ckpt, {"lr": 0.1, "not_recorded": 1}, path)  # same options (and unrecorded ones): accepted
+    flagged = tiny_checkpoint(tmp_path / "flagged.pt", {"detect_collapse": True})
+    with pytest.raises(CheckpointError, match=r"written with --no-collapse-check True, this run has False"):
+        check_meta(load_checkpoint(flagged), {"detect_collapse": False}, flagged)  # the option's declared flag
 
 
 def test_paths_and_worker_counts_compare_by_meaning(tmp_path, monkeypatch):

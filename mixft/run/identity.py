@@ -30,6 +30,7 @@ import torch
 from ..checkpoint import CheckpointError, load_checkpoint
 from ..config import RunConfig
 from ..interrupt import is_interrupted
+from ..options import flag_of
 from ..results import RunResult
 from .outdir import RESULTS_NAME, checkpoint_name, recorded_runs
 
@@ -45,6 +46,13 @@ TRAJECTORY_OPTIONS = (
 PATH_OPTIONS = ("model", "data_dir", "train_file", "validation_file")
 
 RunKey = tuple[str, int]  # (precision name, seed)
+
+
+def _flag(key: str) -> str:
+    # The option's own command-line spelling; "precision" and "seed" (a run's, not a
+    # RunConfig field) are spelled as their flags are.
+    declared = {f.name: flag_of(f) for f in fields(RunConfig) if f.metadata.get("cli")}
+    return declared.get(key, "--" + key.replace("_", "-"))
 
 
 # ------------------------------------------------------------------- identity
@@ -155,7 +163,7 @@ def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str |
         if key == "data_files":
             check_data_files(meta[key], path)
         elif not same_option(key, meta[key], want):
-            flag = "--" + key.replace("_", "-")
+            flag = _flag(key)
             why = ("; DataLoader workers draw random numbers differently from a loader without them "
                    "(any count above 0 continues exactly from another above 0)" if key == "num_workers" else "")
             raise CheckpointError(
@@ -242,7 +250,7 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, Run
                 value = getattr(cfg, option)
                 if option in stored and not same_option(option, stored[option], value):
                     raise CheckpointError(
-                        f"--resume: {path} holds a {key[0]} seed {key[1]} run made with --{option.replace('_', '-')} "
+                        f"--resume: {path} holds a {key[0]} seed {key[1]} run made with {_flag(option)} "
                         f"{stored[option]!r}, this run has {value!r}; rerun with the same options or another --output-dir"
                     )
             known = {f.name for f in fields(RunResult)}

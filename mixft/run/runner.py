@@ -34,6 +34,7 @@ from .identity import ResumePlan, final_weights, plan_resume, run_meta
 from .outdir import (RESULTS_NAME, OutputLock, check_output_dir, checkpoint_name, planned_entries,
                      saved_model_name)
 
+
 class RunObserver:
     """What a front end (the CLI, a notebook) wants to hear about a run. Override freely."""
 
