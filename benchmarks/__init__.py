@@ -2,7 +2,7 @@
 
 An application beside ``scripts/``, not part of the library: it reaches recipes only
 through the recipe protocol (``mixft.registry.get_recipe``, ``recipe.prepare``,
-``recipe.build``) and trains every mixft run through ``Trainer.from_parts``.
+``recipe.build``) and trains every mixft run through ``mixft.run.build.build_trainer``.
 
 Modules, one job each:
 

@@ -48,7 +48,7 @@ from mixft.config import RunConfig
 from mixft.measure import device_name
 from mixft.precision import PRECISIONS, Precision, resolve_device, resolve_precision
 from mixft.registry import get_recipe
-from mixft.trainer import Trainer
+from mixft.run.build import build_trainer
 
 from .timing import MatmulPeak, TimedRegion, flops, fmt, markdown_table, matmul_peak, mib, ratio, rotated
 
@@ -197,7 +197,7 @@ def _train_mode(recipe, cfg, prepared, mode: str, precision: Precision, dev, see
                 peak: MatmulPeak) -> ModeResult:
     parts = recipe.build(cfg, prepared, precision, dev, seed)
     # The seed times training alone: no evaluation inside the timed fit().
-    trainer = Trainer.from_parts(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
+    trainer = build_trainer(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
                                  device=dev, seed=seed)
     with TimedRegion(dev) as region:  # the seed's start_timer() ... end_timer_and_print()
         result = trainer.fit()

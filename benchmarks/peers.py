@@ -1,6 +1,6 @@
 """mixft against its peers: the same BERT fine-tune in three frameworks, one process, one after another.
 
-1. ``mixft``      ``Trainer.from_parts`` with the ``bert-sst2`` recipe's parts, evaluation off
+1. ``mixft``      ``build_trainer`` with the ``bert-sst2`` recipe's parts, evaluation off
                   during training.
 2. ``hf-trainer`` ``transformers.Trainer``: ``bf16=True`` / ``fp16=True`` (nothing for fp32),
                   ``optimizers=(the recipe's optimizer, the recipe's schedule)``, the recipe's
@@ -59,7 +59,7 @@ from mixft.measure import device_name
 from mixft.optim import planned_steps
 from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
 from mixft.recipe import TrainerParts
-from mixft.trainer import Trainer
+from mixft.run.build import build_trainer
 
 from .bert import (
     BertSetup,
@@ -207,7 +207,7 @@ def _optimizer_words(optimizer: torch.optim.Optimizer) -> str:
 
 def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
     # Evaluation off during training: every framework is scored by the same evaluator after.
-    trainer = Trainer.from_parts(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
+    trainer = build_trainer(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
                                  device=device, seed=seed)
 
     def train() -> dict:

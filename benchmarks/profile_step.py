@@ -31,7 +31,7 @@ from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
 from mixft.measure import synchronize  # noqa: E402
 from mixft.precision import resolve_device, resolve_precision  # noqa: E402
 from mixft.registry import get_recipe  # noqa: E402
-from mixft.trainer import Trainer  # noqa: E402
+from mixft.run.build import build_trainer  # noqa: E402
 
 
 class _OneBatch:
@@ -56,7 +56,7 @@ def profile_precision(recipe, cfg: RunConfig, prepared, name: str, device, steps
     batch = next(iter(parts.train_loader))
     parts.eval_loader = None
     parts.train_loader = _OneBatch(batch, warmup)
-    trainer = Trainer.from_parts(parts, cfg, precision=precision, device=device, seed=0)
+    trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=0)
     trainer.fit()  # warm-up: allocator, kernels, optimizer state
     times = []
     for _ in range(steps):

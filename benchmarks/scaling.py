@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 
 from mixft.measure import device_name
 from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
-from mixft.trainer import Trainer
+from mixft.run.build import build_trainer
 
 from .bert import BertSetup, PreparedBert, WorkCounter, prepare_bert
 from .timing import StepTimer, TimedRegion, markdown_table, mib
@@ -130,7 +130,7 @@ def _measure(bert: PreparedBert, precision: Precision, dev, cfg: ScalingConfig, 
     if fixed_length is not None:
         parts = dataclasses.replace(parts, train_loader=fixed_length_loader(parts.train_loader, fixed_length))
     timer = StepTimer()
-    trainer = Trainer.from_parts(dataclasses.replace(parts, eval_loader=None), run_cfg, precision=precision,
+    trainer = build_trainer(dataclasses.replace(parts, eval_loader=None), run_cfg, precision=precision,
                                  device=dev, seed=seed, callbacks=[timer])
     with WorkCounter(parts.model) as work, TimedRegion(dev) as region:
         trainer.fit()

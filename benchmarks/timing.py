@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from mixft.measure import PeakMemory, current_rss_bytes, synchronize
-from mixft.trainer import Callback
+from mixft.callbacks import Callback
 
 
 def fresh_region(device: torch.device) -> None:

@@ -732,10 +732,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args).validate()
         if args.output_dir:
-            from mixft.outdir import check_output_dir
+            from mixft.run.outdir import REPORT_NAME, RESULTS_NAME, check_output_dir
             from mixft.summary import CHART_TITLES
 
-            check_output_dir(Path(args.output_dir), files=["results.json", "report.md", *CHART_TITLES])
+            check_output_dir(Path(args.output_dir), files=[RESULTS_NAME, REPORT_NAME, *CHART_TITLES])
         prepared = prepare(cfg)  # model, data, device, precisions: every check before any work
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -782,11 +782,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mixft.plots import write_plots
         from mixft.report import write_report
         from mixft.results import results_document, write_results
+        from mixft.run.outdir import REPORT_NAME, RESULTS_NAME
 
         out = Path(args.output_dir)
-        write_results(out / "results.json", [fp32, amp])
+        write_results(out / RESULTS_NAME, [fp32, amp])
         write_report(results_document([fp32, amp]), out, charts=write_plots)
-        say(f"results: {out / 'results.json'}", f"report:  {out / 'report.md'}")
+        say(f"results: {out / RESULTS_NAME}", f"report:  {out / REPORT_NAME}")
     return 0
 
 

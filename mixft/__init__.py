@@ -25,7 +25,7 @@ _EXPORTS = {
     "results_document": "mixft.results",
     # running recipes
     "RunConfig": "mixft.config",
-    "run": "mixft.runner",
+    "run": "mixft.run.runner",
     # precision policy
     "Precision": "mixft.precision",
     "resolve_precision": "mixft.precision",
@@ -50,7 +50,7 @@ _EXPORTS = {
     "write_report": "mixft.report",
     "write_plots": "mixft.plots",
     # "is AMP faster here?"
-    "run_probe": "mixft.runner",
+    "run_probe": "mixft.run.runner",
     "cached_probe": "mixft.probe_result",
     "render_probe_table": "mixft.probe_result",
     "describe_hardware": "mixft.hardware",

@@ -27,7 +27,7 @@ import torch
 
 from .errors import UsageError
 from .evaluation_hook import EvaluationCallback, evaluation_position
-from .trainer import StopTraining
+from .callbacks import StopTraining
 
 #: Metrics where lower is better (errors, and the time an evaluation took); every other
 #: metric is higher-is-better.

@@ -29,6 +29,7 @@ from .options import SEED, add_arguments
 from .precision import PRECISIONS, amp_precision_names, resolve_device
 from .callbacks import Callback, StepInfo
 from .registry import recipe_names
+from .run.outdir import REPORT_NAME, RESULTS_NAME, has_checkpoint
 
 PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
@@ -174,7 +175,7 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
     steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
     say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
-    say(f"  output     {cfg.output_dir}/results.json")
+    say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
 
 
 # Evaluation figures that are not task metrics (they have their own places in the line).
@@ -254,14 +255,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args)
-        from .runner import run, run_probe
+        from .run.runner import run, run_probe
 
         if cfg.probe:
             from .probe_result import render_probe_table
 
             result = run_probe(cfg)
             say(render_probe_table(result))
-            say(f"results: {cfg.output_dir}/results.json (hardware.probe); report: {cfg.output_dir}/report.md")
+            say(f"results: {cfg.output_dir}/{RESULTS_NAME} (hardware.probe); report: {cfg.output_dir}/{REPORT_NAME}")
             return 0
         # run() makes every cheap check (plan()) before any work: bad input exits here.
         with SignalHandler() as signals:
@@ -272,14 +273,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except WriteFailed as e:  # disk full, quota, read-only: a one-line cause, not a traceback
         out = Path(cfg.output_dir) if cfg is not None else None
-        resumable = out is not None and any(out.glob("checkpoint*.pt"))
+        resumable = out is not None and has_checkpoint(out)
         print(f"{PROG}: error: {e}; earlier results and the last good checkpoint are kept"
               + (f"; once fixed, rerun the same command with --resume to continue from the last checkpoint in {out}"
                  if resumable else "; once fixed, rerun the same command"), file=sys.stderr)
         return EXIT_WRITE_FAILED
     except KeyboardInterrupt as e:  # a second Ctrl-C, or one outside training
         out = Path(cfg.output_dir) if cfg is not None else None
-        if out is not None and any(out.glob("checkpoint*.pt")):
+        if out is not None and has_checkpoint(out):
             print(f"{PROG}: interrupted; rerun the same command with --resume to continue from the last checkpoint "
                   f"in {out}", file=sys.stderr)
         else:
@@ -295,11 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                  for r in results if is_collapse(r)]
     if collapsed:  # the diagnosis itself was logged above, when the run stopped
         print(f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
-              f"{cfg.output_dir}/results.json; any checkpoint from before the collapse is kept", file=sys.stderr)
+              f"{cfg.output_dir}/{RESULTS_NAME}; any checkpoint from before the collapse is kept", file=sys.stderr)
         return EXIT_COLLAPSE  # no barrier: a rank-local collapse (a NaN loss) may leave peers elsewhere
     if is_main_process():
         if len(results) > 1:
-            say(f"comparison report: {cfg.output_dir}/report.md")
-        say(f"results: {cfg.output_dir}/results.json")
+            say(f"comparison report: {cfg.output_dir}/{REPORT_NAME}")
+        say(f"results: {cfg.output_dir}/{RESULTS_NAME}")
     shutdown()
     return 0

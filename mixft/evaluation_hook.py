@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .trainer import Callback
+from .callbacks import Callback
 
 #: Whether the trainer calls ``on_evaluate`` (its base Callback declares it): then epoch
 #: ends arrive there too, and ``on_epoch_end`` must not report them a second time.

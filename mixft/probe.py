@@ -54,7 +54,8 @@ from .measure import synchronize
 from .precision import PRECISIONS, Precision, amp_precision_names, configure_matmul, resolve_device, resolve_precision
 from .registry import get_recipe
 from .probe_result import PrecisionProbe, ProbeResult, save_probe
-from .trainer import Callback, Trainer
+from .run.build import build_trainer
+from .callbacks import Callback
 
 DEFAULT_BUDGET_S = 30.0
 WARMUP_STEPS = 1  # the first step pays for kernel selection/JIT and optimizer state
@@ -293,8 +294,8 @@ class _Stepper:
         # The run's own trainer: clipping, optimizer and speed switches as the run has
         # them; max_steps is every step the probe can take (it sizes the LR schedule).
         steps_cfg = replace(cfg, epochs=1, max_steps=WARMUP_STEPS + MAX_TIMED_STEPS)
-        self.trainer = Trainer.from_parts(parts, steps_cfg, precision=precision, device=device, seed=seed,
-                                          callbacks=[*callbacks, self.clock])
+        self.trainer = build_trainer(parts, steps_cfg, precision=precision, device=device, seed=seed,
+                                     callbacks=[*callbacks, self.clock])
 
     @property
     def times(self) -> list[float]:

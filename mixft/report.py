@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .atomic import write_text
 from .hardware import CPU_FLAGS, hardware_line
 from .log import logger
+from .run.outdir import REPORT_NAME
 from .summary import (
     NA,
     chart_titles,
@@ -648,7 +649,7 @@ def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = list(charts(doc, out_dir, baseline)) if charts is not None else []
-    report = out_dir / "report.md"
+    report = out_dir / REPORT_NAME
     write_text(report, render_markdown(doc, baseline, plots=pngs))
     logger.info("wrote %s and %d chart(s)", report, len(pngs))
     return [report, *pngs]

@@ -42,7 +42,8 @@ class Ctx:
         """A real mixft checkpoint in OUTPUT_DIR (from a tiny Trainer), optionally damaged."""
         from torch import nn
 
-        from mixft.checkpoint import run_meta, save_checkpoint
+        from mixft.checkpoint import save_checkpoint
+        from mixft.run.identity import run_meta
         from mixft.cli import build_parser, config_from_args
         from mixft.registry import get_recipe
         from mixft.trainer import Trainer

@@ -12,7 +12,8 @@ from torch import nn
 
 from mixft.best_model import BestModel, EarlyStopping, greater_is_better
 from mixft.errors import UsageError
-from mixft.trainer import StopTraining, TrainState
+from mixft.callbacks import StopTraining
+from mixft.state import TrainState
 
 
 class FakeTrainer(SimpleNamespace):

@@ -10,7 +10,7 @@ import torch
 from mixft.callbacks import Callback
 from mixft.cli import main
 from mixft.config import RunConfig
-from mixft.runner import RunObserver, run
+from mixft.run.runner import RunObserver, run
 
 
 def _digest(module: torch.nn.Module) -> str:

@@ -109,3 +109,59 @@ def test_import_mixft_loads_neither_torch_nor_matplotlib():
     code = "import mixft, sys; assert 'matplotlib' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# The layers, lowest first (docs: DESIGN.md "Layout"): a module may import its own layer
+# and the ones below, never one above. Checked for the layers whose borders issue 17 drew.
+CORE = ("mixft.options", "mixft.config", "mixft.precision", "mixft.rng", "mixft.measure", "mixft.errors",
+        "mixft.log", "mixft.atomic")
+ABOVE_CORE = ("mixft.trainer", "mixft.checkpoint", "mixft.run", "mixft.cli")
+# What may import the run layer: itself and the layers above it (reports, probe, CLI).
+RUN_LAYER_USERS = ("mixft.run", "mixft.cli", "mixft.report", "mixft.plots", "mixft.summary", "mixft.probe",
+                   "mixft.probe_result")
+
+
+def _within(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for child in graph.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return seen
+
+
+def test_checkpoint_is_only_the_file_format():
+    graph = import_graph()
+    wrong = {m for m in graph["mixft.checkpoint"]
+             if _within(m, ("mixft.config", "mixft.results", "mixft.interrupt", "mixft.run", "mixft.cli"))}
+    assert not wrong, f"mixft.checkpoint imports run-level modules: {sorted(wrong)}"
+    assert "mixft.trainer" in graph["mixft.checkpoint"]  # the walk saw its imports
+
+
+def test_only_the_layers_above_import_the_run_layer():
+    graph = import_graph()
+    assert {"mixft.run.runner", "mixft.run.outdir", "mixft.run.identity", "mixft.run.build"} <= set(graph)
+    importers = {m for m, deps in graph.items() if any(_within(d, ("mixft.run",)) for d in deps)}
+    assert "mixft.cli" in importers  # the check sees the run layer's users
+    wrong = {m for m in importers if not _within(m, RUN_LAYER_USERS)}
+    assert not wrong, f"below the run layer, yet importing it: {sorted(wrong)}"
+
+
+def test_core_modules_import_nothing_above_the_core():
+    graph = import_graph()
+    for module in CORE:
+        assert module in graph, module
+        wrong = {m for m in _reaches(graph, module) if _within(m, ABOVE_CORE)}
+        assert not wrong, f"{module} reaches {sorted(wrong)}"
+
+
+def test_the_layer_checks_catch_a_violation():
+    # Guards the three tests above: the helpers do see an upward edge, direct or through another module.
+    graph = {"mixft.config": {"mixft.errors"}, "mixft.errors": {"mixft.run.outdir"}, "mixft.run.outdir": set()}
+    assert _within("mixft.run.outdir", ABOVE_CORE) and "mixft.run.outdir" in _reaches(graph, "mixft.config")
+    assert not _within("mixft.runner_like", ("mixft.run",))

@@ -9,7 +9,7 @@ from mixft.cli import main as finetune_main
 from mixft.config import RunConfig
 from mixft.errors import UsageError
 from mixft.precision import PRECISIONS
-from mixft.runner import run
+from mixft.run.runner import run
 from recipes import mlp_synthetic
 
 TINY = {"width": 64, "batches": 2, "eval_batches": 1}

@@ -1,4 +1,4 @@
-"""The output directory: wrong kinds of entries refused, one run at a time."""
+"""The output directory: its file names, wrong kinds of entries refused, one run at a time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,34 @@ import textwrap
 import pytest
 
 from mixft.errors import UsageError
-from mixft.outdir import LOCK_NAME, OutputLock, check_output_dir
+from mixft.run.outdir import (LOCK_NAME, OutputLock, check_output_dir, checkpoint_name, has_checkpoint,
+                              planned_entries, recorded_runs, saved_model_name)
+
+
+def test_the_names_of_a_single_run_and_of_a_comparison():
+    # The CLI contract (DESIGN.md) and --resume rely on these exact names.
+    assert checkpoint_name("bf16", 0) == "checkpoint.pt" and saved_model_name("bf16", 0) == "model"
+    assert checkpoint_name("bf16", 2, single=False) == "checkpoint-bf16-seed2.pt"
+    assert saved_model_name("fp16", 1, single=False) == "model-fp16-seed1"
+    files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=True)
+    assert files == ["results.json", "report.md", "checkpoint-fp32-seed0.pt", "checkpoint-bf16-seed0.pt"]
+    assert dirs == ["model-fp32-seed0", "model-bf16-seed0"]
+    assert planned_entries(["fp32"], [0], save_model=False) == (["results.json", "report.md", "checkpoint.pt"], [])
+
+
+def test_checkpoints_are_found_by_either_name(tmp_path):
+    assert not has_checkpoint(tmp_path)
+    (tmp_path / checkpoint_name("fp16", 3, single=False)).write_bytes(b"")
+    assert has_checkpoint(tmp_path)
+
+
+def test_recorded_runs_reads_results_json_as_written(tmp_path):
+    assert recorded_runs(tmp_path) == []  # no file: no runs
+    (tmp_path / "results.json").write_text('{"runs": [{"precision": "bf16", "seed": 0}]}')
+    assert recorded_runs(tmp_path) == [{"precision": "bf16", "seed": 0}]
+    (tmp_path / "results.json").write_text('{"not_runs": []}')
+    with pytest.raises(KeyError):
+        recorded_runs(tmp_path)  # the caller words the error for its context
 
 
 def test_entries_of_the_wrong_kind_are_refused(tmp_path):
@@ -27,7 +54,7 @@ def test_a_second_run_on_the_directory_is_refused_while_the_first_holds_it(tmp_p
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from mixft.outdir import OutputLock
+        from mixft.run.outdir import OutputLock
         with OutputLock(Path({str(tmp_path)!r})):
             print("held", flush=True)
             sys.stdin.read()
@@ -47,7 +74,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from mixft.outdir import OutputLock
+        from mixft.run.outdir import OutputLock
         lock = OutputLock(Path({str(tmp_path)!r})).__enter__()
         print("held", flush=True)
         time.sleep(60)

@@ -360,10 +360,26 @@ def test_public_exports():
 
 
 def test_run_stays_the_function_after_importing_its_module():
+    # Accessed first, mixft.run is the function itself.
     code = (
         "import sys, mixft; assert 'torch' not in sys.modules, 'import mixft pulled in torch'\n"
-        "import mixft.runner\nfrom mixft.runner import RunObserver\n"
         "import inspect; assert inspect.isfunction(mixft.run), mixft.run\n"
+        "import mixft.run.runner\nfrom mixft.run.runner import RunObserver\n"
+        "assert inspect.isfunction(mixft.run), mixft.run\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_run_is_still_callable_when_its_package_was_imported_first():
+    # `import mixft.run.outdir` (the reports and the CLI do) makes the package mixft's `run`
+    # attribute: calling it must still run, with the same arguments as the function.
+    code = (
+        "import mixft, mixft.run.outdir, mixft.run.runner as runner\n"
+        "assert mixft.run is sys.modules['mixft.run']\n"
+        "runner.run = lambda cfg, observer=None: ('ran', cfg, observer)\n"
+        "assert mixft.run('cfg', 'obs') == ('ran', 'cfg', 'obs'), mixft.run('cfg', 'obs')\n"
+        "from mixft.run import run; assert run is runner.run\n"
+    )
+    done = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

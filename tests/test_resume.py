@@ -250,3 +250,45 @@ def test_resuming_a_collapsed_run_prints_its_diagnosis_again(tmp_path, tiny_bert
     assert diagnosis.split("training stopped early: ", 1)[1] in err  # the same diagnosis, again
     assert "see the diagnosis above" in err.splitlines()[-1]
     assert (out / "results.json").read_bytes() == before
+
+
+# ------------------------------------------- one read, one check (issue 17)
+def test_resume_reads_results_once_and_checks_each_checkpoint_once(tmp_path, tiny_bert_dir, data, monkeypatch):
+    import mixft.checkpoint
+    import mixft.run.identity as identity
+
+    calls = {"results": 0, "meta": [], "crc": []}
+    recorded_runs, check_meta, verify = identity.recorded_runs, identity.check_meta, mixft.checkpoint.verify_checkpoint
+
+    def counting_recorded_runs(out):
+        calls["results"] += 1
+        return recorded_runs(out)
+
+    def counting_check_meta(ckpt, expected, path):
+        calls["meta"].append(Path(path).name)
+        return check_meta(ckpt, expected, path)
+
+    def counting_verify(path):
+        calls["crc"].append(Path(path).name)
+        return verify(path)
+
+    monkeypatch.setattr(identity, "recorded_runs", counting_recorded_runs)
+    monkeypatch.setattr(identity, "check_meta", counting_check_meta)
+    monkeypatch.setattr(mixft.checkpoint, "verify_checkpoint", counting_verify)
+    out = tmp_path / "out"
+    common = args(tiny_bert_dir, data, out, "--epochs", "1", "--compare", "fp32,bf16")
+    assert main(common) == 0
+    assert calls == {"results": 0, "meta": [], "crc": []}  # without --resume nothing is read
+    # As if killed during the bf16 run: results.json holds the finished fp32 run only.
+    doc = json.loads((out / "results.json").read_text())
+    doc["runs"] = [r for r in doc["runs"] if r["precision"] == "fp32"]
+    (out / "results.json").write_text(json.dumps(doc))
+    assert main(common + ["--resume"]) == 0
+    assert calls["results"] == 1
+    assert calls["meta"] == ["checkpoint-bf16-seed0.pt"]  # the kept fp32 run's checkpoint is not read at all
+    assert calls["crc"] == ["checkpoint-bf16-seed0.pt"]
+    assert [r["precision"] for r in run_of_all(out)] == ["fp32", "bf16"]
+
+
+def run_of_all(out: Path) -> list[dict]:
+    return json.loads((out / "results.json").read_text())["runs"]

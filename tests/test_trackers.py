@@ -113,7 +113,7 @@ def test_device_tensors_are_read_only_every_n_steps(tmp_path, monkeypatch):
 
 
 def test_non_finite_values_are_left_out_and_skips_counted(tmp_path):
-    from mixft.trainer import StepInfo
+    from mixft.callbacks import StepInfo
 
     tracker = TensorBoardTracker(tmp_path, "r", every=10, hardware=HARDWARE)
     trainer, _ = tiny_run([], epochs=1)

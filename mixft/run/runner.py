@@ -1,5 +1,9 @@
 """Run a recipe at one or more precisions (and seeds), back to back, and write the results.
 
+The run layer's conductor: ``plan`` checks everything cheap (recipe, options, device,
+output directory, the ``--resume`` plan of ``mixft.run.identity``) before any work;
+``run`` prepares the data once, then builds (``mixft.run.build``), trains and records
+each (precision, seed) run, following that plan. File names come from ``mixft.run.outdir``.
 This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it too::
 
     results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))
@@ -10,23 +14,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 
-from . import distributed
-from .checkpoint import (Checkpointer, checkpoint_name, final_weights, finished_runs, report_kept_run, resume,
-                         resume_plan, run_meta)
-from .config import RunConfig
-from .errors import UsageError
-from .faults import CollapseDetector, InjectNonFinite
-from .log import logger
-from .hardware import describe_hardware
-from .outdir import OutputLock, check_output_dir
-from .precision import Precision, precision_notice, resolve_device, resolve_precision
-from .registry import get_recipe
-from .results import RunResult, write_results
-from .trainer import Callback, Trainer
-
+from .. import distributed
+from ..checkpoint import Checkpointer, resume
+from ..config import RunConfig
+from ..errors import UsageError
+from ..faults import CollapseDetector, InjectNonFinite
+from ..hardware import describe_hardware
+from ..log import logger
+from ..precision import Precision, precision_notice, resolve_device, resolve_precision
+from ..registry import get_recipe
+from ..results import RunResult, write_results
+from ..callbacks import Callback
+from .build import build_trainer
+from .identity import ResumePlan, final_weights, plan_resume, run_meta
+from .outdir import (RESULTS_NAME, OutputLock, check_output_dir, checkpoint_name, planned_entries,
+                     saved_model_name)
 
 
 class RunObserver:
@@ -53,8 +59,21 @@ class RunObserver:
         return False
 
 
-def plan(cfg: RunConfig):
-    """Validate everything cheap before any work: (recipe, cfg with defaults, device, precisions)."""
+class Plan(NamedTuple):
+    """What ``plan`` decided: unpack it as ``recipe, cfg, device, precisions, resume_plan = plan(cfg)``."""
+
+    recipe: Any
+    cfg: RunConfig  # with the recipe's defaults applied, validated
+    device: torch.device
+    precisions: list[Precision]
+    resume_plan: ResumePlan  # what --resume keeps and continues (empty without --resume)
+
+
+def plan(cfg: RunConfig) -> Plan:
+    """Validate everything cheap before any work, ``--resume``'s files included; returns the ``Plan``.
+
+    Usage: ``recipe, cfg, device, precisions, resume_plan = plan(RunConfig(recipe="bert-sst2"))``
+    """
     recipe = get_recipe(cfg.recipe)
     if (cfg.save_model or cfg.eval_only) and not hasattr(recipe, "save_model"):
         raise UsageError(f"recipe {cfg.recipe} has no saved-model format: --save-model and --eval-only need one")
@@ -70,13 +89,11 @@ def plan(cfg: RunConfig):
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
     if distributed.is_main_process():
-        total = len(precisions) * len(cfg.seeds)
-        files = ["results.json", "report.md", *(checkpoint_name(n, s, single=total == 1) for s in cfg.seeds for n in names)]
-        dirs = [saved_model_name(n, s, single=total == 1) for s in cfg.seeds for n in names] if cfg.save_model else []
+        files, dirs = planned_entries(names, cfg.seeds, cfg.save_model)
         check_output_dir(Path(cfg.output_dir), files=files, dirs=dirs)
-    if cfg.resume:
-        resume_plan(cfg, names)  # checkpoints intact and from these options, or UsageError
-    return recipe, cfg, device, precisions
+    # --resume: checkpoints intact and from these options, or UsageError. Read once, here.
+    resume_plan = plan_resume(cfg, names)
+    return Plan(recipe, cfg, device, precisions, resume_plan)
 
 
 def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
@@ -85,7 +102,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     Usage: ``results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"]))``
     """
     observer = observer or RunObserver()
-    recipe, cfg, device, precisions = plan(cfg)
+    recipe, cfg, device, precisions, resume_plan = plan(cfg)
     for precision in precisions:
         notice = precision_notice(precision, device)
         if notice:
@@ -99,28 +116,28 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
-        return _train_all(recipe, cfg, prepared, device, precisions, observer)
+        return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer)
 
 
-def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], observer: RunObserver) -> list[RunResult]:
+def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], resume_plan: ResumePlan,
+               observer: RunObserver) -> list[RunResult]:
     out = Path(cfg.output_dir)
     hardware = describe_hardware(device)  # results.json's "hardware": which machine measured this
     results: list[RunResult] = []
     total = len(precisions) * len(cfg.seeds)
-    # --resume: runs that already ended keep their results; the others continue from
-    # their checkpoint (or start, if they never got one).
-    finished = finished_runs(cfg, [p.name for p in precisions]) if cfg.resume else {}
+    single = total == 1
     planned = False
     for seed in cfg.seeds:
         for precision in precisions:
-            if (precision.name, seed) in finished:
-                kept = finished[(precision.name, seed)]
+            # --resume: runs that already ended keep their results; the others continue from
+            # their checkpoint (or start, if they never got one), as plan() decided.
+            kept = resume_plan.kept(precision.name, seed)
+            if kept is not None:
                 report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
                 if cfg.save_model and distributed.is_main_process() and not kept.stopped_early:
                     # Finished earlier without --save-model: its final checkpoint holds the weights.
-                    single = total == 1
                     model = recipe.build(cfg, prepared, precision, device, seed).model
-                    model.load_state_dict(final_weights(out / checkpoint_name(precision.name, seed, single), kept))
+                    model.load_state_dict(final_weights(out / checkpoint_name(precision.name, seed, single)))
                     target = out / saved_model_name(precision.name, seed, single)
                     recipe.save_model(model, prepared, target)
                     logger.info("saved the fine-tuned model of the finished %s run to %s (from its final checkpoint)",
@@ -128,10 +145,10 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
                 results.append(kept)
                 continue
             parts = recipe.build(cfg, prepared, precision, device, seed)
-            checkpoint = out / checkpoint_name(precision.name, seed, single=total == 1)
+            checkpoint = out / checkpoint_name(precision.name, seed, single)
             meta = run_meta(cfg, precision.name, seed)
             callbacks = [*observer.callbacks(cfg, precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)]
-            trainer = Trainer.from_parts(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
+            trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
             if not planned:
                 _add_cached_probe(hardware, cfg, precisions, parts.run_info.get("model"), device)
                 observer.on_plan(cfg, device, precisions, parts.run_info, trainer.total_steps, hardware)
@@ -139,26 +156,26 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             if cfg.eval_only:
                 result = trainer.evaluate_only()
             else:
-                if cfg.resume and checkpoint.exists():
-                    resume(trainer, checkpoint, meta, verify=False)  # plan() has verified it
+                if resume_plan.continues(precision.name, seed):
+                    resume(trainer, checkpoint, verify=False)  # plan() has checked its CRCs and metadata
                 with _memory_errors_explained(cfg, device):
                     result = trainer.fit()
                 if cfg.save_model and distributed.is_main_process() and not result.stopped_early:
-                    target = out / saved_model_name(precision.name, seed, single=total == 1)
+                    target = out / saved_model_name(precision.name, seed, single)
                     recipe.save_model(trainer.module, prepared, target)
                     logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
-                write_results(out / "results.json", results, hardware=hardware)
+                write_results(out / RESULTS_NAME, results, hardware=hardware)
             observer.on_result(result)  # after the write: a closed terminal cannot lose it
             logger.debug("run %d/%d done: %r", len(results), total, result)
             if observer.stop_requested():
                 return results  # results.json holds the runs so far; --resume goes on from there
     if total > 1 and distributed.is_main_process():
-        from .plots import write_plots
-        from .report import write_report
-        from .results import results_document
+        from ..plots import write_plots
+        from ..report import write_report
+        from ..results import results_document
 
         write_report(results_document(results, hardware=hardware), out, charts=write_plots)
     return results
@@ -188,7 +205,7 @@ def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision
 
     The notice only informs: the precision the user chose is kept.
     """
-    from .probe_result import amp_notice, cached_probe
+    from ..probe_result import amp_notice, cached_probe
 
     result = cached_probe(cfg.recipe, model or str(cfg.model), device=device, hardware=hardware)
     if result is None:
@@ -210,25 +227,36 @@ def run_probe(cfg: RunConfig):
 
     Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
     """
-    from .plots import write_plots
-    from .probe import probe
-    from .report import write_report
-    from .results import results_document
+    from ..plots import write_plots
+    from ..probe import probe
+    from ..report import write_report
+    from ..results import results_document
 
-    recipe, cfg, device, precisions = plan(cfg)
+    recipe, cfg, device, precisions, _ = plan(cfg)
     asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP
     out = Path(cfg.output_dir)
     with OutputLock(out) if distributed.is_main_process() else contextlib.nullcontext():
         result = probe(cfg, device=device, precisions=asked)
         if distributed.is_main_process():
             hardware = {**result.hardware, "probe": result.to_dict()}
-            write_results(out / "results.json", [], hardware=hardware)
+            write_results(out / RESULTS_NAME, [], hardware=hardware)
             write_report(results_document([], hardware=hardware), out, charts=write_plots)
     return result
 
 
-def saved_model_name(precision: str, seed: int, single: bool) -> str:
-    return "model" if single else f"model-{precision}-seed{seed}"
+def report_kept_run(result: RunResult, save_model: bool = False) -> None:
+    """Log what ``--resume`` keeps of a finished run that ended early: the collapse and its diagnosis again.
+
+    Usage: ``report_kept_run(resume_plan.kept("fp16", 0), save_model=cfg.save_model)``
+    """
+    if not result.stopped_early:
+        return
+    label = f"{result.precision} seed {result.seed}"
+    logger.warning("training stopped early: %s", result.stopped_early)  # the line the run itself logged
+    logger.warning("--resume keeps the %s run as it ended (resuming it would stop the same way); rerun without "
+                   "--resume to train it again%s", label, " with the suggested fix" if "diagnosis" in result.stopped_early else "")
+    if save_model:
+        logger.warning("not saving the model of the %s run: it stopped early, its weights are not a finished model", label)
 
 
 def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dict) -> list[Callback]:

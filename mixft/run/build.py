@@ -1,0 +1,50 @@
+"""A Trainer from a recipe's parts and a run's options: the one place the run layer meets the loop.
+
+The loop (``mixft.trainer``) knows nothing of ``RunConfig`` or recipes; the runner, the
+probe, the benchmarks and the examples build their trainer here.
+
+Usage::
+
+    parts = recipe.build(cfg, prepared, precision, device, seed)
+    result = build_trainer(parts, cfg, precision=precision, device=device, seed=seed).fit()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..config import RunConfig
+from ..precision import Precision
+from ..recipe import TrainerParts
+from ..callbacks import Callback
+from ..trainer import Trainer
+
+
+def build_trainer(
+    parts: TrainerParts,
+    cfg: RunConfig,
+    *,
+    precision: str | Precision,
+    device: str | torch.device,
+    seed: int,
+    callbacks: Sequence[Callback] = (),
+) -> Trainer:
+    """The trainer for a recipe's parts under a run's options (``cfg`` with the recipe defaults applied).
+
+    The model, optimizer, loss, loaders, scheduler, predict_fn and metric come from
+    ``parts``; accumulation, clipping and the budget from ``cfg``; ``cfg`` itself is
+    recorded in the RunResult's ``config`` (one run's own: no ``precisions``/``seeds`` lists).
+
+    Usage: ``build_trainer(recipe.build(cfg, prepared, precision, device, seed), cfg,
+    precision=precision, device=device, seed=seed).fit()``
+    """
+    return Trainer(
+        parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
+        eval_loader=parts.eval_loader, precision=precision, device=device,
+        lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
+        epochs=cfg.epochs, max_steps=cfg.max_steps, predict_fn=parts.predict_fn, metric=parts.metric,
+        seed=seed, callbacks=callbacks,
+        run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
+    )

@@ -1,0 +1,85 @@
+"""Run identity and the --resume plan (mixft.run.identity): what is kept, what continues, what is refused.
+
+Unit tests on a results.json written by hand and checkpoints of a two-parameter Trainer;
+the CLI-level resume tests are in tests/test_resume.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mixft.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from mixft.config import RunConfig
+from mixft.results import RunResult, write_results
+from mixft.run.identity import ResumePlan, check_meta, finished_runs, plan_resume, run_meta, same_option
+from mixft.run.outdir import RESULTS_NAME, checkpoint_name
+from mixft.trainer import Trainer
+
+
+def result(precision, message=None, kind=None, seed=0, steps=0):
+    return RunResult(precision=precision, autocast_dtype=None, grad_scaler=False, device="cpu", device_name="cpu",
+                     seed=seed, stopped_early=message, stop_kind=kind, steps=steps)
+
+
+def tiny_checkpoint(path, meta, precision="fp32"):
+    trainer = Trainer(nn.Linear(2, 1), lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), [], precision=precision)
+    return save_checkpoint(trainer, path, meta)
+
+
+def test_resume_keeps_finished_runs_and_retrains_interrupted_ones_by_their_stop_kind(tmp_path):
+    write_results(tmp_path / "results.json", [
+        result("fp32"),
+        result("bf16", "interrupted (SIGINT)", "interrupt"),
+        result("fp16", "training collapsed: the loss is nan at step 6", "collapse"),
+        result("tf32", "interrupted by my own callback's rule", "callback"),  # the message is not parsed
+    ])
+    cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16", "fp16", "tf32"])
+    done = finished_runs(cfg, cfg.precisions)
+    # Interrupted: continued from its checkpoint. Collapsed or stopped otherwise: kept as it ended.
+    assert sorted(name for name, _ in done) == ["fp16", "fp32", "tf32"]
+    assert done[("fp16", 0)].stop_kind == "collapse"
+
+
+def test_an_option_mismatch_is_refused_naming_the_flag(tmp_path):
+    path = tiny_checkpoint(tmp_path / "ckpt.pt", {"lr": 0.1})
+    ckpt = load_checkpoint(path)
+    with pytest.raises(CheckpointError, match=r"--lr 0.1, this run has 0.2"):
+        check_meta(ckpt, {"lr": 0.2}, path)
+    check_meta(ckpt, {"lr": 0.1, "not_recorded": 1}, path)  # same options (and unrecorded ones): accepted
+    flagged = tiny_checkpoint(tmp_path / "flagged.pt", {"detect_collapse": True})
+    with pytest.raises(CheckpointError, match=r"written with --no-collapse-check True, this run has False"):
+        check_meta(load_checkpoint(flagged), {"detect_collapse": False}, flagged)  # the option's declared flag
+
+
+def test_paths_and_worker_counts_compare_by_meaning(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    assert same_option("data_dir", "data/", str(tmp_path / "data"))
+    assert not same_option("data_dir", "data", str(tmp_path / "other"))
+    assert same_option("model", "bert-base-uncased", "bert-base-uncased")  # a hub name is not a path
+    assert same_option("num_workers", 2, 1) and not same_option("num_workers", 0, 2)
+
+
+def test_the_plan_says_which_runs_are_kept_and_which_continue(tmp_path):
+    cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0], resume=True)
+    write_results(tmp_path / RESULTS_NAME, [result("fp32")])
+    tiny_checkpoint(tmp_path / checkpoint_name("bf16", 0, single=False), run_meta(cfg, "bf16", 0), "bf16")
+    plan = plan_resume(cfg, ["fp32", "bf16"])
+    assert plan.kept("fp32", 0).precision == "fp32" and not plan.continues("fp32", 0)
+    assert plan.kept("bf16", 0) is None and plan.continues("bf16", 0)
+    assert plan_resume(RunConfig(output_dir=str(tmp_path)), ["fp32"]) == ResumePlan()  # no --resume: reads nothing
+
+
+def test_a_plan_with_nothing_to_resume_is_refused(tmp_path):
+    cfg = RunConfig(output_dir=str(tmp_path), resume=True)
+    with pytest.raises(CheckpointError, match=r"no checkpoint in .* \(looked for checkpoint.pt\)"):
+        plan_resume(cfg, ["fp32"])
+
+
+def test_a_checkpoint_from_other_options_is_refused_by_the_plan(tmp_path):
+    cfg = RunConfig(output_dir=str(tmp_path), resume=True, lr=1e-3)
+    tiny_checkpoint(tmp_path / "checkpoint.pt", run_meta(RunConfig(output_dir=str(tmp_path), lr=2e-3), "fp32", 0))
+    with pytest.raises(CheckpointError, match=r"--lr 0.002, this run has 0.001"):
+        plan_resume(cfg, ["fp32"])
