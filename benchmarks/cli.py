@@ -24,7 +24,7 @@ from typing import Any
 
 from mixft import __version__
 from mixft.hardware import describe_hardware, hardware_line
-from mixft.cliargs import OneLineParser, non_negative_int, positive_int, setup_logging
+from mixft.cli_common import OneLineParser, non_negative_int, positive_int, setup_logging
 from mixft.errors import UsageError
 from mixft.precision import DEVICE_CHOICES
 

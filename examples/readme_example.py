@@ -691,7 +691,7 @@ def side_by_side(fp32: RunResult, amp: RunResult) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mixft.cliargs import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
+    from mixft.cli_common import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
 
     d = ExampleConfig()
     p = _Parser(
@@ -733,7 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = config_from_args(args).validate()
         if args.output_dir:
             from mixft.run.outdir import REPORT_NAME, RESULTS_NAME, check_output_dir
-            from mixft.summary import CHART_TITLES
+            from mixft.aggregate import CHART_TITLES
 
             check_output_dir(Path(args.output_dir), files=[RESULTS_NAME, REPORT_NAME, *CHART_TITLES])
         prepared = prepare(cfg)  # model, data, device, precisions: every check before any work

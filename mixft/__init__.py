@@ -45,7 +45,7 @@ _EXPORTS = {
     "stand_in_for": "mixft.data.synthetic.stand_ins",
     "TaskMetrics": "mixft.metrics.task",
     # reports
-    "summarize": "mixft.summary",
+    "summarize": "mixft.aggregate",
     "render_markdown": "mixft.report",
     "write_report": "mixft.report",
     "write_plots": "mixft.plots",

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import first_line
+
 
 class WriteFailed(OSError):
     """A file could not be written: disk full, quota, read-only file system, I/O error.
@@ -31,7 +33,7 @@ class WriteFailed(OSError):
 
     def __init__(self, target: str | os.PathLike, cause: BaseException):
         code = getattr(cause, "errno", None)
-        reason = getattr(cause, "strerror", None) or _first_line(cause)
+        reason = getattr(cause, "strerror", None) or first_line(cause)
         super().__init__(code, reason, str(target))
         self.cause = cause
 
@@ -96,16 +98,16 @@ def write_text(target: str | os.PathLike, text: str) -> None:
 
 def write_json(target: str | os.PathLike, obj: Any) -> None:
     """Atomically write ``obj`` as indented JSON (NaN/inf become null: JSON has neither)."""
-    write_text(target, json.dumps(_finite(obj), indent=2, sort_keys=False) + "\n")
+    write_text(target, json.dumps(_json_safe(obj), indent=2, sort_keys=False) + "\n")
 
 
-def _finite(obj: Any) -> Any:
+def _json_safe(obj: Any) -> Any:
     if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
         return None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: _json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [_json_safe(v) for v in obj]
     return obj
 
 
@@ -116,7 +118,7 @@ def _as_oserror(exc: BaseException, directory: Path) -> BaseException:
     text = str(exc)
     if "No space left on device" in text or "os error 28" in text or "StorageFull" in text or _disk_full(directory):
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    return OSError(errno.EIO, f"write failed ({_first_line(exc)})")
+    return OSError(errno.EIO, f"write failed ({first_line(exc)})")
 
 
 def _disk_full(directory: Path) -> bool:
@@ -125,11 +127,6 @@ def _disk_full(directory: Path) -> bool:
     except OSError:
         return False
     return st.f_bavail * st.f_frsize < 1 << 20  # under 1 MiB left for us: the write ran out of space
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0][:200] if text else type(exc).__name__)
 
 
 def _unlink_quietly(path: Path) -> None:

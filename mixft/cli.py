@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .atomic import WriteFailed
-from .cliargs import OneLineParser, int_list, setup_logging
+from .cli_common import OneLineParser, int_list, setup_logging
 from .config import RunConfig
 from .distributed import is_main_process, shutdown
 from .errors import UsageError

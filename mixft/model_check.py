@@ -40,14 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mixft.errors import UsageError
+from mixft.errors import UsageError, first_line
+from mixft.hub import CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX
 from mixft.log import logger
 
-CONFIG_FILE = "config.json"
-SAFETENSORS_FILE = "model.safetensors"
-TORCH_FILE = "pytorch_model.bin"
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-TORCH_INDEX = "pytorch_model.bin.index.json"
 # The files a tokenizer can be built from (transformers' fast and slow formats).
 TOKENIZER_FILES = (
     "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "spm.model", "sentencepiece.bpe.model",
@@ -199,13 +195,7 @@ def _locate(source: str, path: str, filename: str) -> str | None:
             _raise_exceptions_for_connection_errors=False, _raise_exceptions_for_gated_repo=False,
         )
     except OSError as exc:  # RepositoryNotFound, revision not found, a gated repo...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"{source}: cannot read {filename} from the Hugging Face hub: {first}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+        raise UsageError(f"{source}: cannot read {filename} from the Hugging Face hub: {first_line(exc)}") from None
 
 
 def _read_config(source: str, path: str):
@@ -234,7 +224,7 @@ def _read_config(source: str, path: str):
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:  # a field of the wrong type, a custom-code model, ...
-        raise UsageError(f"{source}: {CONFIG_FILE} cannot be read as a {model_type} config: {_first_line(exc)}") from None
+        raise UsageError(f"{source}: {CONFIG_FILE} cannot be read as a {model_type} config: {first_line(exc)}") from None
 
 
 def safetensors_shapes(file: str | Path, label: str | None = None) -> dict[str, tuple[int, ...]]:
@@ -303,7 +293,7 @@ def torch_file_shapes(file: str | Path, label: str | None = None) -> dict[str, t
                 raise
             state = torch.load(file, map_location="cpu", weights_only=True)  # the legacy (non-zip) format
     except Exception as exc:  # a truncated zip, a pickle that is not a state dict...
-        raise UsageError(f"{label} cannot be read (corrupt or truncated): {_first_line(exc)}") from None
+        raise UsageError(f"{label} cannot be read (corrupt or truncated): {first_line(exc)}") from None
     if not isinstance(state, Mapping):
         raise UsageError(f"{label} does not hold a state dict (found {type(state).__name__})")
     return {name: tuple(t.shape) for name, t in state.items() if isinstance(t, torch.Tensor)}
@@ -385,7 +375,7 @@ def _load_tokenizer(source: str, path: str, config):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except Exception as exc:
-        raise UsageError(f"{source}: the tokenizer cannot be loaded: {_first_line(exc)}") from None
+        raise UsageError(f"{source}: the tokenizer cannot be loaded: {first_line(exc)}") from None
     vocab = tokenizer.get_vocab()
     special = set(tokenizer.all_special_tokens)
     if not any(token not in special for token in vocab):

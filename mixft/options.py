@@ -75,6 +75,8 @@ FRACTION = Check(float, lambda v: _is_number(v) and 0 < v < 1, "a fraction betwe
 LORA_DROPOUT = Check(float, lambda v: _is_number(v) and 0 <= v < 1, "a number >= 0 and below 1")
 # torch.manual_seed takes any integer in [-2**63, 2**64): refuse the rest before work starts.
 SEED = Check(int, lambda v: _is_int(v) and -(2**63) <= v < 2**64, "an integer in [-2**63, 2**64)")
+# Below 8 tokens a sentence is mostly [CLS]/[SEP]: the same floor everywhere --max-length is read.
+MAX_LENGTH = Check(int, lambda v: _is_int(v) and v >= 8, "an integer >= 8 (tokens per example)")
 TEXT = Check(_text, lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string")
 BOOL = Check(bool, lambda v: isinstance(v, bool), "True or False")
 

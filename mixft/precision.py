@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .config import DEVICE_CHOICES
 from .errors import UsageError
 
 
@@ -56,7 +57,6 @@ PRECISIONS: dict[str, Precision] = {
 # What --amp means on each device type.
 AMP_DEFAULT = {"cuda": "fp16", "cpu": "bf16"}
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(name: str | torch.device = "auto") -> torch.device:

@@ -1,7 +1,7 @@
 """Turn a results document (see :mod:`mixft.results`) into a comparison table and ``report.md``.
 
 This module only *reads* results: every number it prints is taken from, or computed
-from, the document it is given by :mod:`mixft.summary` (means, sample standard
+from, the document it is given by :mod:`mixft.aggregate` (means, sample standard
 deviations, differences and ratios; its docstring states the conventions). Nothing is
 measured here and nothing is invented. The charts are drawn by :mod:`mixft.plots`,
 which this module does not import: ``write_report`` takes the chart writer as an argument.
@@ -23,7 +23,7 @@ from .atomic import write_text
 from .hardware import CPU_FLAGS, hardware_line
 from .log import logger
 from .run.outdir import REPORT_NAME
-from .summary import (
+from .aggregate import (
     NA,
     chart_titles,
     delta_key,
@@ -40,7 +40,7 @@ from .summary import (
     memory_label,
     memory_rows,
     metric_label,
-    metric_names,
+    reported_metric_names,
     metric_short,
     number,
     planned_charts,
@@ -326,7 +326,7 @@ def render_eval_history(doc: dict) -> str | None:
     if not rows:
         return None
     task = task_of(doc)
-    metrics = [m for m in metric_names(doc) if any(r.get(f"{m}_mean") is not None for r in rows)]
+    metrics = [m for m in reported_metric_names(doc) if any(r.get(f"{m}_mean") is not None for r in rows)]
     at = "epoch" if all(r["at"] == "epoch" for r in rows) else "epoch / step"
     header = [at, "precision", "step", *(metric_label(m, task) for m in metrics), "eval loss"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
@@ -574,7 +574,7 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     """``report.md``'s text for ``doc``.
 
     ``plots``: the chart files to link (names or paths; linked by file name, i.e. relative
-    to report.md). Default: the charts ``doc`` has data for (:func:`mixft.summary.planned_charts`,
+    to report.md). Default: the charts ``doc`` has data for (:func:`mixft.aggregate.planned_charts`,
     what :func:`mixft.plots.write_plots` writes).
 
     Usage: ``IPython.display.Markdown(render_markdown(json.load(open("results.json"))))``

@@ -43,7 +43,7 @@ from typing import Any
 
 from . import __version__
 from .atomic import write_json
-from .summary import metric_names, run_accuracy, run_metric, summarize
+from .aggregate import reported_metric_names, run_accuracy, run_metric, summarize
 
 
 @dataclass
@@ -157,7 +157,7 @@ def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is impor
     if isinstance(results, dict):
         results = results.get("runs") or []
     runs = [run.to_dict() if isinstance(run, RunResult) else dict(run) for run in results]
-    others = [m for m in metric_names({"runs": runs}) if m != "accuracy" and m not in RESULTS_FRAME_COLUMNS]
+    others = [m for m in reported_metric_names({"runs": runs}) if m != "accuracy" and m not in RESULTS_FRAME_COLUMNS]
     columns = list(RESULTS_FRAME_COLUMNS)
     columns[columns.index("accuracy") + 1:columns.index("accuracy") + 1] = others
     rows = []
@@ -187,7 +187,7 @@ def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is impor
 
 def compare_frame(results, baseline: str = "fp32") -> "pandas.DataFrame":  # noqa: F821
     """One row per precision, aggregated over seeds, with Δaccuracy, speedup and memory ratio
-    against ``baseline`` (the rows of :func:`mixft.summary.summarize`), indexed by precision.
+    against ``baseline`` (the rows of :func:`mixft.aggregate.summarize`), indexed by precision.
     Every task metric ``m`` has ``m_mean``, ``m_std`` and its Δ (``delta_m_pts`` for scores
     in [0, 1], ``delta_m`` for correlations).
 

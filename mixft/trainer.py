@@ -281,7 +281,7 @@ class Trainer:
         for opt in self.optimizers:  # every one: from here on .grad holds real values
             self.scaler.unscale_(opt)
         norms = grad_norms(self.optimizers, self.device)  # unscaled, per optimizer
-        stepped = self._finite(norms)  # per optimizer: an inf in one does not hold back another
+        stepped = self._may_step(norms)  # per optimizer: an inf in one does not hold back another
         self._clip(norms, stepped)  # the *unscaled* gradients
         for opt, ok in zip(self.optimizers, stepped):
             if ok:
@@ -320,7 +320,7 @@ class Trainer:
         if window:
             yield window
 
-    def _finite(self, norms: list[torch.Tensor]) -> list[bool]:
+    def _may_step(self, norms: list[torch.Tensor]) -> list[bool]:
         """Which optimizers step: those whose unscaled gradients are all finite.
 
         What GradScaler checks in ``unscale_``; without a scaler it is ``skip_nonfinite_steps``.

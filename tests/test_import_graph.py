@@ -117,7 +117,7 @@ CORE = ("mixft.options", "mixft.config", "mixft.precision", "mixft.rng", "mixft.
         "mixft.log", "mixft.atomic")
 ABOVE_CORE = ("mixft.trainer", "mixft.checkpoint", "mixft.run", "mixft.cli")
 # What may import the run layer: itself and the layers above it (reports, probe, CLI).
-RUN_LAYER_USERS = ("mixft.run", "mixft.cli", "mixft.report", "mixft.plots", "mixft.summary", "mixft.probe",
+RUN_LAYER_USERS = ("mixft.run", "mixft.cli", "mixft.report", "mixft.plots", "mixft.aggregate", "mixft.probe",
                    "mixft.probe_result")
 
 

@@ -42,7 +42,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_importing_plots_does_not_import_matplotlib():
-    done = _python("import sys, mixft, mixft.plots, mixft.report, mixft.summary\n"
+    done = _python("import sys, mixft, mixft.plots, mixft.report, mixft.aggregate\n"
                    "assert not [m for m in sys.modules if m.startswith('matplotlib')], 'matplotlib imported'")
     assert done.returncode == 0, done.stderr
 
@@ -78,7 +78,7 @@ def _imports(module: str) -> set[str]:
 
 
 def test_report_and_plots_share_summary_and_import_neither_each_other():
-    assert "summary" in _imports("report") and "summary" in _imports("plots")
+    assert "aggregate" in _imports("report") and "aggregate" in _imports("plots")
     assert "plots" not in _imports("report") and "report" not in _imports("plots")
     assert "report" not in _imports("results")
 
@@ -196,7 +196,7 @@ def test_eval_chart_titles_name_the_metric(monkeypatch):
 
 
 def test_loss_difference_is_zero_for_identical_curves(doc):
-    from mixft.summary import loss_difference_series
+    from mixft.aggregate import loss_difference_series
 
     for r in doc["runs"]:
         if r["precision"] != "fp32":
@@ -209,7 +209,7 @@ def test_loss_difference_is_zero_for_identical_curves(doc):
 
 
 def test_loss_difference_pairs_same_seed_and_smooths(doc):
-    from mixft.summary import loss_difference_series, smooth
+    from mixft.aggregate import loss_difference_series, smooth
 
     assert smooth([0, 3, 0, 3, 0], 3) == [1.5, 1.0, 2.0, 1.0, 1.5]
     runs = [r for r in doc["runs"] if r["precision"] in ("fp32", "bf16")]

@@ -15,7 +15,7 @@ Conventions (kept the same everywhere):
 * Means skip runs whose value is null (e.g. ``peak_memory_bytes`` where the device
   could not tell); a mean is ``None`` when no run has the value.
 * Task metrics are the numeric keys of a run's ``eval`` other than ``loss``, ``time_s``
-  and ``samples_per_s`` (:func:`metric_names`): accuracy, F1, Matthews correlation,
+  and ``samples_per_s`` (:func:`reported_metric_names`): accuracy, F1, Matthews correlation,
   Pearson/Spearman, whichever the task reported. A run's value of a metric is its
   ``eval[metric]``, else the last ``eval_history`` entry that has it.
 * Comparisons are against the ``baseline`` precision (default ``fp32``): Δaccuracy is
@@ -152,11 +152,11 @@ def entry_metrics(entry: dict | None) -> dict[str, float]:
     return out
 
 
-def metric_names(doc: dict) -> list[str]:
+def reported_metric_names(doc: dict) -> list[str]:
     """The task metrics any run of ``doc`` reports (final eval or history), known ones first
     (accuracy, f1, matthews_correlation, pearsonr, spearmanr), then the rest as they appear.
 
-    Usage: ``metric_names(doc)`` -> ``["pearsonr", "spearmanr"]`` for a regression task
+    Usage: ``reported_metric_names(doc)`` -> ``["pearsonr", "spearmanr"]`` for a regression task
     """
     seen: list[str] = []
     for run in doc.get("runs") or []:
@@ -259,7 +259,7 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
 
     Usage: ``{r["precision"]: r["speedup"] for r in summarize(doc)}``
     """
-    metrics = ["accuracy"] + [m for m in metric_names(doc) if m != "accuracy"]
+    metrics = ["accuracy"] + [m for m in reported_metric_names(doc) if m != "accuracy"]
     rows: list[dict] = []
     for precision, runs in group_runs(doc).items():
         scores: dict[str, Any] = {}
@@ -454,7 +454,7 @@ def eval_history_rows(doc: dict) -> list[dict]:
 
     Usage: ``[(r["epoch"], r["precision"], r["accuracy_mean"]) for r in eval_history_rows(doc)]``
     """
-    metrics = metric_names(doc)
+    metrics = reported_metric_names(doc)
     order = list(group_runs(doc))
     cells: dict[tuple[tuple[str, float], str], list[dict]] = {}
     for precision, runs in group_runs(doc).items():
@@ -506,7 +506,7 @@ def eval_charts(doc: dict) -> dict[str, str]:
     """``{chart file name: metric}``: one eval chart per metric with an eval history,
     ``eval_accuracy.png``, ``eval_f1.png``, ``eval_pearsonr.png``... in metric order."""
     out = {}
-    for m in metric_names(doc):
+    for m in reported_metric_names(doc):
         if any(eval_series(r, m) for r in doc.get("runs") or []):
             out[f"eval_{re.sub(r'[^A-Za-z0-9_.-]', '_', m)}.png"] = m
     return out
