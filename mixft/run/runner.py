@@ -12,6 +12,7 @@ This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -144,26 +145,11 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
                                 precision.name, target)
                 results.append(kept)
                 continue
-            parts = recipe.build(cfg, prepared, precision, device, seed)
-            checkpoint = out / checkpoint_name(precision.name, seed, single)
-            meta = run_meta(cfg, precision.name, seed)
-            callbacks = [*observer.callbacks(cfg, precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)]
-            trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
-            if not planned:
-                _add_cached_probe(hardware, cfg, precisions, parts.run_info.get("model"), device)
-                observer.on_plan(cfg, device, precisions, parts.run_info, trainer.total_steps, hardware)
-                planned = True
-            if cfg.eval_only:
-                result = trainer.evaluate_only()
-            else:
-                if resume_plan.continues(precision.name, seed):
-                    resume(trainer, checkpoint, verify=False)  # plan() has checked its CRCs and metadata
-                with _memory_errors_explained(cfg, device):
-                    result = trainer.fit()
-                if cfg.save_model and distributed.is_main_process() and not result.stopped_early:
-                    target = out / saved_model_name(precision.name, seed, single)
-                    recipe.save_model(trainer.module, prepared, target)
-                    logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
+            # The header is printed once, when the first run's model and step count exist.
+            announce = None if planned else functools.partial(_announce, observer, hardware, cfg, device, precisions)
+            result = _train_one(recipe, cfg, prepared, device, precision, seed, single, resume_plan, observer,
+                                on_built=announce)
+            planned = True
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
@@ -179,6 +165,40 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
 
         write_report(results_document(results, hardware=hardware), out, charts=write_plots)
     return results
+
+
+def _announce(observer: RunObserver, hardware: dict, cfg: RunConfig, device, precisions: list[Precision], parts,
+              trainer) -> None:
+    """The run header (``observer.on_plan``), with this machine's cached probe."""
+    _add_cached_probe(hardware, cfg, precisions, parts.run_info.get("model"), device)
+    observer.on_plan(cfg, device, precisions, parts.run_info, trainer.total_steps, hardware)
+
+
+def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, seed: int, single: bool,
+               resume_plan: ResumePlan, observer: RunObserver, on_built=None) -> RunResult:
+    """One (precision, seed) run: build its parts and trainer, train (or only evaluate), save what was asked.
+
+    ``on_built(parts, trainer)`` runs after building, before any training (the run header).
+    """
+    out = Path(cfg.output_dir)
+    parts = recipe.build(cfg, prepared, precision, device, seed)
+    checkpoint = out / checkpoint_name(precision.name, seed, single)
+    meta = run_meta(cfg, precision.name, seed)
+    callbacks = [*observer.callbacks(cfg, precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)]
+    trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
+    if on_built is not None:
+        on_built(parts, trainer)
+    if cfg.eval_only:
+        return trainer.evaluate_only()
+    if resume_plan.continues(precision.name, seed):
+        resume(trainer, checkpoint, verify=False)  # plan() has checked its CRCs and metadata
+    with _memory_errors_explained(cfg, device):
+        result = trainer.fit()
+    if cfg.save_model and distributed.is_main_process() and not result.stopped_early:
+        target = out / saved_model_name(precision.name, seed, single)
+        recipe.save_model(trainer.module, prepared, target)
+        logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
+    return result
 
 
 @contextlib.contextmanager
