@@ -83,3 +83,15 @@ def test_a_checkpoint_from_other_options_is_refused_by_the_plan(tmp_path):
     tiny_checkpoint(tmp_path / "checkpoint.pt", run_meta(RunConfig(output_dir=str(tmp_path), lr=2e-3), "fp32", 0))
     with pytest.raises(CheckpointError, match=r"--lr 0.002, this run has 0.001"):
         plan_resume(cfg, ["fp32"])
+
+
+def test_lora_options_are_part_of_a_runs_identity(tmp_path):
+    # A LoRA run's checkpoint holds a peft-wrapped model: resuming it as a full fine-tune (or
+    # with another rank) must be refused in one line, not crash loading the state dict.
+    cfg = RunConfig(output_dir=str(tmp_path), lora=True, lora_r=8)
+    path = tiny_checkpoint(tmp_path / "ckpt.pt", run_meta(cfg, "fp32", 0))
+    ckpt = load_checkpoint(path)
+    with pytest.raises(CheckpointError, match=r"--lora True, this run has False"):
+        check_meta(ckpt, run_meta(RunConfig(output_dir=str(tmp_path)), "fp32", 0), path)
+    with pytest.raises(CheckpointError, match=r"--lora-r 8, this run has 4"):
+        check_meta(ckpt, run_meta(RunConfig(output_dir=str(tmp_path), lora=True, lora_r=4), "fp32", 0), path)
