@@ -23,6 +23,7 @@ caller's decision.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -188,7 +189,9 @@ def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, lab
     import numpy as np
     import pyarrow.compute as pc
 
-    rng = np.random.default_rng(seed)
+    # numpy takes seeds >= 0 only; the CLI allows [-2**63, 2**64). Modulo 2**64 keeps every
+    # non-negative seed as it was and gives each negative one its own stream.
+    rng = np.random.default_rng(seed % 2**64)
     column = train.select_columns([label_column]).with_format("arrow")[:].column(0)
     if labels.kind == "classification":
         codes = pc.dictionary_encode(column.combine_chunks()).indices.to_numpy(zero_copy_only=False)
@@ -205,6 +208,25 @@ def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, lab
                          "pass a larger fraction or --validation-file")
     keep = np.setdiff1d(np.arange(len(train)), held, assume_unique=True)
     return train.select(keep), train.select(held)
+
+
+@contextlib.contextmanager
+def _blamed_on_the_cap(capped: bool, max_train_samples: int | None):
+    """A label error that only the --max-train-samples cap caused says so."""
+    try:
+        yield
+    except UsageError as exc:
+        if not capped:
+            raise
+        raise UsageError(f"{exc} (after --max-train-samples {max_train_samples} kept the first "
+                         f"{max_train_samples} training rows; raise it, or shuffle the file)") from None
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(os.path.expanduser(a), os.path.expanduser(b))
+    except OSError:
+        return False
 
 
 def _first(ds, n: int | None):
@@ -307,12 +329,22 @@ def load_text_data(
     if eval_ds is None:
         train, eval_ds = _carve(train, validation_split, seed, where, labels, cols.label)
         eval_where = f"{where} (rows held out by --validation-split {validation_split})"
-    if max_train_samples is not None and max_train_samples < len(train) or validation_split is not None:
+    capped = max_train_samples is not None and max_train_samples < len(train)
+    all_labels = labels
+    if capped or validation_split is not None:
         # What is trained on decides the classes: a cap may drop one, a hold-out may take one.
         train = _first(train, max_train_samples)
-        labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
+        with _blamed_on_the_cap(capped, max_train_samples):
+            labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
     eval_ds = _first(eval_ds, max_eval_samples)
-    check_eval_labels(eval_ds, cols.label, labels, where=eval_where)
+    if labels != all_labels:  # checked against all the labels first: only what the cap caused blames the cap
+        check_eval_labels(eval_ds, cols.label, all_labels, where=eval_where)
+    with _blamed_on_the_cap(capped, max_train_samples):
+        check_eval_labels(eval_ds, cols.label, labels, where=eval_where)
+    if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
+        # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
+        notice = (f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
+                  "well the model fits its training data, not how it does on unseen data")
     task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
                     labels=labels, glue_task=glue_task)
     return TextData(train=train, eval=eval_ds, task=task, name=name, source=source, notice=notice)
