@@ -60,7 +60,9 @@ def test_tsv_quotes_are_literal(tmp_path):
         ("train", "text,label\n", "--train-file {p}: unsupported file type (no extension); supported"),
         ("train.csv", "", "--train-file {p}: file is empty"),
         ("train.csv", "text,label\n", "--train-file {p}: no data rows"),
-        ("train.csv", 'text,label\n"a",1\n"b",2,3\n', "--train-file {p}: cannot read as CSV: Error tokenizing data. C error: Expected 2 fields in line 3, saw 3"),
+        ("train.csv", 'text,label\n"a",1\n"b",2,3\n', "--train-file {p}: data row 2 has more fields than the header's 2 "
+         "(an unquoted comma in a text?); quote the fields that contain one"),
+        ("train.csv", 'text,label\n"a",1,2\n"b",2,3,4\n', "--train-file {p}: line 3 has 4 fields, the header 2; quote fields"),
         ("train.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": \n', "--train-file {p}: cannot read as JSONL:"),
         ("train.json", '[{"text": "a"', "--train-file {p}: cannot read as JSON:"),
         ("train.parquet", "not parquet at all", "--train-file {p}: cannot read as PARQUET:"),

@@ -89,7 +89,8 @@ def test_classlabel_keeps_ids_and_names():
         ([0.5, 0.5], {}, "--train-file t.csv: every training label in column 'label' is the same value; nothing to learn"),
         ([0.5, 1.5], {"task_kind": "classification"},
          "--train-file t.csv: labels in column 'label' have fractional values; classes must be whole numbers or text"),
-        (["a", "b"], {"task_kind": "regression"}, "labels in column 'label' are text ('a', 'b'); cannot regress on them"),
+        (["a", "b"], {"task_kind": "regression"},
+         "--task-kind regression, but the labels in column 'label' are text ('a', 'b'); regression needs numbers"),
         ([0, 1], {"task_kind": "ranking"}, "unknown task kind 'ranking'; task kinds: classification, regression"),
     ],
 )

@@ -89,9 +89,15 @@ def test_missing_text_and_non_text_columns(tmp_path):
     gap = _csv(tmp_path / "gap.csv", [("a", 0), ("", 1), ("c", 0)])  # an empty cell reads as missing
     with pytest.raises(UsageError, match=r"1 of 3 rows have no text in column 'text' \(first: data row 2\)"):
         load_text_data(train_file=gap, validation_split=0.5)
-    numbers = _csv(tmp_path / "numbers.csv", [(1, 0), (2, 1)])
+    # A JSON number is a number, not text...
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text('{"text": 1, "label": 0}\n{"text": 2, "label": 1}\n', encoding="utf-8")
     with pytest.raises(UsageError, match=r"column 'text' holds int64 values, not text; .*columns: 'text', 'label'"):
         load_text_data(train_file=numbers, validation_split=0.5)
+    # ...but every CSV cell is text as written: codes such as "007" are texts to classify.
+    codes = _csv(tmp_path / "codes.csv", [("007", 0), ("12", 1), ("3", 0), ("44", 1)])
+    data = load_text_data(train_file=codes, validation_split=0.5)
+    assert sorted(data.train["text"][:] + data.eval["text"][:]) == ["007", "12", "3", "44"]
 
 
 @pytest.mark.parametrize(
@@ -146,22 +152,29 @@ def test_hub_dataset_neither_cached_nor_reachable(unreachable):
 
 
 def test_unavailable_glue_task_without_stand_in(unreachable):
-    with pytest.raises(UsageError, match=r"^--dataset glue/stsb: not in the local datasets cache"):
+    # Named as the user asked for it, with advice that names no flag --recipe glue refuses.
+    with pytest.raises(UsageError) as info:
         load_glue_data("stsb")
+    assert str(info.value) == ("--task stsb (glue/stsb): not in the local datasets cache and the hub is unreachable; "
+                               "run once with hub access or train on your own copy of the task's files with "
+                               "--recipe text-classification --train-file/--validation-file")
 
 
 @pytest.mark.parametrize(
-    "name, config, generated, columns, names",
+    "name, config, generated, columns, names, eval_split",
     [
-        ("glue", "sst2", "mixft-generated-sentiment", ("sentence",), ("negative", "positive")),
-        ("glue", "mrpc", "mixft-generated-paraphrase", ("sentence1", "sentence2"), ("not_equivalent", "equivalent")),
-        ("ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech")),
-        ("fancyzhx/ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech")),
+        ("glue", "sst2", "mixft-generated-sentiment", ("sentence",), ("negative", "positive"), None),
+        ("glue", "mrpc", "mixft-generated-paraphrase", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"),
+         None),
+        # ag_news has train and test only, and so has its stand-in: --eval-split test works online and offline.
+        ("ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech"), "test"),
+        ("fancyzhx/ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech"),
+         "test"),
     ],
 )
-def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, generated, columns, names):
+def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, generated, columns, names, eval_split):
     stand_in = stand_in_for(name, config)
-    data = load_text_data(dataset=name, dataset_config=config, seed=1, stand_in=stand_in)
+    data = load_text_data(dataset=name, dataset_config=config, seed=1, stand_in=stand_in, eval_split=eval_split)
     label = f"{name}/{config}" if config else name
     assert (data.source, data.name) == ("generated", generated)
     assert data.notice == (f"notice: {label} is not reachable or cached; using {generated}, mixft's generated "
@@ -170,13 +183,13 @@ def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, gener
     assert data.task.text_columns == columns and data.task.label_names == names
     assert data.task.glue_task == config
     again = load_text_data(dataset=name, dataset_config=config, seed=1, max_train_samples=50, max_eval_samples=10,
-                           stand_in=stand_in)
+                           stand_in=stand_in, eval_split=eval_split)
     assert (len(again.train), len(again.eval)) == (50, 10)  # a cap sizes the generated set itself
 
 
 def test_no_stand_in_unless_the_caller_passes_one(unreachable):
     # The user-data path never picks a generated set itself: that is the recipe's decision.
-    with pytest.raises(UsageError, match=r"^--dataset glue/sst2: not in the local datasets cache"):
+    with pytest.raises(UsageError, match=r"^--task sst2 \(glue/sst2\): not in the local datasets cache"):
         load_glue_data("sst2")
     assert stand_in_for("imdb") is None and stand_in_for(None) is None
 
@@ -256,9 +269,10 @@ def test_hub_dataset_without_validation_split(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     with pytest.raises(UsageError) as info:
         load_text_data(dataset="imdb")
-    assert str(info.value) == ("--dataset imdb (train split): no validation data (splits: train, test; or pass "
-                               "--eval-split); pass --validation-file, or --validation-split F (0 < F < 1) to hold "
-                               "out a fraction of the training data")
+    # --validation-file goes with --train-file only: not offered for a hub dataset.
+    assert str(info.value) == ("--dataset imdb (train split): no validation data; its splits are train, test: pass "
+                               "--eval-split NAME, or --validation-split F (0 < F < 1) to hold out a fraction of the "
+                               "training data")
     assert len(load_text_data(dataset="imdb", eval_split="test").eval) == 2
     assert len(load_text_data(dataset="imdb", validation_split=0.5).eval) == 2
     with pytest.raises(UsageError, match=r"no split 'dev' \(--eval-split\); splits: train, test"):

@@ -35,6 +35,9 @@ from mixft.log import logger
 
 DEMO_TRAIN_SIZE = 2000
 DEMO_EVAL_SIZE = 872  # SST-2's dev size
+# Advice for a GLUE task that cannot be had: --recipe glue takes no data files of its own.
+GLUE_OTHER_DATA = ("train on your own copy of the task's files with --recipe text-classification "
+                   "--train-file/--validation-file")
 # Split names that hold validation data on the hub, in order of preference.
 VALIDATION_SPLITS = ("validation", "validation_matched", "dev", "valid")
 
@@ -132,22 +135,24 @@ def _check_arguments(train_file, validation_file, data_dir, dataset, dataset_con
 # ---------------------------------------------------------------------------------------
 
 
-def _pick_eval_split(splits, eval_split: str | None, label: str) -> str | None:
+def _pick_eval_split(splits, eval_split: str | None, shown: str) -> str | None:
     names = list(splits)
     if eval_split is not None:
         if eval_split not in splits:
-            raise UsageError(f"--dataset {label}: no split {eval_split!r} (--eval-split); splits: {', '.join(names)}")
+            raise UsageError(f"{shown}: no split {eval_split!r} (--eval-split); splits: {', '.join(names)}")
         return eval_split
     return next((s for s in VALIDATION_SPLITS if s in splits), None)
 
 
-def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval):
+def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval, shown, other_data):
     """(train, eval or None, name, source, notice, where, eval_where, splits listing)."""
-    from mixft.data.hubdata import DatasetUnavailable, dataset_label, fetch_hub_dataset
+    from mixft.data.hubdata import OTHER_DATA, DatasetUnavailable, dataset_label, fetch_hub_dataset
 
     label = dataset_label(dataset, config)
+    shown = shown or f"--dataset {label}"
     try:
-        splits, source = fetch_hub_dataset(dataset, config, hub_timeout=hub_timeout)
+        splits, source = fetch_hub_dataset(dataset, config, hub_timeout=hub_timeout, shown=shown,
+                                           other_data=other_data or OTHER_DATA)
         name, notice = label, None
     except DatasetUnavailable as unavailable:
         if stand_in is None:
@@ -156,10 +161,10 @@ def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_tra
         name, source = stand_in.name, "generated"
         logger.debug("%s (%s)", notice, unavailable)  # returned to the caller, who shows it
     if "train" not in splits:
-        raise UsageError(f"--dataset {label}: no 'train' split; splits: {', '.join(splits)}")
-    chosen = _pick_eval_split(splits, eval_split, label)
-    where = f"--dataset {label} (train split)"
-    eval_where = f"--dataset {label} ({chosen} split)"
+        raise UsageError(f"{shown}: no 'train' split; splits: {', '.join(splits)}")
+    chosen = _pick_eval_split(splits, eval_split, shown)
+    where = f"{shown} (train split)"
+    eval_where = f"{shown} ({chosen} split)"
     eval_ds = splits[chosen] if chosen is not None else None
     return splits["train"], eval_ds, name, source, notice, where, eval_where, ", ".join(splits)
 
@@ -175,7 +180,7 @@ def _stand_in(stand_in, label: str, seed: int, train_size: int, eval_size: int):
                              "for more data")
     splits = stand_in.build(train_size=train_size, eval_size=eval_size, seed=seed)
     notice = stand_in.notice.format(label=label, name=stand_in.name, train=len(splits["train"]),
-                                    eval=len(splits["validation"]), seed=seed)
+                                    eval=len(splits[stand_in.eval_split]), seed=seed)
     return splits, notice
 
 
@@ -254,6 +259,8 @@ def load_text_data(
     demo_train_size: int = DEMO_TRAIN_SIZE,
     demo_eval_size: int = DEMO_EVAL_SIZE,
     glue_task: str | None = None,
+    dataset_shown: str | None = None,
+    other_data: str | None = None,
 ) -> TextData:
     """Read, check and cap the data of a text-classification or regression run.
 
@@ -268,7 +275,10 @@ def load_text_data(
     "classification" or "regression" where the labels allow both (see mixft.data.labels).
     The first ``max_train_samples`` / ``max_eval_samples`` rows are kept (after any hold-out).
     ``glue_task`` marks the data as that GLUE task (``load_glue_data`` sets it; a
-    ``dataset="glue"`` with a GLUE config sets it too).
+    ``dataset="glue"`` with a GLUE config sets it too). ``dataset_shown`` is how the user
+    asked for the hub dataset, for messages (default ``--dataset NAME/CONFIG``);
+    ``other_data`` the advice when it cannot be had (default: pass --train-file/--validation-file):
+    a recipe that refuses those flags says what it accepts instead.
 
     Usage: ``data = load_text_data(train_file="train.csv", validation_split=0.1, seed=0)``
     """
@@ -306,15 +316,18 @@ def load_text_data(
         demo_train = max_train_samples or demo_train_size
         demo_eval = max_eval_samples or demo_eval_size
         train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
-            dataset, dataset_config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval
+            dataset, dataset_config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval,
+            dataset_shown, other_data
         )
 
     if eval_ds is not None and validation_split is not None:
         raise UsageError(f"{where}: the data has a validation split already; drop --validation-split")
     if eval_ds is None and validation_split is None:
-        splits = f" (splits: {listing}; or pass --eval-split)" if listing else ""
+        # --validation-file goes with --train-file only: a hub dataset is offered what it accepts.
+        choices = (f"its splits are {listing}: pass --eval-split NAME" if listing is not None
+                   else "pass --validation-file")
         raise UsageError(
-            f"{where}: no validation data{splits}; pass --validation-file, or --validation-split F "
+            f"{where}: no validation data; {choices}, or --validation-split F "
             "(0 < F < 1) to hold out a fraction of the training data"
         )
 
@@ -369,12 +382,15 @@ def load_glue_data(
     stand_in=None,
     demo_train_size: int = DEMO_TRAIN_SIZE,
     demo_eval_size: int = DEMO_EVAL_SIZE,
+    other_data: str | None = None,
 ) -> TextData:
     """A GLUE task's train and official validation split (``validation_matched`` for MNLI).
 
     When the hub is out of reach and nothing is cached, ``stand_in`` (the caller's choice,
     e.g. mixft.data.synthetic.stand_ins.stand_in_for("glue", task)) replaces the data;
-    without one that is a one-line UsageError.
+    without one that is a one-line UsageError that names the task as the user did
+    (``--task mnli``) and advises ``other_data`` (default: GLUE_OTHER_DATA; the glue recipe
+    takes no data files, so the advice names the recipe that does).
     ``data.task.glue_task`` names the task, so ``mixft.metrics.task`` picks its official metrics.
 
     Usage: ``data = load_glue_data("stsb"); data.task.kind  # "regression"``
@@ -386,4 +402,5 @@ def load_glue_data(
         dataset="glue", dataset_config=table.name, glue_task=table.name,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         hub_timeout=hub_timeout, stand_in=stand_in, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
+        dataset_shown=f"--task {table.name} (glue/{table.name})", other_data=other_data or GLUE_OTHER_DATA,
     )
