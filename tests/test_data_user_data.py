@@ -300,3 +300,39 @@ def test_unknown_glue_task():
 def test_pair_column_on_single_text_glue_task(unreachable):
     with pytest.raises(UsageError, match=r"GLUE sst2 is single-text data \(column 'sentence'\)"):
         load_text_data(dataset="glue", dataset_config="sst2", text_column="sentence", text_pair_column="idx")
+
+
+# ------------------------------------------------------------------- issue 19: read as written
+
+
+def test_a_negative_seed_holds_out_its_own_rows(topic_csv):
+    # Was: ValueError from numpy ("expected non-negative integer"); the CLI allows seeds down to -2**63.
+    a = load_text_data(train_file=topic_csv, validation_split=0.2, seed=-1)
+    b = load_text_data(train_file=topic_csv, validation_split=0.2, seed=-1)
+    assert a.eval["text"][:] == b.eval["text"][:] and len(a.eval) == 6
+    low = load_text_data(train_file=topic_csv, validation_split=0.2, seed=-(2**63))
+    assert len(low.eval) == 6
+
+
+def test_a_label_error_the_cap_caused_names_the_cap(tmp_path):
+    rows = [(f"r{i}", "a" if i < 10 else "b") for i in range(20)]
+    train = _csv(tmp_path / "t.csv", rows)
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=train, validation_split=0.2, max_train_samples=5)
+    assert str(info.value).endswith("classification needs at least two (after --max-train-samples 5 kept the first "
+                                    "5 training rows; raise it, or shuffle the file)")
+    three = _csv(tmp_path / "three.csv", [(f"r{i}", "a" if i < 10 else "b" if i < 15 else "c") for i in range(20)])
+    dev = _csv(tmp_path / "d.csv", [("x", "c")])
+    with pytest.raises(UsageError, match=r"validation label 'c' never seen in training .*--max-train-samples 12"):
+        load_text_data(train_file=three, validation_file=dev, max_train_samples=12)
+    # ...and one it did not cause does not blame it.
+    other = _csv(tmp_path / "o.csv", [("x", "z")])
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=three, validation_file=other, max_train_samples=12)
+    assert "never seen in training" in str(info.value) and "--max-train-samples" not in str(info.value)
+
+
+def test_the_same_file_for_training_and_validation_gets_a_warning(topic_csv, tmp_path):
+    data = load_text_data(train_file=topic_csv, validation_file=tmp_path / "." / topic_csv.name)
+    assert data.notice.startswith(f"warning: --validation-file {tmp_path / '.' / topic_csv.name} is the --train-file")
+    assert load_text_data(train_file=topic_csv, validation_split=0.2).notice is None
