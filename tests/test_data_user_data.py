@@ -152,10 +152,10 @@ def test_hub_dataset_neither_cached_nor_reachable(unreachable):
 
 
 def test_unavailable_glue_task_without_stand_in(unreachable):
-    # Named as the user asked for it, with advice that names no flag --recipe glue refuses.
+    # Named without a flag the user may not have passed, with advice no GLUE recipe refuses.
     with pytest.raises(UsageError) as info:
         load_glue_data("stsb")
-    assert str(info.value) == ("--task stsb (glue/stsb): not in the local datasets cache and the hub is unreachable; "
+    assert str(info.value) == ("glue/stsb: not in the local datasets cache and the hub is unreachable; "
                                "run once with hub access or train on your own copy of the task's files with "
                                "--recipe text-classification --train-file/--validation-file")
 
@@ -189,7 +189,7 @@ def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, gener
 
 def test_no_stand_in_unless_the_caller_passes_one(unreachable):
     # The user-data path never picks a generated set itself: that is the recipe's decision.
-    with pytest.raises(UsageError, match=r"^--task sst2 \(glue/sst2\): not in the local datasets cache"):
+    with pytest.raises(UsageError, match=r"^glue/sst2: not in the local datasets cache"):
         load_glue_data("sst2")
     assert stand_in_for("imdb") is None and stand_in_for(None) is None
 

@@ -135,16 +135,17 @@ def _check_arguments(train_file, validation_file, data_dir, dataset, dataset_con
 # ---------------------------------------------------------------------------------------
 
 
-def _pick_eval_split(splits, eval_split: str | None, shown: str) -> str | None:
+def _pick_eval_split(splits, eval_split: str | None, shown: str, flag: str) -> str | None:
     names = list(splits)
     if eval_split is not None:
         if eval_split not in splits:
-            raise UsageError(f"{shown}: no split {eval_split!r} (--eval-split); splits: {', '.join(names)}")
+            raise UsageError(f"{shown}: no split {eval_split!r}{flag}; splits: {', '.join(names)}")
         return eval_split
     return next((s for s in VALIDATION_SPLITS if s in splits), None)
 
 
-def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval, shown, other_data):
+def _from_hub(dataset, config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval,
+              shown, other_data):
     """(train, eval or None, name, source, notice, where, eval_where, splits listing)."""
     from mixft.data.hubdata import OTHER_DATA, DatasetUnavailable, dataset_label, fetch_hub_dataset
 
@@ -162,7 +163,8 @@ def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_tra
         logger.debug("%s (%s)", notice, unavailable)  # returned to the caller, who shows it
     if "train" not in splits:
         raise UsageError(f"{shown}: no 'train' split; splits: {', '.join(splits)}")
-    chosen = _pick_eval_split(splits, eval_split, shown)
+    # "(--eval-split)" only where the user passed it: a GLUE task's split is the table's choice.
+    chosen = _pick_eval_split(splits, eval_split, shown, " (--eval-split)" if user_eval_split else "")
     where = f"{shown} (train split)"
     eval_where = f"{shown} ({chosen} split)"
     eval_ds = splits[chosen] if chosen is not None else None
@@ -284,6 +286,7 @@ def load_text_data(
     """
     _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
                      validation_split, max_train_samples, max_eval_samples)
+    user_eval_split = eval_split is not None
     if dataset is not None and glue_task is None:
         glue_task = _glue_config(dataset, dataset_config)
     if glue_task is not None:
@@ -316,8 +319,8 @@ def load_text_data(
         demo_train = max_train_samples or demo_train_size
         demo_eval = max_eval_samples or demo_eval_size
         train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
-            dataset, dataset_config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval,
-            dataset_shown, other_data
+            dataset, dataset_config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train,
+            demo_eval, dataset_shown, other_data
         )
 
     if eval_ds is not None and validation_split is not None:
@@ -382,15 +385,17 @@ def load_glue_data(
     stand_in=None,
     demo_train_size: int = DEMO_TRAIN_SIZE,
     demo_eval_size: int = DEMO_EVAL_SIZE,
+    shown: str | None = None,
     other_data: str | None = None,
 ) -> TextData:
     """A GLUE task's train and official validation split (``validation_matched`` for MNLI).
 
     When the hub is out of reach and nothing is cached, ``stand_in`` (the caller's choice,
     e.g. mixft.data.synthetic.stand_ins.stand_in_for("glue", task)) replaces the data;
-    without one that is a one-line UsageError that names the task as the user did
-    (``--task mnli``) and advises ``other_data`` (default: GLUE_OTHER_DATA; the glue recipe
-    takes no data files, so the advice names the recipe that does).
+    without one that is a one-line UsageError naming the data as ``shown`` (default
+    ``glue/mnli``: no flag, since the caller knows which one the user passed, e.g. ``--task
+    mnli``) and advising ``other_data`` (default GLUE_OTHER_DATA: the GLUE recipes take no
+    data files, so the advice names the recipe that does).
     ``data.task.glue_task`` names the task, so ``mixft.metrics.task`` picks its official metrics.
 
     Usage: ``data = load_glue_data("stsb"); data.task.kind  # "regression"``
@@ -402,5 +407,5 @@ def load_glue_data(
         dataset="glue", dataset_config=table.name, glue_task=table.name,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         hub_timeout=hub_timeout, stand_in=stand_in, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
-        dataset_shown=f"--task {table.name} (glue/{table.name})", other_data=other_data or GLUE_OTHER_DATA,
+        dataset_shown=shown or f"glue/{table.name}", other_data=other_data or GLUE_OTHER_DATA,
     )
