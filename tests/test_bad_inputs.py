@@ -140,6 +140,106 @@ CASES = {
 }
 
 
+# Issue 19: the user's data read exactly as written. Each runs --recipe text-classification
+# on a data file built by the case; the same checks as above (exit 2, one line, nothing touched).
+def file_args(ctx: Ctx, train: Path, *extra: str) -> list[str]:
+    return ["--recipe", "text-classification", "--model", str(ctx.model), "--train-file", str(train),
+            "--validation-split", "0.25", "--max-steps", "1", "--batch-size", "4", "--output-dir", str(ctx.out),
+            "--no-progress", *extra]
+
+
+def _rows(labels, texts=None) -> str:
+    texts = texts or [f"review number {i}" for i in range(len(labels))]
+    return "text,label\n" + "".join(f"{t},{label}\n" for t, label in zip(texts, labels))
+
+
+def _file(c: Ctx, name: str, content: str | bytes) -> Path:
+    path = c.tmp / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def _fifo(c: Ctx) -> Path:
+    path = c.tmp / "train.csv"
+    os.mkfifo(path)  # was: the reader blocked forever on it
+    return path
+
+
+# id -> setup(ctx) returning (the CLI's args, a fragment the error must name)
+FILE_CASES = {
+    "train-file-fifo": lambda c: (file_args(c, _fifo(c)), "is a named pipe (FIFO)"),
+    "unquoted-comma-in-every-row": lambda c: (file_args(c, _file(c, "t.csv", _rows(
+        "ab" * 4, [f"good, really {i}" for i in range(8)]))), "data row 1 has more fields than the header's 2"),
+    "duplicate-header-name": lambda c: (file_args(c, _file(c, "t.csv", "text,label,label\n" + "".join(
+        f"t{i},{'ab'[i % 2]},x\n" for i in range(8)))), "names column 'label' more than once"),
+    "regression-on-yes-no": lambda c: (file_args(c, _file(c, "t.csv", _rows(["yes", "no"] * 4)), "--task-kind",
+                                                 "regression"), "--task-kind regression, but the labels"),
+    "regression-on-true-false": lambda c: (file_args(c, _file(c, "t.jsonl", "".join(
+        f'{{"text": "t{i}", "label": {"true" if i % 2 else "false"}}}\n' for i in range(8))), "--task-kind",
+        "regression"), "are true/false"),
+    "regression-inf": lambda c: (file_args(c, _file(c, "t.csv", _rows(["0.5", "inf", "1.5", "2.5"] * 2))),
+                                 "data row 2: label inf in column 'label' is not a finite number"),
+    "regression-1e200": lambda c: (file_args(c, _file(c, "t.csv", _rows(["0.5", "1.5", "1e200", "2.5"] * 2))),
+                                   "data row 3: regression target 1e+200"),
+    "regression-nan-json": lambda c: (file_args(c, _file(c, "t.jsonl", "".join(
+        f'{{"text": "t{i}", "label": {"NaN" if i == 4 else i / 2}}}\n' for i in range(8)))), "data row 5: label nan"),
+    "latin1-csv": lambda c: (file_args(c, _file(c, "t.csv", _rows("ab" * 4).encode().replace(b"number 3", b"caf\xe9"))),
+                             "line 5: b'\\xe9' is not UTF-8 (Invalid UTF8 sequence); save the file as UTF-8"),
+    "latin1-jsonl": lambda c: (file_args(c, _file(c, "t.jsonl", b"".join(
+        b'{"text": "caf\xe9 %d", "label": %d}\n' % (i, i % 2) for i in range(8)))), "save the file as UTF-8"),
+    "cap-leaves-one-class": lambda c: (file_args(c, _file(c, "t.csv", _rows("aaaaaaaabbbb")), "--max-train-samples",
+                                                 "4"), "(after --max-train-samples 4 kept the first 4 training rows"),
+    "path-with-two-colons": lambda c: (file_args(c, _file(c, "a::b.csv", _rows("ab" * 4))), "containing '::'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILE_CASES))
+def test_bad_data_file_exits_2_with_one_line_and_touches_nothing(case, ctx, capsys, isolated_hf):
+    args, fragment = FILE_CASES[case](ctx)
+    capsys.readouterr()
+    before = _snapshot(ctx.out)
+    code = main(args)
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert code == 2, captured.err
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("finetune.py: error: ") and fragment in lines[0], lines[0]
+    assert _snapshot(ctx.out) == before
+    assert captured.out == ""
+
+
+def test_glue_task_offline_advises_what_glue_accepts(ctx, capsys, isolated_hf):
+    # Was: "--dataset glue/mnli: ... pass --train-file/--validation-file", two flags glue refuses.
+    before = _snapshot(ctx.out)
+    code = main(["--recipe", "glue", "--task", "mnli", "--model", str(ctx.model), "--output-dir", str(ctx.out),
+                 "--max-steps", "1", "--no-progress"])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "glue/mnli: not in the local datasets cache" in lines[0]
+    assert "--recipe text-classification --train-file" in lines[0] and "--dataset" not in lines[0]
+    assert _snapshot(ctx.out) == before
+
+
+def test_a_bracketed_path_trains_on_that_file_not_its_glob_match(ctx, capsys, isolated_hf):
+    # Was: tr[1].csv read as the glob pattern tr[1].csv, which matches tr1.csv: exit 0 on the wrong data.
+    _file(ctx, "tr1.csv", _rows(["wrong", "data"] * 4))
+    train = _file(ctx, "tr[1].csv", _rows(["neg", "pos"] * 4))
+    code = main(file_args(ctx, train, "--seed", "-3"))  # a negative seed was a numpy traceback in the hold-out
+    assert code == 0, capsys.readouterr().err
+    run = json.loads((ctx.out / "results.json").read_text())["runs"][0]
+    assert run["task"]["names"] == ["neg", "pos"]
+
+
+def test_the_same_file_for_training_and_validation_is_said(ctx, capsys, isolated_hf):
+    train = _file(ctx, "t.csv", _rows(["neg", "pos"] * 4))
+    args = file_args(ctx, train, "--validation-file", str(ctx.tmp / "." / "t.csv"))
+    args.remove("--validation-split"), args.remove("0.25")
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "is the --train-file: the evaluation measures how well the model fits its training data" in err
+
+
 def _broken_model(c: Ctx, name: str | None, content: bytes | None = None, *, truncate: bool = False,
                   drop_tokenizer: bool = False) -> Path:
     import shutil

@@ -89,7 +89,8 @@ def test_classlabel_keeps_ids_and_names():
         ([0.5, 0.5], {}, "--train-file t.csv: every training label in column 'label' is the same value; nothing to learn"),
         ([0.5, 1.5], {"task_kind": "classification"},
          "--train-file t.csv: labels in column 'label' have fractional values; classes must be whole numbers or text"),
-        (["a", "b"], {"task_kind": "regression"}, "labels in column 'label' are text ('a', 'b'); cannot regress on them"),
+        (["a", "b"], {"task_kind": "regression"},
+         "--task-kind regression, but the labels in column 'label' are text ('a', 'b'); regression needs numbers"),
         ([0, 1], {"task_kind": "ranking"}, "unknown task kind 'ranking'; task kinds: classification, regression"),
     ],
 )
@@ -167,3 +168,78 @@ def test_regression_validation_accepts_any_numbers():
     check_eval_labels(_ds([1, 2]), "label", info, where=V)
     with pytest.raises(UsageError, match="mixed label types"):
         check_eval_labels(_ds(["high", "low"]), "label", info, where=V)
+
+
+# ---------------------------------------------------------------- issue 19: one normalisation
+
+
+def test_label_key_is_the_one_rule():
+    from mixft.data.labels import label_key
+
+    assert {label_key(v) for v in ("1", "01", " 1 ", "+1", "1.0", 1, 1.0)} == {1}
+    assert {label_key(v) for v in ("007", "7", 7.0)} == {7}
+    assert label_key(" pos ") == "pos" and label_key("Pos") != label_key("pos")  # case is kept
+    assert label_key("0.5") == 0.5 and label_key(True) is True
+
+
+def test_spellings_of_one_label_are_one_class():
+    # Were: " pos"/"pos" two classes; "007"/"7" "a single class" in CSV but two in JSON.
+    info = _info([" pos", "pos", "neg ", "neg"])
+    assert info.names == ("neg", "pos") and info.encode([" pos", "neg "]) == [1, 0]
+    info = _info(["01", "1", "007", "7", "2"])
+    assert info.names == ("1", "2", "7") and info.encode(["007", "01", "2"]) == [2, 0, 1]
+    with pytest.raises(UsageError, match=r"single class \('7'\)"):
+        _info(["007", "7"])
+
+
+def test_numbers_as_text_follow_the_rule_of_numbers():
+    # Was: string "1.0" refused for classification while float 1.0 was accepted.
+    for labels in (["1.0", "0.0", "1.0"], [1.0, 0.0, 1.0]):
+        assert _info(labels).kind == "regression"
+        info = _info(labels, task_kind="classification")
+        assert (info.names, info.encode(labels)) == (("0", "1"), [1, 0, 1])
+    # A CSV's "0"/"1" and a JSON file's 0/1 are the same classes.
+    check_eval_labels(_ds([1, 0]), "label", _info(["0", "1", "1"]), where=V)
+
+
+def test_words_and_booleans_cannot_be_regressed():
+    # Was: booleans with task_kind="regression" trained as classes, silently.
+    with pytest.raises(UsageError, match=r"--task-kind regression, but the labels in column 'label' are true/false"):
+        _info([True, False, True], task_kind="regression")
+
+
+@pytest.mark.parametrize("labels, message", [
+    ([0.5, float("inf"), 1.5], "data row 2: label inf in column 'label' is not a finite number; fix or remove that row"),
+    ([0.5, 1.5, float("nan")], "data row 3: label nan in column 'label' is not a finite number"),
+    (["0.5", "-Infinity", "1.5"], "data row 2: label -inf in column 'label' is not a finite number"),
+    ([0.5, 1e200, 1.5], "data row 2: regression target 1e+200 in column 'label' is too large (beyond 1.84e+19, its "
+                        "squared error overflows float32); rescale the targets"),
+    (["0.5", "1.5", "-3e30"], "data row 3: regression target -3e+30"),
+])
+def test_non_finite_and_overflowing_targets_are_bad_data_named_by_row(labels, message):
+    # Were: trained into a numeric collapse (exit 3, "lower the learning rate"), or NaN called "no label".
+    with pytest.raises(UsageError) as info:
+        _info(labels)
+    assert f"{W}: {message}" in str(info.value)
+
+
+def test_float16_labels(tmp_path, isolated_hf):
+    # Was: ArrowNotImplementedError (no floor kernel for halffloat) from a Parquet float16 column.
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    labels = np.array([0.5, 1.0, 2.5, 3.0], dtype=np.float16)
+    pq.write_table(pa.table({"text": ["a", "b", "c", "d"], "label": pa.array(labels)}), path)
+    info = analyze_labels(load_data_file(path), "label", where=W)
+    assert info.kind == "regression" and info.encode(labels.tolist()) == [0.5, 1.0, 2.5, 3.0]
+    whole = tmp_path / "w.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"], "label": pa.array(np.array([0, 1], dtype=np.float16))}), whole)
+    assert analyze_labels(load_data_file(whole), "label", where=W, task_kind="classification").names == ("0", "1")
+
+
+def test_many_distinct_numbers_written_as_text_are_a_regression_target():
+    # CSV cells are strings now: a 2000-value score column must still be a target, not "too many classes".
+    info = _info([f"{i / 3:.4f}" for i in range(2 * MAX_CLASSES)])
+    assert info.kind == "regression"

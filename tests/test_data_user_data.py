@@ -89,9 +89,15 @@ def test_missing_text_and_non_text_columns(tmp_path):
     gap = _csv(tmp_path / "gap.csv", [("a", 0), ("", 1), ("c", 0)])  # an empty cell reads as missing
     with pytest.raises(UsageError, match=r"1 of 3 rows have no text in column 'text' \(first: data row 2\)"):
         load_text_data(train_file=gap, validation_split=0.5)
-    numbers = _csv(tmp_path / "numbers.csv", [(1, 0), (2, 1)])
+    # A JSON number is a number, not text...
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text('{"text": 1, "label": 0}\n{"text": 2, "label": 1}\n', encoding="utf-8")
     with pytest.raises(UsageError, match=r"column 'text' holds int64 values, not text; .*columns: 'text', 'label'"):
         load_text_data(train_file=numbers, validation_split=0.5)
+    # ...but every CSV cell is text as written: codes such as "007" are texts to classify.
+    codes = _csv(tmp_path / "codes.csv", [("007", 0), ("12", 1), ("3", 0), ("44", 1)])
+    data = load_text_data(train_file=codes, validation_split=0.5)
+    assert sorted(data.train["text"][:] + data.eval["text"][:]) == ["007", "12", "3", "44"]
 
 
 @pytest.mark.parametrize(
@@ -146,22 +152,29 @@ def test_hub_dataset_neither_cached_nor_reachable(unreachable):
 
 
 def test_unavailable_glue_task_without_stand_in(unreachable):
-    with pytest.raises(UsageError, match=r"^--dataset glue/stsb: not in the local datasets cache"):
+    # Named without a flag the user may not have passed, with advice no GLUE recipe refuses.
+    with pytest.raises(UsageError) as info:
         load_glue_data("stsb")
+    assert str(info.value) == ("glue/stsb: not in the local datasets cache and the hub is unreachable; "
+                               "run once with hub access or train on your own copy of the task's files with "
+                               "--recipe text-classification --train-file/--validation-file")
 
 
 @pytest.mark.parametrize(
-    "name, config, generated, columns, names",
+    "name, config, generated, columns, names, eval_split",
     [
-        ("glue", "sst2", "mixft-generated-sentiment", ("sentence",), ("negative", "positive")),
-        ("glue", "mrpc", "mixft-generated-paraphrase", ("sentence1", "sentence2"), ("not_equivalent", "equivalent")),
-        ("ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech")),
-        ("fancyzhx/ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech")),
+        ("glue", "sst2", "mixft-generated-sentiment", ("sentence",), ("negative", "positive"), None),
+        ("glue", "mrpc", "mixft-generated-paraphrase", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"),
+         None),
+        # ag_news has train and test only, and so has its stand-in: --eval-split test works online and offline.
+        ("ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech"), "test"),
+        ("fancyzhx/ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech"),
+         "test"),
     ],
 )
-def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, generated, columns, names):
+def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, generated, columns, names, eval_split):
     stand_in = stand_in_for(name, config)
-    data = load_text_data(dataset=name, dataset_config=config, seed=1, stand_in=stand_in)
+    data = load_text_data(dataset=name, dataset_config=config, seed=1, stand_in=stand_in, eval_split=eval_split)
     label = f"{name}/{config}" if config else name
     assert (data.source, data.name) == ("generated", generated)
     assert data.notice == (f"notice: {label} is not reachable or cached; using {generated}, mixft's generated "
@@ -170,13 +183,13 @@ def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, gener
     assert data.task.text_columns == columns and data.task.label_names == names
     assert data.task.glue_task == config
     again = load_text_data(dataset=name, dataset_config=config, seed=1, max_train_samples=50, max_eval_samples=10,
-                           stand_in=stand_in)
+                           stand_in=stand_in, eval_split=eval_split)
     assert (len(again.train), len(again.eval)) == (50, 10)  # a cap sizes the generated set itself
 
 
 def test_no_stand_in_unless_the_caller_passes_one(unreachable):
     # The user-data path never picks a generated set itself: that is the recipe's decision.
-    with pytest.raises(UsageError, match=r"^--dataset glue/sst2: not in the local datasets cache"):
+    with pytest.raises(UsageError, match=r"^glue/sst2: not in the local datasets cache"):
         load_glue_data("sst2")
     assert stand_in_for("imdb") is None and stand_in_for(None) is None
 
@@ -256,9 +269,10 @@ def test_hub_dataset_without_validation_split(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     with pytest.raises(UsageError) as info:
         load_text_data(dataset="imdb")
-    assert str(info.value) == ("--dataset imdb (train split): no validation data (splits: train, test; or pass "
-                               "--eval-split); pass --validation-file, or --validation-split F (0 < F < 1) to hold "
-                               "out a fraction of the training data")
+    # --validation-file goes with --train-file only: not offered for a hub dataset.
+    assert str(info.value) == ("--dataset imdb (train split): no validation data; its splits are train, test: pass "
+                               "--eval-split NAME, or --validation-split F (0 < F < 1) to hold out a fraction of the "
+                               "training data")
     assert len(load_text_data(dataset="imdb", eval_split="test").eval) == 2
     assert len(load_text_data(dataset="imdb", validation_split=0.5).eval) == 2
     with pytest.raises(UsageError, match=r"no split 'dev' \(--eval-split\); splits: train, test"):
@@ -286,3 +300,39 @@ def test_unknown_glue_task():
 def test_pair_column_on_single_text_glue_task(unreachable):
     with pytest.raises(UsageError, match=r"GLUE sst2 is single-text data \(column 'sentence'\)"):
         load_text_data(dataset="glue", dataset_config="sst2", text_column="sentence", text_pair_column="idx")
+
+
+# ------------------------------------------------------------------- issue 19: read as written
+
+
+def test_a_negative_seed_holds_out_its_own_rows(topic_csv):
+    # Was: ValueError from numpy ("expected non-negative integer"); the CLI allows seeds down to -2**63.
+    a = load_text_data(train_file=topic_csv, validation_split=0.2, seed=-1)
+    b = load_text_data(train_file=topic_csv, validation_split=0.2, seed=-1)
+    assert a.eval["text"][:] == b.eval["text"][:] and len(a.eval) == 6
+    low = load_text_data(train_file=topic_csv, validation_split=0.2, seed=-(2**63))
+    assert len(low.eval) == 6
+
+
+def test_a_label_error_the_cap_caused_names_the_cap(tmp_path):
+    rows = [(f"r{i}", "a" if i < 10 else "b") for i in range(20)]
+    train = _csv(tmp_path / "t.csv", rows)
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=train, validation_split=0.2, max_train_samples=5)
+    assert str(info.value).endswith("classification needs at least two (after --max-train-samples 5 kept the first "
+                                    "5 training rows; raise it, or shuffle the file)")
+    three = _csv(tmp_path / "three.csv", [(f"r{i}", "a" if i < 10 else "b" if i < 15 else "c") for i in range(20)])
+    dev = _csv(tmp_path / "d.csv", [("x", "c")])
+    with pytest.raises(UsageError, match=r"validation label 'c' never seen in training .*--max-train-samples 12"):
+        load_text_data(train_file=three, validation_file=dev, max_train_samples=12)
+    # ...and one it did not cause does not blame it.
+    other = _csv(tmp_path / "o.csv", [("x", "z")])
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=three, validation_file=other, max_train_samples=12)
+    assert "never seen in training" in str(info.value) and "--max-train-samples" not in str(info.value)
+
+
+def test_the_same_file_for_training_and_validation_gets_a_warning(topic_csv, tmp_path):
+    data = load_text_data(train_file=topic_csv, validation_file=tmp_path / "." / topic_csv.name)
+    assert data.notice.startswith(f"warning: --validation-file {tmp_path / '.' / topic_csv.name} is the --train-file")
+    assert load_text_data(train_file=topic_csv, validation_split=0.2).notice is None

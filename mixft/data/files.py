@@ -9,14 +9,32 @@ The format comes from the extension. `datasets` converts the file once into its 
 (Arrow on disk, memory-mapped), so a 100k-row file costs little RAM and a second run
 skips the conversion. Every problem (missing, empty, unreadable, malformed, no rows)
 raises :class:`mixft.errors.UsageError` with one line naming the file.
+
+The file is read exactly as written:
+
+- the path is a path: `datasets` takes ``data_files`` as glob patterns, so ``tr[1].csv``
+  would match ``tr1.csv``; the path is escaped, and only a regular file is read (a FIFO
+  would block the reader forever);
+- text formats must be UTF-8 (checked up front, with the line of the first bad byte:
+  pyarrow's JSON reader would otherwise keep invalid bytes and fail much later);
+- CSV and TSV cells are read as strings, only an empty cell is missing (pandas would make
+  ``NA``, ``None`` or ``null`` missing and ``007`` the number 7); labels are then read by
+  mixft's one rule (:func:`mixft.data.labels.label_key`). The header is read by mixft
+  too: a repeated column name is refused (pandas renames it ``label.1``), and a row with
+  more fields than the header is refused (pandas would silently turn the first field
+  into a hidden index column, e.g. for an unquoted comma in a text).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
+import glob
 import logging
 import os
+import re
+import stat
 from pathlib import Path
 
 from mixft.errors import UsageError
@@ -72,8 +90,127 @@ def _quiet_datasets():
         log.setLevel(level)
 
 
+# A column past the header's: filled only by rows with one field too many (see _read_header).
+_EXTRA_FIELD = "__mixft_extra_field__"
+_UTF8_HINT = "save the file as UTF-8 (e.g. in a spreadsheet: Save As, CSV UTF-8)"
+_TEXT_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")
+
+
+def _check_regular_file(p: Path, where: str) -> int:
+    """The file's size; UsageError unless ``p`` is a readable regular file (never opens a FIFO)."""
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{where}: file not found") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read file: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{where}: is a directory, expected a {SUPPORTED} file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
+        raise UsageError(f"{where}: is {kind}, expected a regular {SUPPORTED} file; save the data to a file first")
+    try:
+        with open(p, "rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read file: {exc.strerror or exc}") from None
+    return info.st_size
+
+
+def _check_utf8(p: Path, where: str) -> None:
+    """UsageError naming the line of the first byte that is not UTF-8 (a BOM is fine)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    newlines = 0
+    with open(p, "rb") as f:
+        while chunk := f.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                line = newlines + chunk.count(b"\n", 0, exc.start) + 1
+                utf16 = chunk[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) and newlines == 0
+                what = "a UTF-16 file" if utf16 else f"{chunk[exc.start:exc.start + 1]!r} is not UTF-8"
+                raise UsageError(f"{where}: line {line}: {what} (Invalid UTF8 sequence); {_UTF8_HINT}") from None
+            newlines += chunk.count(b"\n")
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise UsageError(f"{where}: line {newlines + 1}: the file ends inside a UTF-8 character; "
+                             f"{_UTF8_HINT}") from None
+
+
+def _read_header(p: Path, where: str, options: dict) -> tuple[list[str], int]:
+    """(the header's column names as written, records up to and including it), by Python's csv module.
+
+    Read here rather than by pandas, which renames a repeated name (``label.1``) in silence.
+    """
+    with open(p, encoding="utf-8-sig", newline="") as f:
+        if options.get("quoting") == csv.QUOTE_NONE:
+            rows = (line.rstrip("\r\n").split(options["sep"]) for line in f)
+        else:
+            rows = csv.reader(f, delimiter=options["sep"])
+        header, records = None, 0
+        try:
+            for row in rows:
+                records += 1
+                if any(cell != "" for cell in row):
+                    header = row
+                    break
+        except csv.Error as exc:
+            raise UsageError(f"{where}: cannot read the header: {first_line(exc)}") from None
+    if header is None:
+        raise UsageError(f"{where}: no header line (expected column names, then data rows)")
+    # pandas' own name for a column without one, so messages list what users saw before.
+    names = [name if name != "" else f"Unnamed: {i}" for i, name in enumerate(header)]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UsageError(f"{where}: the header names column {repeated[0]!r} more than once; "
+                         "give every column its own name")
+    return names, records
+
+
+def _csv_options(p: Path, where: str, options: dict) -> dict:
+    """Builder options that read every cell as a string and keep only empty cells missing."""
+    import datasets
+
+    names, header_records = _read_header(p, where, options)
+    # One more column than the header: a row with one field too many fills it (instead of
+    # pandas moving that row's first field into an index), and we refuse it by its row.
+    # skiprows counts records as pandas' tokenizer does (a quoted newline stays inside one).
+    columns = [*names, _EXTRA_FIELD]
+    features = datasets.Features({name: datasets.Value("string") for name in columns})
+    return {**options, "column_names": columns, "header": None, "skiprows": header_records, "features": features,
+            "keep_default_na": False, "na_values": [""]}
+
+
+def _refuse_extra_fields(ds, where: str, header_fields: int, sep: str):
+    import pyarrow.compute as pc
+
+    column = ds.data.column(_EXTRA_FIELD)
+    if column.null_count < len(column):
+        row = int(pc.index(pc.is_valid(column), True).as_py())
+        shown = "comma" if sep == "," else "tab" if sep == "\t" else repr(sep)
+        raise UsageError(f"{where}: data row {row + 1} has more fields than the header's {header_fields} "
+                         f"(an unquoted {shown} in a text?); quote the fields that contain one")
+    return ds.remove_columns([_EXTRA_FIELD])
+
+
+def _reader_error(cause: BaseException, where: str, suffix: str) -> UsageError:
+    text = first_line(cause)
+    if "corresponds to no data" in text:  # datasets' wording for "no rows"
+        return UsageError(f"{where}: no data rows")
+    fields = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
+    if fields:  # counts include our extra column: say it in the header's terms
+        expected, line, saw = int(fields.group(1)) - 1, fields.group(2), fields.group(3)
+        return UsageError(f"{where}: line {line} has {saw} fields, the header {expected}; "
+                          "quote fields that contain the separator")
+    if "utf8" in text.lower().replace("-", "") or isinstance(cause, UnicodeDecodeError):
+        return UsageError(f"{where}: cannot read as {suffix}: {text}; {_UTF8_HINT}")
+    return UsageError(f"{where}: cannot read as {suffix}: {text}")
+
+
 def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
-    """Read one data file into a ``datasets.Dataset`` (Arrow, cached by `datasets`).
+    """Read one data file into a ``datasets.Dataset`` (Arrow, cached by `datasets`), exactly as written.
 
     ``option`` names the flag in error messages (``--train-file`` / ``--validation-file``).
     Usage: ``ds = load_data_file("data/train.jsonl", "--train-file")``
@@ -81,31 +218,31 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
     where = f"{option} {path}"
     builder = file_format(path, option)
     p = Path(path).expanduser()
-    if not p.exists():
-        raise UsageError(f"{where}: file not found")
-    if p.is_dir():
-        raise UsageError(f"{where}: is a directory, expected a {SUPPORTED} file")
-    try:
-        size = p.stat().st_size
-        with open(p, "rb"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"{where}: cannot read file: {exc.strerror or exc}") from None
-    if size == 0:
+    if _check_regular_file(p, where) == 0:
         raise UsageError(f"{where}: file is empty (expected a header or records, then data rows)")
+    resolved = str(p.resolve())
+    if "::" in resolved:  # fsspec (under datasets) reads "a::b" as a chain of file systems
+        raise UsageError(f"{where}: the datasets reader cannot open a path containing '::'; rename the file "
+                         "or a folder on its path")
+    suffix = p.suffix.lower()
+    if suffix in _TEXT_SUFFIXES:
+        _check_utf8(p, where)
 
     import datasets
 
     datasets.disable_progress_bars()  # one bar per file conversion is noise in the CLI output
-    options = FORMATS[p.suffix.lower()][1]
+    options = FORMATS[suffix][1]
+    if builder == "csv":
+        options = _csv_options(p, where, {"sep": ",", **options})
     try:
         with _quiet_datasets():
-            ds = datasets.load_dataset(builder, data_files={"train": str(p.resolve())}, split="train", **options)
+            # Escaped: datasets expands data_files as glob patterns ("tr[1].csv" would read tr1.csv).
+            ds = datasets.load_dataset(builder, data_files={"train": glob.escape(resolved)}, split="train",
+                                       **options)
     except Exception as exc:  # every reader's error type: pandas, pyarrow, json, datasets
-        cause = _root_cause(exc)
-        if "corresponds to no data" in str(cause):  # datasets' wording for "no rows"
-            raise UsageError(f"{where}: no data rows") from None
-        raise UsageError(f"{where}: cannot read as {p.suffix[1:].upper()}: {first_line(cause)}") from None
+        raise _reader_error(_root_cause(exc), where, p.suffix[1:].upper()) from None
+    if builder == "csv":
+        ds = _refuse_extra_fields(ds, where, len(options["column_names"]) - 1, options["sep"])
     if ds.num_rows == 0:
         raise UsageError(f"{where}: no data rows")
     return ds

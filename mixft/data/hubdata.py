@@ -42,16 +42,23 @@ def canonical_name(name: str) -> str:
     return ALIASES.get(name.strip(), name.strip())
 
 
-def fetch_hub_dataset(name: str, config: str | None = None, *, hub_timeout: float = 3.0):
+OTHER_DATA = "pass --train-file/--validation-file"
+
+
+def fetch_hub_dataset(name: str, config: str | None = None, *, hub_timeout: float = 3.0, shown: str | None = None,
+                      other_data: str = OTHER_DATA):
     """``(DatasetDict, source)`` for a hub dataset; source is "hub" or "cache".
 
     Usage: ``splits, source = fetch_hub_dataset("imdb")``
     Raises DatasetUnavailable (one line) when the dataset is neither cached nor reachable,
-    or the hub refuses it (unknown name or config).
+    or the hub refuses it (unknown name or config). ``shown`` is how the user asked for it
+    (default ``--dataset NAME/CONFIG``), ``other_data`` the advice for data without the hub:
+    the caller's, since only it knows which flags its recipe accepts.
     """
     if not str(name).strip():
         raise UsageError("--dataset must name a Hugging Face dataset, got ''")
     label = dataset_label(name, config)
+    shown = shown or f"--dataset {label}"
     user_offline = offline_mode_set()
     online = hub_reachable(hub_timeout)
     if not online:
@@ -64,11 +71,10 @@ def fetch_hub_dataset(name: str, config: str | None = None, *, hub_timeout: floa
     except Exception as exc:  # not cached offline, unknown name or config, download failure
         logger.debug("dataset %s unavailable (%s): %s", label, type(exc).__name__, exc)
         if online:
-            raise DatasetUnavailable(f"--dataset {label}: cannot load it from the hub: {first_line(exc)}") from None
+            raise DatasetUnavailable(f"{shown}: cannot load it from the hub: {first_line(exc)}") from None
         why = "offline mode is set (HF_HUB_OFFLINE)" if user_offline else "the hub is unreachable"
         raise DatasetUnavailable(
-            f"--dataset {label}: not in the local datasets cache and {why}; run once with hub access "
-            "or pass --train-file/--validation-file"
+            f"{shown}: not in the local datasets cache and {why}; run once with hub access or {other_data}"
         ) from None
     if not isinstance(loaded, datasets.DatasetDict):
         loaded = datasets.DatasetDict({"train": loaded})

@@ -2,46 +2,82 @@
 
 Usage::
 
-    from mixft.data.labels import analyze_labels, check_eval_labels
+    from mixft.data.labels import analyze_labels, check_eval_labels, label_key
     info = analyze_labels(train_ds, "label", where="--train-file train.csv")
     check_eval_labels(eval_ds, "label", info, where="--validation-file dev.csv")
     info.kind, info.id2label, info.encode(["Sports", "World"])   # "classification", {0: ...}, [1, 0]
+    label_key(" 007 ")   # 7: mixft's one rule for what class a written label is
+
+One rule reads every label, whatever the file format (:func:`label_key`): surrounding
+whitespace is not part of a label; a label that is a number is that number, so ``1``,
+``01``, ``+1``, ``1.0`` and ``" 1 "`` are one class, named ``1``; any other text is
+itself, case kept (``Pos`` and ``pos`` are two classes). A cell that is empty (or only
+whitespace) has no label.
 
 Rules (every violation is one UsageError line, raised before any tokenisation):
 
 - ``ClassLabel`` features (hub datasets) keep their ids and names; a negative id (GLUE's
   unlabelled -1) counts as a missing label.
-- integers and booleans: classes, mapped to ids in sorted order (0..K-1 stays as it is);
-  names are the values as text.
-- strings: classes, ids in sorted order (numerically when every value is an integer
-  written as text). Numbers mixed with words ("1", "pos") are mixed label types.
-- floats: a regression target. A float column whose values are all whole numbers
-  (what pandas makes of an integer column) is still regression unless the caller says
-  ``task_kind="classification"``: a 1-5 rating may be either, only the user knows.
+- integers (in an integer column or written as text) and booleans: classes, mapped to ids
+  in numeric order (0..K-1 stays as it is); names are the numbers as text.
+- words: classes, ids in sorted order. Numbers mixed with words ("1", "pos") are mixed
+  label types.
+- numbers written with a fraction or exponent (``0.5``, ``1.0``, ``2e3``, in a float column
+  or as text alike): a regression target. When every value is whole, ``task_kind=
+  "classification"`` makes them classes: a 1-5 rating may be either, only the user knows.
   ``task_kind="regression"`` likewise turns integer labels into a regression target.
-- errors: missing (null) labels, mixed label types (within a file or between training and
-  validation data), a single class in training, a constant regression target, a
-  validation label never seen in training, more than MAX_CLASSES classes.
+- errors: missing labels, mixed label types (within a file or between training and
+  validation data), a label that is not a finite number (``nan``, ``inf``), a regression
+  target too large for the float32 squared-error loss, a single class in training, a
+  constant regression target, a validation label never seen in training, more than
+  MAX_CLASSES classes, regression asked of words or booleans.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from mixft.errors import UsageError
 
 TASK_KINDS = ("classification", "regression")
 MAX_CLASSES = 1000  # beyond this a "label" column is an id or a score, not classes
+# The regression loss squares (target - prediction) in float32: past sqrt(float32 max) even
+# a perfect start overflows to inf, which the run would report as a numeric collapse.
+MAX_REGRESSION_TARGET = math.sqrt(3.4028234663852886e38)
 _SCAN_BATCH = 50_000  # rows per Arrow batch when scanning a column: bounded memory
+_INT_TEXT = r"^[+-]?[0-9]+$"
+# Python's and Arrow's float syntax, without "_" separators; "nan"/"inf" are numbers (refused
+# as not finite) rather than words, so a regression file with an "inf" row is named by its row.
+_NUMBER_TEXT = r"^[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)(e[+-]?[0-9]+)?|inf|infinity|nan)$"
+
+
+def label_key(value):
+    """The class a written label stands for: mixft's one normalisation of label values.
+
+    Usage: ``label_key(" 01") == label_key(1.0) == 1``; ``label_key(" pos ") == "pos"``
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(_INT_TEXT, text):
+            return int(text)
+        if not re.fullmatch(_NUMBER_TEXT, text, flags=re.IGNORECASE):
+            return text
+        value = float(text)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 @dataclass(frozen=True)
 class LabelInfo:
     """The label space learned from the training data.
 
-    ``value_type`` is the raw values' type: "classlabel", "int", "bool", "string" or "float".
-    ``mapping`` maps a raw value to its id (None for ClassLabel ids and for regression).
+    ``value_type`` is what the values are once read by :func:`label_key`: "classlabel",
+    "bool", "int" (whole numbers), "float" (numbers written with a fraction or exponent)
+    or "string" (words). ``mapping`` maps a label key to its id (for ClassLabel, the ids
+    seen in training; empty for regression).
     """
 
     kind: str
@@ -64,12 +100,10 @@ class LabelInfo:
     def encode(self, values) -> list:
         """Raw label values -> ids (int) for classification, floats for regression."""
         if self.kind == "regression":
-            return [float(v) for v in values]
+            return [float(v) for v in values]  # float() itself ignores surrounding whitespace
         if self.value_type == "classlabel":
             return [int(v) for v in values]
-        if self.value_type == "float":  # whole-number floats taken as classes
-            return [self.mapping[int(v)] for v in values]
-        return [self.mapping[v] for v in values]
+        return [self.mapping[label_key(v)] for v in values]
 
 
 # ---------------------------------------------------------------------------------------
@@ -79,13 +113,33 @@ class LabelInfo:
 
 @dataclass
 class _Scan:
-    value_type: str
+    value_type: str  # the column's type: classlabel, bool, int, float, string, json, unsupported:...
     rows: int = 0
     missing: int = 0
     first_missing: int | None = None
-    values: set | None = field(default_factory=set)  # None: more than MAX_CLASSES distinct
+    keys: set | None = field(default_factory=set)  # label_key of each value; None: more than MAX_CLASSES
     all_integral: bool = True
     python_types: set = field(default_factory=set)
+    # String columns: how many values are integers, other numbers, words (with a few of each).
+    ints: int = 0
+    fractions: int = 0
+    words: int = 0
+    number_examples: set = field(default_factory=set)
+    word_examples: set = field(default_factory=set)
+    first_word: int | None = None
+    first_number: int | None = None
+    # Numbers: the first that is not finite, and the first past MAX_REGRESSION_TARGET.
+    not_finite: tuple | None = None
+    too_large: tuple | None = None
+
+    @property
+    def kind(self) -> str:
+        """The values' type once read by label_key (see LabelInfo.value_type)."""
+        if self.value_type != "string":
+            return self.value_type
+        if self.words:
+            return "string"
+        return "float" if self.fractions else "int"
 
 
 def _value_type(feature) -> str:
@@ -109,22 +163,72 @@ def _value_type(feature) -> str:
     return f"unsupported:{type(feature).__name__}"
 
 
+def _first_true(mask) -> int | None:
+    import pyarrow.compute as pc
+
+    index = pc.index(mask, True).as_py()
+    return None if index is None or index < 0 else int(index)
+
+
 def _note_missing(scan: _Scan, mask, offset: int) -> None:
     import pyarrow.compute as pc
 
     count = int(pc.sum(mask).as_py() or 0)
     if count:
         if scan.first_missing is None:
-            scan.first_missing = offset + int(pc.index(mask, True).as_py())
+            scan.first_missing = offset + _first_true(mask)
         scan.missing += count
 
 
-def _add_values(scan: _Scan, values) -> None:
-    if scan.values is None:
+def _add_keys(scan: _Scan, values) -> None:
+    if scan.keys is None:
         return
-    scan.values.update(values)
-    if len(scan.values) > MAX_CLASSES:  # too many for classes; a regression target needs no set
-        scan.values = None
+    scan.keys.update(label_key(v) for v in values)
+    if len(scan.keys) > MAX_CLASSES:  # too many for classes; a regression target needs no set
+        scan.keys = None
+
+
+def _note_numbers(scan: _Scan, numbers, offset: int) -> None:
+    """Non-finite and too-large values of a float64 array aligned with the batch (nulls ignored)."""
+    import pyarrow.compute as pc
+
+    if scan.not_finite is None:
+        row = _first_true(pc.fill_null(pc.invert(pc.is_finite(numbers)), False))
+        if row is not None:
+            scan.not_finite = (offset + row, numbers[row].as_py())
+    if scan.too_large is None:
+        row = _first_true(pc.fill_null(pc.greater(pc.abs(numbers), MAX_REGRESSION_TARGET), False))
+        if row is not None:
+            scan.too_large = (offset + row, numbers[row].as_py())
+
+
+def _scan_strings(scan: _Scan, col, offset: int) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pc.utf8_trim_whitespace(col)
+    missing = pc.or_kleene(pc.is_null(text), pc.equal(text, ""))
+    _note_missing(scan, pc.fill_null(missing, True), offset)
+    present = pc.invert(pc.fill_null(missing, True))
+    is_int = pc.and_(present, pc.match_substring_regex(text, _INT_TEXT))
+    is_number = pc.and_(present, pc.match_substring_regex(text, _NUMBER_TEXT, ignore_case=True))
+    is_word = pc.and_(present, pc.invert(is_number))
+    ints, numbers, words = (int(pc.sum(m).as_py() or 0) for m in (is_int, is_number, is_word))
+    scan.ints += ints
+    scan.fractions += numbers - ints
+    scan.words += words
+    if words:
+        scan.first_word = scan.first_word if scan.first_word is not None else offset + _first_true(is_word)
+        if len(scan.word_examples) < 3:
+            scan.word_examples.update(pc.unique(pc.filter(text, is_word)).slice(0, 3).to_pylist())
+    if numbers:
+        scan.first_number = scan.first_number if scan.first_number is not None else offset + _first_true(is_number)
+        if len(scan.number_examples) < 3:
+            scan.number_examples.update(pc.unique(pc.filter(text, is_number)).slice(0, 3).to_pylist())
+        _note_numbers(scan, pc.cast(pc.if_else(is_number, text, None), pa.float64()), offset)
+        as_float = pc.filter(pc.cast(pc.if_else(is_number, text, None), pa.float64()), is_number)
+        scan.all_integral &= bool(pc.all(pc.equal(pc.floor(as_float), as_float)).as_py() is not False)
+    _add_keys(scan, pc.unique(pc.filter(text, present)).to_pylist())
 
 
 def _scan(ds, column: str) -> _Scan:
@@ -146,38 +250,27 @@ def _scan(ds, column: str) -> _Scan:
             scan.rows += len(batch[column])
         return scan
     for table in subset.with_format("arrow").iter(batch_size=_SCAN_BATCH):
-        col = table.column(0)
-        missing = pc.is_null(col, nan_is_null=True) if scan.value_type == "float" else pc.is_null(col)
+        col = table.column(0).combine_chunks()
+        offset = scan.rows
+        scan.rows += len(col)
+        if scan.value_type == "string":
+            _scan_strings(scan, col, offset)
+            continue
+        missing = pc.is_null(col)  # NaN is a number here: refused below as not finite, by its row
         if scan.value_type == "classlabel":
             missing = pc.or_(missing, pc.fill_null(pc.less(col, 0), False))
-        _note_missing(scan, missing, scan.rows)
-        scan.rows += len(col)
+        _note_missing(scan, missing, offset)
         present = pc.filter(col, pc.invert(missing))
-        if scan.value_type == "float" and len(present):
-            scan.all_integral &= bool(pc.all(pc.equal(pc.floor(present), present)).as_py())
-            _add_values(scan, pc.unique(present).to_pylist())
-        elif len(present):
-            chunk = present.combine_chunks() if isinstance(present, pa.ChunkedArray) else present
-            _add_values(scan, pc.unique(chunk).to_pylist())
+        if scan.value_type in ("int", "float"):
+            numbers = col.cast(pa.float64())  # float16 (Parquet) has no Arrow kernels of its own
+            _note_numbers(scan, numbers, offset)
+            if scan.value_type == "float":
+                finite = pc.filter(numbers, pc.fill_null(pc.is_finite(numbers), False))
+                scan.all_integral &= bool(pc.all(pc.equal(pc.floor(finite), finite)).as_py() is not False)
+                present = pc.filter(numbers, pc.fill_null(pc.is_finite(numbers), False))
+        if len(present):
+            _add_keys(scan, pc.unique(present).to_pylist())
     return scan
-
-
-# ---------------------------------------------------------------------------------------
-# Analysis
-# ---------------------------------------------------------------------------------------
-
-
-def _is_int_text(value: str) -> bool:
-    text = value.strip()
-    return text.lstrip("+-").isdigit()
-
-
-def _is_number_text(value: str) -> bool:
-    try:
-        number = float(value)
-    except ValueError:
-        return False
-    return math.isfinite(number)  # "nan" and "inf" are words here, not numbers
 
 
 def _show(values, limit: int = 8) -> str:
@@ -207,6 +300,17 @@ def _check_scan(scan: _Scan, column: str, where: str) -> None:
             f"{where}: label column {column!r} holds {', '.join(sorted(scan.python_types))} values; "
             "labels must be integers, strings or floats"
         )
+    if scan.words and (scan.ints or scan.fractions):
+        minority = (f"first text: data row {scan.first_word + 1}" if scan.words <= scan.ints + scan.fractions
+                    else f"first number: data row {scan.first_number + 1}")
+        raise UsageError(
+            f"{where}: mixed label types in column {column!r}: numbers ({_show(scan.number_examples, 3)}) and text "
+            f"({_show(scan.word_examples, 3)}); use one type for every label ({minority})"
+        )
+    if scan.not_finite is not None:
+        row, value = scan.not_finite
+        raise UsageError(f"{where}: data row {row + 1}: label {value!r} in column {column!r} is not a finite number; "
+                         "fix or remove that row")
 
 
 def _too_many_classes(column: str, where: str) -> None:
@@ -216,18 +320,9 @@ def _too_many_classes(column: str, where: str) -> None:
     )
 
 
-def _string_kind(values: set[str], column: str, where: str) -> str:
-    """"int" / "number" / "text" for a set of string labels; mixed numbers and words raise."""
-    numbers = {v for v in values if _is_number_text(v)}
-    if numbers and numbers != values:
-        words = values - numbers
-        raise UsageError(
-            f"{where}: mixed label types in column {column!r}: numbers ({_show(numbers, 3)}) and text "
-            f"({_show(words, 3)}); use one type for every label"
-        )
-    if numbers and all(_is_int_text(v) for v in values):
-        return "int"
-    return "number" if numbers else "text"
+# ---------------------------------------------------------------------------------------
+# Analysis
+# ---------------------------------------------------------------------------------------
 
 
 def analyze_labels(ds, column: str, *, where: str, task_kind: str | None = None) -> LabelInfo:
@@ -240,52 +335,34 @@ def analyze_labels(ds, column: str, *, where: str, task_kind: str | None = None)
         raise UsageError(f"unknown task kind {task_kind!r}; task kinds: {', '.join(TASK_KINDS)}")
     scan = _scan(ds, column)
     _check_scan(scan, column, where)
-    values = scan.values
-    vt = scan.value_type
-    regression = (vt == "float" and task_kind != "classification") or (vt == "int" and task_kind == "regression")
-    if values is None and not regression:
-        _too_many_classes(column, where)
+    keys, kind = scan.keys, scan.kind
 
-    if vt == "string":
-        string_kind = _string_kind(values, column, where)
-        if string_kind == "number" or (string_kind == "int" and task_kind == "regression"):
-            if task_kind == "classification":
-                raise UsageError(f"{where}: labels in column {column!r} are fractional numbers; cannot be classes")
-            info = LabelInfo(kind="regression", value_type="string")
-            return _checked_regression(info, {float(v) for v in values}, column, where)
-        if task_kind == "regression":
-            raise UsageError(
-                f"{where}: labels in column {column!r} are text ({_show(values, 3)}); cannot regress on them"
-            )
-        key = (lambda v: int(v)) if string_kind == "int" else None
-        names = tuple(sorted(values, key=key))
-        return _checked_classes(LabelInfo("classification", "string", names, {n: i for i, n in enumerate(names)}),
-                                column, where)
-
-    if vt == "classlabel":
+    if kind == "classlabel":
         if task_kind == "regression":
             raise UsageError(f"{where}: label column {column!r} holds named classes; cannot regress on them")
         names = tuple(ds.features[column].names)
-        if len(values) < 2:
-            _single_class(column, where, names[next(iter(values))] if values else None)
+        if len(keys) < 2:
+            _single_class(column, where, names[next(iter(keys))] if keys else None)
         # The mapping holds the ids seen in training, so an unseen validation id is caught.
-        return LabelInfo("classification", "classlabel", names, {i: i for i in sorted(values)})
+        return LabelInfo("classification", "classlabel", names, {i: i for i in sorted(keys)})
+    if task_kind == "regression" and kind in ("string", "bool"):
+        shown = _show(keys, 3) if keys is not None else _show(scan.word_examples, 3)
+        raise UsageError(f"{where}: --task-kind regression, but the labels in column {column!r} are "
+                         f"{'text' if kind == 'string' else 'true/false'} ({shown}); regression needs numbers")
+    if (kind == "float" and task_kind != "classification") or (kind == "int" and task_kind == "regression"):
+        return _checked_regression(scan, kind, column, where)
 
-    if regression:
-        return _checked_regression(LabelInfo(kind="regression", value_type=vt), values, column, where)
-    if vt == "float" and not scan.all_integral:
+    if keys is None:
+        _too_many_classes(column, where)
+    if kind == "float" and not scan.all_integral:
         raise UsageError(
             f"{where}: labels in column {column!r} have fractional values; classes must be whole numbers or text"
         )
-    if vt == "bool":
-        ordered = sorted(values)  # False before True
-        names = tuple(str(v).lower() for v in ordered)
-        return _checked_classes(LabelInfo("classification", "bool", names, {v: i for i, v in enumerate(ordered)}),
-                                column, where)
-    ordered = sorted(int(v) for v in values)
-    names = tuple(str(v) for v in ordered)
-    mapping = {v: i for i, v in enumerate(ordered)}
-    return _checked_classes(LabelInfo("classification", vt, names, mapping), column, where)
+    ordered = sorted(keys)  # numbers in numeric order, words in text order, False before True
+    names = tuple(str(k).lower() if kind == "bool" else str(k) for k in ordered)
+    mapping = {k: i for i, k in enumerate(ordered)}
+    return _checked_classes(LabelInfo("classification", "int" if kind == "float" else kind, names, mapping),
+                            column, where)
 
 
 def _single_class(column: str, where: str, name) -> None:
@@ -301,15 +378,24 @@ def _checked_classes(info: LabelInfo, column: str, where: str) -> LabelInfo:
     return info
 
 
-def _checked_regression(info: LabelInfo, values: set | None, column: str, where: str) -> LabelInfo:
-    if values is not None and len(values) < 2:
+def _refuse_too_large(scan: _Scan, column: str, where: str) -> None:
+    if scan.too_large is not None:
+        row, value = scan.too_large
+        raise UsageError(f"{where}: data row {row + 1}: regression target {value!r} in column {column!r} is too "
+                         f"large (beyond {MAX_REGRESSION_TARGET:.3g}, its squared error overflows float32); "
+                         "rescale the targets")
+
+
+def _checked_regression(scan: _Scan, kind: str, column: str, where: str) -> LabelInfo:
+    _refuse_too_large(scan, column, where)
+    if scan.keys is not None and len(scan.keys) < 2:
         raise UsageError(f"{where}: every training label in column {column!r} is the same value; nothing to learn")
-    return info
+    return LabelInfo(kind="regression", value_type=kind)
 
 
 def _compatible(train_type: str, eval_type: str) -> bool:
-    # JSON writes 1 or 1.0 and pandas reads a whole-number column as float when it must: ints
-    # and floats mix freely (fractional values where classes are expected are caught below).
+    # JSON writes 1 or 1.0 and a column may hold "1" in one file and 1.0 in another: whole
+    # numbers mix freely (fractional values where classes are expected are caught below).
     return train_type == eval_type or {train_type, eval_type} <= {"int", "float"}
 
 
@@ -320,18 +406,19 @@ def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str) -> None:
     """
     scan = _scan(ds, column)
     _check_scan(scan, column, where)
-    if not _compatible(info.value_type, scan.value_type):
+    kind = scan.kind
+    if info.kind == "regression":
+        if kind not in ("int", "float"):
+            raise UsageError(f"{where}: mixed label types: validation labels in column {column!r} are {kind}, "
+                             "training labels numbers (regression); use one type for every label")
+        _refuse_too_large(scan, column, where)
+        return
+    if not _compatible(info.value_type, kind):
         raise UsageError(
-            f"{where}: mixed label types: validation labels in column {column!r} are {scan.value_type} "
+            f"{where}: mixed label types: validation labels in column {column!r} are {kind} "
             f"but training labels are {info.value_type}; use one type for every label"
         )
-    if info.kind == "regression":
-        if scan.value_type == "string" and scan.values is not None:
-            _string_kind(scan.values, column, where)
-            if not all(_is_number_text(v) for v in scan.values):
-                raise UsageError(f"{where}: validation labels in column {column!r} are text, training labels numbers")
-        return
-    if scan.values is None:
+    if scan.keys is None:
         _too_many_classes(column, where)
     if info.value_type == "classlabel":
         names = tuple(ds.features[column].names)
@@ -339,12 +426,9 @@ def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str) -> None:
             raise UsageError(
                 f"{where}: validation label names {list(names)} differ from training label names {list(info.names)}"
             )
-    if info.value_type == "string":
-        _string_kind(scan.values, column, where)  # numbers mixed with words in the validation data
-    if scan.value_type == "float" and not scan.all_integral:
+    if kind == "float" and not scan.all_integral:
         raise UsageError(f"{where}: validation labels in column {column!r} have fractional values")
-    values = {int(v) for v in scan.values} if scan.value_type == "float" else scan.values
-    unseen = values - set(info.mapping)
+    unseen = scan.keys - set(info.mapping)
     if info.value_type == "classlabel":
         unseen = {info.names[i] if 0 <= i < len(info.names) else i for i in unseen}
     if unseen:

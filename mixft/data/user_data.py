@@ -23,6 +23,7 @@ caller's decision.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -34,6 +35,9 @@ from mixft.log import logger
 
 DEMO_TRAIN_SIZE = 2000
 DEMO_EVAL_SIZE = 872  # SST-2's dev size
+# Advice for a GLUE task that cannot be had: --recipe glue takes no data files of its own.
+GLUE_OTHER_DATA = ("train on your own copy of the task's files with --recipe text-classification "
+                   "--train-file/--validation-file")
 # Split names that hold validation data on the hub, in order of preference.
 VALIDATION_SPLITS = ("validation", "validation_matched", "dev", "valid")
 
@@ -131,22 +135,25 @@ def _check_arguments(train_file, validation_file, data_dir, dataset, dataset_con
 # ---------------------------------------------------------------------------------------
 
 
-def _pick_eval_split(splits, eval_split: str | None, label: str) -> str | None:
+def _pick_eval_split(splits, eval_split: str | None, shown: str, flag: str) -> str | None:
     names = list(splits)
     if eval_split is not None:
         if eval_split not in splits:
-            raise UsageError(f"--dataset {label}: no split {eval_split!r} (--eval-split); splits: {', '.join(names)}")
+            raise UsageError(f"{shown}: no split {eval_split!r}{flag}; splits: {', '.join(names)}")
         return eval_split
     return next((s for s in VALIDATION_SPLITS if s in splits), None)
 
 
-def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval):
+def _from_hub(dataset, config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval,
+              shown, other_data):
     """(train, eval or None, name, source, notice, where, eval_where, splits listing)."""
-    from mixft.data.hubdata import DatasetUnavailable, dataset_label, fetch_hub_dataset
+    from mixft.data.hubdata import OTHER_DATA, DatasetUnavailable, dataset_label, fetch_hub_dataset
 
     label = dataset_label(dataset, config)
+    shown = shown or f"--dataset {label}"
     try:
-        splits, source = fetch_hub_dataset(dataset, config, hub_timeout=hub_timeout)
+        splits, source = fetch_hub_dataset(dataset, config, hub_timeout=hub_timeout, shown=shown,
+                                           other_data=other_data or OTHER_DATA)
         name, notice = label, None
     except DatasetUnavailable as unavailable:
         if stand_in is None:
@@ -155,10 +162,11 @@ def _from_hub(dataset, config, eval_split, seed, hub_timeout, stand_in, demo_tra
         name, source = stand_in.name, "generated"
         logger.debug("%s (%s)", notice, unavailable)  # returned to the caller, who shows it
     if "train" not in splits:
-        raise UsageError(f"--dataset {label}: no 'train' split; splits: {', '.join(splits)}")
-    chosen = _pick_eval_split(splits, eval_split, label)
-    where = f"--dataset {label} (train split)"
-    eval_where = f"--dataset {label} ({chosen} split)"
+        raise UsageError(f"{shown}: no 'train' split; splits: {', '.join(splits)}")
+    # "(--eval-split)" only where the user passed it: a GLUE task's split is the table's choice.
+    chosen = _pick_eval_split(splits, eval_split, shown, " (--eval-split)" if user_eval_split else "")
+    where = f"{shown} (train split)"
+    eval_where = f"{shown} ({chosen} split)"
     eval_ds = splits[chosen] if chosen is not None else None
     return splits["train"], eval_ds, name, source, notice, where, eval_where, ", ".join(splits)
 
@@ -174,7 +182,7 @@ def _stand_in(stand_in, label: str, seed: int, train_size: int, eval_size: int):
                              "for more data")
     splits = stand_in.build(train_size=train_size, eval_size=eval_size, seed=seed)
     notice = stand_in.notice.format(label=label, name=stand_in.name, train=len(splits["train"]),
-                                    eval=len(splits["validation"]), seed=seed)
+                                    eval=len(splits[stand_in.eval_split]), seed=seed)
     return splits, notice
 
 
@@ -188,7 +196,9 @@ def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, lab
     import numpy as np
     import pyarrow.compute as pc
 
-    rng = np.random.default_rng(seed)
+    # numpy takes seeds >= 0 only; the CLI allows [-2**63, 2**64). Modulo 2**64 keeps every
+    # non-negative seed as it was and gives each negative one its own stream.
+    rng = np.random.default_rng(seed % 2**64)
     column = train.select_columns([label_column]).with_format("arrow")[:].column(0)
     if labels.kind == "classification":
         codes = pc.dictionary_encode(column.combine_chunks()).indices.to_numpy(zero_copy_only=False)
@@ -205,6 +215,25 @@ def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, lab
                          "pass a larger fraction or --validation-file")
     keep = np.setdiff1d(np.arange(len(train)), held, assume_unique=True)
     return train.select(keep), train.select(held)
+
+
+@contextlib.contextmanager
+def _blamed_on_the_cap(capped: bool, max_train_samples: int | None):
+    """A label error that only the --max-train-samples cap caused says so."""
+    try:
+        yield
+    except UsageError as exc:
+        if not capped:
+            raise
+        raise UsageError(f"{exc} (after --max-train-samples {max_train_samples} kept the first "
+                         f"{max_train_samples} training rows; raise it, or shuffle the file)") from None
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(os.path.expanduser(a), os.path.expanduser(b))
+    except OSError:
+        return False
 
 
 def _first(ds, n: int | None):
@@ -232,6 +261,8 @@ def load_text_data(
     demo_train_size: int = DEMO_TRAIN_SIZE,
     demo_eval_size: int = DEMO_EVAL_SIZE,
     glue_task: str | None = None,
+    dataset_shown: str | None = None,
+    other_data: str | None = None,
 ) -> TextData:
     """Read, check and cap the data of a text-classification or regression run.
 
@@ -246,12 +277,16 @@ def load_text_data(
     "classification" or "regression" where the labels allow both (see mixft.data.labels).
     The first ``max_train_samples`` / ``max_eval_samples`` rows are kept (after any hold-out).
     ``glue_task`` marks the data as that GLUE task (``load_glue_data`` sets it; a
-    ``dataset="glue"`` with a GLUE config sets it too).
+    ``dataset="glue"`` with a GLUE config sets it too). ``dataset_shown`` is how the user
+    asked for the hub dataset, for messages (default ``--dataset NAME/CONFIG``);
+    ``other_data`` the advice when it cannot be had (default: pass --train-file/--validation-file):
+    a recipe that refuses those flags says what it accepts instead.
 
     Usage: ``data = load_text_data(train_file="train.csv", validation_split=0.1, seed=0)``
     """
     _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
                      validation_split, max_train_samples, max_eval_samples)
+    user_eval_split = eval_split is not None
     if dataset is not None and glue_task is None:
         glue_task = _glue_config(dataset, dataset_config)
     if glue_task is not None:
@@ -284,15 +319,18 @@ def load_text_data(
         demo_train = max_train_samples or demo_train_size
         demo_eval = max_eval_samples or demo_eval_size
         train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
-            dataset, dataset_config, eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval
+            dataset, dataset_config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train,
+            demo_eval, dataset_shown, other_data
         )
 
     if eval_ds is not None and validation_split is not None:
         raise UsageError(f"{where}: the data has a validation split already; drop --validation-split")
     if eval_ds is None and validation_split is None:
-        splits = f" (splits: {listing}; or pass --eval-split)" if listing else ""
+        # --validation-file goes with --train-file only: a hub dataset is offered what it accepts.
+        choices = (f"its splits are {listing}: pass --eval-split NAME" if listing is not None
+                   else "pass --validation-file")
         raise UsageError(
-            f"{where}: no validation data{splits}; pass --validation-file, or --validation-split F "
+            f"{where}: no validation data; {choices}, or --validation-split F "
             "(0 < F < 1) to hold out a fraction of the training data"
         )
 
@@ -307,12 +345,22 @@ def load_text_data(
     if eval_ds is None:
         train, eval_ds = _carve(train, validation_split, seed, where, labels, cols.label)
         eval_where = f"{where} (rows held out by --validation-split {validation_split})"
-    if max_train_samples is not None and max_train_samples < len(train) or validation_split is not None:
+    capped = max_train_samples is not None and max_train_samples < len(train)
+    all_labels = labels
+    if capped or validation_split is not None:
         # What is trained on decides the classes: a cap may drop one, a hold-out may take one.
         train = _first(train, max_train_samples)
-        labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
+        with _blamed_on_the_cap(capped, max_train_samples):
+            labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
     eval_ds = _first(eval_ds, max_eval_samples)
-    check_eval_labels(eval_ds, cols.label, labels, where=eval_where)
+    if labels != all_labels:  # checked against all the labels first: only what the cap caused blames the cap
+        check_eval_labels(eval_ds, cols.label, all_labels, where=eval_where)
+    with _blamed_on_the_cap(capped, max_train_samples):
+        check_eval_labels(eval_ds, cols.label, labels, where=eval_where)
+    if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
+        # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
+        notice = (f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
+                  "well the model fits its training data, not how it does on unseen data")
     task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
                     labels=labels, glue_task=glue_task)
     return TextData(train=train, eval=eval_ds, task=task, name=name, source=source, notice=notice)
@@ -337,12 +385,17 @@ def load_glue_data(
     stand_in=None,
     demo_train_size: int = DEMO_TRAIN_SIZE,
     demo_eval_size: int = DEMO_EVAL_SIZE,
+    shown: str | None = None,
+    other_data: str | None = None,
 ) -> TextData:
     """A GLUE task's train and official validation split (``validation_matched`` for MNLI).
 
     When the hub is out of reach and nothing is cached, ``stand_in`` (the caller's choice,
     e.g. mixft.data.synthetic.stand_ins.stand_in_for("glue", task)) replaces the data;
-    without one that is a one-line UsageError.
+    without one that is a one-line UsageError naming the data as ``shown`` (default
+    ``glue/mnli``: no flag, since the caller knows which one the user passed, e.g. ``--task
+    mnli``) and advising ``other_data`` (default GLUE_OTHER_DATA: the GLUE recipes take no
+    data files, so the advice names the recipe that does).
     ``data.task.glue_task`` names the task, so ``mixft.metrics.task`` picks its official metrics.
 
     Usage: ``data = load_glue_data("stsb"); data.task.kind  # "regression"``
@@ -354,4 +407,5 @@ def load_glue_data(
         dataset="glue", dataset_config=table.name, glue_task=table.name,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         hub_timeout=hub_timeout, stand_in=stand_in, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
+        dataset_shown=shown or f"glue/{table.name}", other_data=other_data or GLUE_OTHER_DATA,
     )

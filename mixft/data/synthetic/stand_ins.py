@@ -5,6 +5,7 @@ Usage::
     from mixft.data.synthetic.stand_ins import stand_in_for, SST2
     stand_in = stand_in_for("glue", "mrpc")              # a StandIn, or None without one
     splits = SST2.build(train_size=2000, eval_size=872, seed=0)   # DatasetDict(train, validation)
+    AG_NEWS.build(train_size=100, eval_size=10)                   # DatasetDict(train, test), as ag_news
     load_text_data(dataset="glue", dataset_config="sst2", stand_in=SST2)   # a recipe's choice
 
 Stand-ins exist for ``glue/sst2`` (generated sentiment), ``glue/mrpc`` (generated paraphrase
@@ -45,9 +46,12 @@ class StandIn:
     label: str | None = None
     more_data: str = "--train-file/--validation-file"
     max_size: int = MAX_SIZE
+    # The original's name for its evaluation split: ag_news has train and test only, so its
+    # stand-in has the same two, and a command that works offline works online too.
+    eval_split: str = "validation"
 
     def build(self, *, train_size: int, eval_size: int, seed: int = 0):
-        """``DatasetDict(train=..., validation=...)`` in the original's features.
+        """``DatasetDict(train=..., <eval_split>=...)`` in the original's features and split names.
 
         Usage: ``splits = SST2.build(train_size=2000, eval_size=872, seed=0)``
         """
@@ -55,10 +59,10 @@ class StandIn:
 
         train, dev = self.rows(train_size, eval_size, seed)
         features = self.features()
-        return datasets.DatasetDict(
-            train=datasets.Dataset.from_list(train, features=features),
-            validation=datasets.Dataset.from_list(dev, features=features),
-        )
+        return datasets.DatasetDict({
+            "train": datasets.Dataset.from_list(train, features=features),
+            self.eval_split: datasets.Dataset.from_list(dev, features=features),
+        })
 
 
 def _sst2_rows(train_size, eval_size, seed):
@@ -114,7 +118,7 @@ def _ag_news_features():
 SST2 = StandIn("mixft-generated-sentiment", _sst2_rows, _sst2_features, described="mixft's generated sentiment set",
                unit="sentences")
 MRPC = StandIn("mixft-generated-paraphrase", _mrpc_rows, _mrpc_features, unit="sentence pairs")
-AG_NEWS = StandIn("mixft-generated-topics", _ag_news_rows, _ag_news_features, unit="texts")
+AG_NEWS = StandIn("mixft-generated-topics", _ag_news_rows, _ag_news_features, unit="texts", eval_split="test")
 
 # (hub repository, config) -> its stand-in
 _BY_DATASET = {
