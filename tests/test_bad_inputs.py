@@ -215,8 +215,9 @@ def test_glue_task_offline_advises_what_glue_accepts(ctx, capsys, isolated_hf):
                  "--max-steps", "1", "--no-progress"])
     lines = capsys.readouterr().err.splitlines()
     assert code == 2 and len(lines) == 1, lines
-    assert "glue/mnli: not in the local datasets cache" in lines[0]
-    assert "--recipe text-classification --train-file" in lines[0] and "--dataset" not in lines[0]
+    assert "--task mnli: not in the local datasets cache" in lines[0]  # the flag the user typed
+    assert "--recipe text-classification --train-file" in lines[0] and "--task sst2 or mrpc" in lines[0]
+    assert "--dataset" not in lines[0]
     assert _snapshot(ctx.out) == before
 
 

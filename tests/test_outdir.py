@@ -84,3 +84,30 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     holder.wait()
     with OutputLock(tmp_path):
         pass
+
+
+def test_checking_creates_nothing_and_the_lock_creates_the_directory(tmp_path):
+    out = tmp_path / "a" / "b"
+    check_output_dir(out, files=["results.json"])
+    assert not (tmp_path / "a").exists()  # a run refused after this check leaves no empty tree
+    with OutputLock(out):
+        assert out.is_dir()
+
+
+def test_a_dangling_symlink_and_a_file_in_the_path_are_named(tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(UsageError, match=r"is a symbolic link to .*gone, which does not exist"):
+        check_output_dir(link)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match=r"file exists and is not a directory"):
+        check_output_dir(tmp_path / "file" / "run")
+
+
+def test_a_run_refused_for_its_data_leaves_no_output_directory(tmp_path):
+    from mixft.cli import main
+
+    out = tmp_path / "never"
+    code = main(["--recipe", "text-classification", "--train-file", str(tmp_path / "missing.csv"),
+                 "--output-dir", str(out)])
+    assert code == 2 and not out.exists()

@@ -105,9 +105,17 @@ def check_output_dir(out: Path, *, files=(), dirs=()) -> None:
         path = out / name
         if path.exists() and not path.is_dir():
             raise UsageError(f"{path}: exists and is not a directory; move it away or choose another --output-dir")
+    if out.is_symlink() and not out.exists():
+        raise UsageError(f"--output-dir {out}: is a symbolic link to {os.readlink(out)}, which does not exist")
+    # Nothing is created yet (a refused run leaves no empty directory behind): the write test
+    # runs in the directory, or where it would be created; OutputLock creates it.
+    where = out
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise UsageError(f"--output-dir {out}: {where} exists and is not a directory")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".mixft-write-check-", dir=out)
+        fd, probe = tempfile.mkstemp(prefix=".mixft-write-check-", dir=where)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
@@ -129,6 +137,7 @@ class OutputLock:
     def __enter__(self) -> "OutputLock":
         import fcntl
 
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # checked writable by check_output_dir
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
