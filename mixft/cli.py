@@ -29,7 +29,7 @@ from .options import SEED, add_arguments
 from .precision import PRECISIONS, amp_precision_names, resolve_device
 from .callbacks import Callback, StepInfo
 from .registry import recipe_names
-from .run.outdir import REPORT_NAME, RESULTS_NAME, has_checkpoint
+from .run.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, has_checkpoint
 
 PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             result = run_probe(cfg)
             say(render_probe_table(result))
-            say(f"results: {cfg.output_dir}/{RESULTS_NAME} (hardware.probe); report: {cfg.output_dir}/{REPORT_NAME}")
+            say(f"results: {cfg.output_dir}/{PROBE_RESULTS_NAME} (hardware.probe); report: {cfg.output_dir}/{PROBE_REPORT_NAME}")
             return 0
         # run() makes every cheap check (plan()) before any work: bad input exits here.
         with SignalHandler() as signals:

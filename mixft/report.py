@@ -636,8 +636,8 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
 
 
 def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
-                 charts: ChartWriter | None = None) -> list[Path]:
-    """Write ``report.md`` (and, with ``charts``, the charts it links) into ``out_dir``.
+                 charts: ChartWriter | None = None, name: str = REPORT_NAME) -> list[Path]:
+    """Write ``report.md`` (or ``name``; and, with ``charts``, the charts it links) into ``out_dir``.
 
     Returns the files written, report.md first. ``charts`` is the chart writer,
     normally :func:`mixft.plots.write_plots`; it runs first so the report links only the
@@ -649,7 +649,7 @@ def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = list(charts(doc, out_dir, baseline)) if charts is not None else []
-    report = out_dir / REPORT_NAME
+    report = out_dir / name
     write_text(report, render_markdown(doc, baseline, plots=pngs))
     logger.info("wrote %s and %d chart(s)", report, len(pngs))
     return [report, *pngs]

@@ -19,10 +19,10 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_d
     printed = capsys.readouterr().out
     assert code == 0
     assert "recommendation" in printed and "fp32" in printed and "bf16" in printed
-    doc = json.loads((tmp_path / "p" / "results.json").read_text())
+    doc = json.loads((tmp_path / "p" / "probe.json").read_text())
     assert doc["runs"] == [] and doc["hardware"]["probe"]["recipe"] == "bert-sst2"
     assert {"amx_bf16", "avx512_bf16", "avx512_fp16"} <= set(doc["hardware"]["cpu"]["flags"])
-    assert "probe" in (tmp_path / "p" / "report.md").read_text().lower()
+    assert "probe" in (tmp_path / "p" / "probe.md").read_text().lower()
 
     # Pretend this machine measured bf16 at half the fp32 rate: an --amp run says so, in one
     # line, and still trains in bf16 (the user's choice is never changed).
@@ -51,3 +51,16 @@ def test_an_unprobed_machine_says_how_to_probe(tmp_path, tiny_bert_dir, tiny_dat
     assert "measured" not in captured.err
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     assert "probe" not in doc["hardware"] and doc["hardware"]["cpu"]["model"]
+
+
+def test_a_probe_leaves_the_runs_in_its_directory_alone(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch):
+    # Was: --probe into a directory holding a comparison rewrote results.json with 0 runs and replaced report.md.
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "shared"
+    assert main(_args(tiny_bert_dir, tiny_data_dir, out) + ["--compare", "fp32,bf16", "--max-steps", "1"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.suffix in (".json", ".md", ".png")}
+    assert main(_args(tiny_bert_dir, tiny_data_dir, out) + ["--probe"]) == 0
+    capsys.readouterr()
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name in before}
+    assert after == before  # results.json, report.md and every chart untouched
+    assert json.loads((out / "probe.json").read_text())["hardware"]["probe"]["recipe"] == "bert-sst2"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,8 +33,8 @@ from ..results import RunResult, write_results
 from ..callbacks import Callback
 from .build import build_trainer
 from .identity import ResumePlan, final_weights, plan_resume, run_meta
-from .outdir import (RESULTS_NAME, OutputLock, check_output_dir, checkpoint_name, planned_entries,
-                     saved_model_name)
+from .outdir import (PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock, check_output_dir,
+                     checkpoint_name, planned_entries, saved_model_name, set_aside_previous_run)
 
 
 class RunObserver:
@@ -117,6 +118,15 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
+        if distributed.is_main_process() and not cfg.resume:
+            # A new run's results.json must not sit beside an earlier run's report and charts.
+            files, dirs = planned_entries([p.name for p in precisions], cfg.seeds, cfg.save_model)
+            total = len(precisions) * len(cfg.seeds)
+            files = [f for f in files if total > 1 or f != REPORT_NAME]  # only a comparison writes report.md
+            notice = set_aside_previous_run(Path(cfg.output_dir), time.strftime("%Y%m%d-%H%M%S"), files=files,
+                                            dirs=dirs)
+            if notice:
+                logger.warning(notice)
         return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer)
 
 
@@ -240,14 +250,13 @@ def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision
 
 
 def run_probe(cfg: RunConfig):
-    """``--probe``: measure how fast each precision trains the recipe here; write results.json and report.md.
+    """``--probe``: measure how fast each precision trains the recipe here; write probe.json and probe.md.
 
-    Trains nothing. The result is cached for this machine, where later runs' headers and
+    Trains nothing, and leaves a run's results.json and report.md in the same directory alone. The result is cached for this machine, where later runs' headers and
     ``--amp`` notices find it. Returns the ``mixft.probe_result.ProbeResult``.
 
     Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
     """
-    from ..plots import write_plots
     from ..probe import probe
     from ..report import write_report
     from ..results import results_document
@@ -259,8 +268,8 @@ def run_probe(cfg: RunConfig):
         result = probe(cfg, device=device, precisions=asked)
         if distributed.is_main_process():
             hardware = {**result.hardware, "probe": result.to_dict()}
-            write_results(out / RESULTS_NAME, [], hardware=hardware)
-            write_report(results_document([], hardware=hardware), out, charts=write_plots)
+            write_results(out / PROBE_RESULTS_NAME, [], hardware=hardware)
+            write_report(results_document([], hardware=hardware), out, name=PROBE_REPORT_NAME)  # no runs: no charts
     return result
 
 
