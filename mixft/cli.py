@@ -171,6 +171,10 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     else:
         say("  speed      not probed on this machine yet (--probe measures it in ~30 s)")
     say(f"  precision  {', '.join(p.name for p in precisions)}" + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))
+    if cfg.eval_only:  # nothing trains: no batch arithmetic or budget to announce
+        say(f"  evaluate   --eval-only: no training; evaluation batches of {cfg.batch_size * 2}")
+        say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
+        return
     say(f"  batch      {cfg.batch_size} x {cfg.grad_accum} accumulation = {effective} effective")
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
     steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
@@ -194,6 +198,11 @@ def print_result(result) -> None:
     else:
         quality = "not evaluated"  # stopped before the first evaluation
     scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
+    if result.steps == 0 and result.train_time_s == 0 and "samples_per_s" in result.eval:
+        # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained".
+        say(f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
+            f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)", flush=True)
+        return
     say(
         f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
         f"train {result.train_time_s:.1f} s | peak memory {mem_s} | steps {result.steps}, "

@@ -14,8 +14,15 @@ def test_saved_model_evaluates_alone_to_the_same_accuracy(tmp_path, tiny_bert_di
     assert (saved / "config.json").is_file() and (saved / "classifier_head.pt").is_file()
     trained = json.loads((train_out / "results.json").read_text())["runs"][0]
 
+    capsys.readouterr()
     assert main([*common, "--model", str(saved), "--eval-only", "--compare", "fp32,bf16",
                  "--output-dir", str(eval_out)]) == 0
+    printed = capsys.readouterr().out
+    # Was: a training budget in the header and "0.0 samples/s | train 0.0 s" per run.
+    assert "budget" not in printed and "--eval-only: no training" in printed
+    lines = [line for line in printed.splitlines() if line.startswith("[")]
+    assert len(lines) == 2 and all("inference" in line and "no training (--eval-only)" in line for line in lines)
+    assert not any("train 0.0 s" in line for line in lines)
     runs = json.loads((eval_out / "results.json").read_text())["runs"]
     assert [r["precision"] for r in runs] == ["fp32", "bf16"]
     assert all(r["steps"] == 0 for r in runs)
