@@ -292,3 +292,19 @@ def test_resume_reads_results_once_and_checks_each_checkpoint_once(tmp_path, tin
 
 def run_of_all(out: Path) -> list[dict]:
     return json.loads((out / "results.json").read_text())["runs"]
+
+
+@pytest.mark.parametrize("extra", [(), ("--save-model",)], ids=["resume", "resume-save-model"])
+def test_a_finished_run_is_not_kept_over_edited_data(tmp_path, tiny_bert_dir, data, capsys, extra):
+    # Was: a finished run resumed on an edited file was accepted, and --resume --save-model saved
+    # label names read from the edited file over weights trained on the original one.
+    out = tmp_path / "done"
+    assert main(args(tiny_bert_dir, data, out)) == 0
+    kept = (out / "results.json").read_bytes()
+    train = data / "train.tsv"
+    train.write_text(train.read_text() + "a sentence added after the run\t1\n")
+    capsys.readouterr()
+    code = main(args(tiny_bert_dir, data, out, "--resume", *extra))
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and "train.tsv changed since the run in" in lines[0], lines
+    assert (out / "results.json").read_bytes() == kept and not (out / "model").exists()

@@ -20,6 +20,7 @@ from ..precision import Precision
 from ..recipe import TrainerParts
 from ..callbacks import Callback
 from ..trainer import Trainer
+from .identity import data_fingerprints
 
 
 def build_trainer(
@@ -46,5 +47,7 @@ def build_trainer(
         lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
         epochs=cfg.epochs, max_steps=cfg.max_steps, predict_fn=parts.predict_fn, metric=parts.metric,
         seed=seed, callbacks=callbacks,
-        run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None}},
+        # The data files' fingerprints too: --resume keeps a finished run only on unchanged data.
+        run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None,
+                                               "data_files": data_fingerprints(cfg)}},
     )

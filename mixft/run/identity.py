@@ -128,9 +128,11 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
-def check_data_files(recorded: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) -> None:
-    """Refuse a resume on data files that changed since the checkpoint at ``path`` (size, or content once mtime moved).
+def check_data_files(recorded: Mapping[str, Mapping[str, Any]], path: str | os.PathLike,
+                     what: str = "checkpoint") -> None:
+    """Refuse a resume on data files that changed since ``what`` at ``path`` was written (size, or content once mtime moved).
 
+    ``what``: "checkpoint", or "the run in" for a finished run's record in results.json.
     Usage: ``check_data_files(load_checkpoint(path)["meta"]["data_files"], path)``
     """
     for name, was in recorded.items():
@@ -139,13 +141,13 @@ def check_data_files(recorded: Mapping[str, Mapping[str, Any]], path: str | os.P
             st = f.stat()
         except OSError:
             raise CheckpointError(
-                f"--resume: checkpoint {path} was trained on {f}, which is gone; restore it, or rerun without --resume "
+                f"--resume: {what} {path} was trained on {f}, which is gone; restore it, or rerun without --resume "
                 "to start over") from None
         if st.st_size == was.get("size") and st.st_mtime_ns == was.get("mtime_ns"):
             continue  # untouched: no need to read it
         if st.st_size != was.get("size") or _sha256(str(f), st.st_size, st.st_mtime_ns) != was.get("sha256"):
             raise CheckpointError(
-                f"--resume: data file {f} changed since checkpoint {path} was written ({was.get('size')} -> "
+                f"--resume: data file {f} changed since {what} {path} was written ({was.get('size')} -> "
                 f"{st.st_size} bytes, new content); continuing would mix two datasets: restore the file, or rerun "
                 "without --resume to start over")
 
@@ -247,6 +249,9 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, Run
             if key not in wanted or is_interrupted(run):
                 continue
             stored = run.get("config") or {}
+            # Kept only on the data it was trained on: results (or a model saved from them)
+            # over edited files would describe, and name the labels of, other data.
+            check_data_files(stored.get("data_files") or {}, path, what="the run in")
             for option in TRAJECTORY_OPTIONS:
                 value = getattr(cfg, option)
                 if option in stored and not same_option(option, stored[option], value):
@@ -272,7 +277,10 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
         raise CheckpointError(f"--resume --save-model: {what} its checkpoint {path} is gone, so there are no "
                               f"weights to save; {fix}")
     ckpt = load_checkpoint(path, mmap=True)
-    options = {k: v for k, v in run_meta(cfg, result.precision, result.seed).items() if k in TRAJECTORY_OPTIONS}
+    # The data too: the saved model's label names come from today's files, its weights from the
+    # files it was trained on (a renamed label would swap the names silently).
+    meta = run_meta(cfg, result.precision, result.seed)
+    options = {k: v for k, v in meta.items() if k in TRAJECTORY_OPTIONS or k == "data_files"}
     check_meta(ckpt, options, path)
     step = ckpt["meta"].get("step")
     if step != result.steps:
