@@ -257,6 +257,20 @@ class ConsoleObserver:
         return self.signals is not None and self.signals.signum is not None
 
 
+def _quiet_library_progress() -> None:
+    """--no-progress means none: also the libraries' own bars (weight loading, shard writing, datasets maps).
+
+    The CLI owns this process's terminal, so it may switch them off; the library never does.
+    """
+    import datasets
+    import huggingface_hub.utils
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    huggingface_hub.utils.disable_progress_bars()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of scripts/finetune.py. Returns the exit code (2 for bad input)."""
     setup_logging()
@@ -273,6 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(render_probe_table(result))
             say(f"results: {cfg.output_dir}/{PROBE_RESULTS_NAME} (hardware.probe); report: {cfg.output_dir}/{PROBE_REPORT_NAME}")
             return 0
+        if args.no_progress:
+            _quiet_library_progress()
+        if cfg.num_workers:
+            # Tokenizers warn in every forked DataLoader worker; mixft tokenises before forking.
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # run() makes every cheap check (plan()) before any work: bad input exits here.
         with SignalHandler() as signals:
             observer = ConsoleObserver(progress=not args.no_progress, signals=signals)

@@ -25,3 +25,19 @@ def test_a_closed_stdout_does_not_lose_the_results(tmp_path, tiny_bert_dir, tiny
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     run = json.loads((out / "results.json").read_text())["runs"][0]
     assert run["steps"] == 2
+
+
+
+def test_no_progress_silences_the_libraries_bars_and_worker_warnings(tmp_path, tiny_bert_dir, tiny_data_dir):
+    # Was: transformers' weight-loading and shard-writing bars, and the tokenizers fork warning
+    # from every DataLoader worker, printed despite --no-progress. A real process: these are
+    # process-wide switches that only the CLI may turn.
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
+           "--data-dir", str(tiny_data_dir), "--max-steps", "2", "--output-dir", str(out), "--no-progress",
+           "--save-model", "--num-workers", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model" / "config.json").is_file()
+    assert "%|" not in proc.stderr and "it/s]" not in proc.stderr, proc.stderr
+    assert "TOKENIZERS_PARALLELISM" not in proc.stderr, proc.stderr

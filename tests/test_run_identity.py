@@ -95,3 +95,10 @@ def test_lora_options_are_part_of_a_runs_identity(tmp_path):
         check_meta(ckpt, run_meta(RunConfig(output_dir=str(tmp_path)), "fp32", 0), path)
     with pytest.raises(CheckpointError, match=r"--lora-r 8, this run has 4"):
         check_meta(ckpt, run_meta(RunConfig(output_dir=str(tmp_path), lora=True, lora_r=4), "fp32", 0), path)
+
+
+def test_an_option_left_to_its_default_is_named_as_such(tmp_path):
+    # Was: "written with --max-length None".
+    path = tiny_checkpoint(tmp_path / "ckpt.pt", {"max_length": None})
+    with pytest.raises(CheckpointError, match=r"--max-length not set \(the default\), this run has 64"):
+        check_meta(load_checkpoint(path), {"max_length": 64}, path)

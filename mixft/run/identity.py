@@ -152,6 +152,11 @@ def check_data_files(recorded: Mapping[str, Mapping[str, Any]], path: str | os.P
                 "without --resume to start over")
 
 
+def _shown(value: Any) -> str:
+    # An option left to its default is recorded as None: say so instead of "--max-length None".
+    return "not set (the default)" if value is None else repr(value)
+
+
 def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Raise CheckpointError naming the first option whose value differs from ``expected``.
 
@@ -170,7 +175,8 @@ def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str |
             why = ("; DataLoader workers draw random numbers differently from a loader without them "
                    "(any count above 0 continues exactly from another above 0)" if key == "num_workers" else "")
             raise CheckpointError(
-                f"--resume: checkpoint {path} was written with {flag} {meta[key]!r}, this run has {want!r}{why}; "
+                f"--resume: checkpoint {path} was written with {flag} {_shown(meta[key])}, this run has "
+                f"{_shown(want)}{why}; "
                 "rerun with the same options, or without --resume to start over"
             )
 
@@ -257,7 +263,8 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, Run
                 if option in stored and not same_option(option, stored[option], value):
                     raise CheckpointError(
                         f"--resume: {path} holds a {key[0]} seed {key[1]} run made with {_flag(option)} "
-                        f"{stored[option]!r}, this run has {value!r}; rerun with the same options or another --output-dir"
+                        f"{_shown(stored[option])}, this run has {_shown(value)}; rerun with the same options or another "
+                        "--output-dir"
                     )
             known = {f.name for f in fields(RunResult)}
             done[key] = RunResult(**{k: v for k, v in run.items() if k in known})
