@@ -28,16 +28,18 @@ def test_a_closed_stdout_does_not_lose_the_results(tmp_path, tiny_bert_dir, tiny
 
 
 
-def test_no_progress_silences_the_libraries_bars_and_worker_warnings(tmp_path, tiny_bert_dir, tiny_data_dir):
-    # Was: transformers' weight-loading and shard-writing bars, and the tokenizers fork warning
-    # from every DataLoader worker, printed despite --no-progress. A real process: these are
-    # process-wide switches that only the CLI may turn.
+def test_no_progress_silences_the_libraries_bars(tmp_path, tiny_bert_dir):
+    # Was: transformers' "Writing model shards" bar printed despite --no-progress when a model
+    # was saved. A real process: library bars are process-wide switches only the CLI may turn.
+    rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'} {i}\n".replace(f" {i}\n", f",{'pos' if i % 2 else 'neg'}\n")
+                   for i in range(40))
+    (tmp_path / "t.csv").write_text("text,label\n" + rows)
     out = tmp_path / "out"
-    cmd = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
-           "--data-dir", str(tiny_data_dir), "--max-steps", "2", "--output-dir", str(out), "--no-progress",
-           "--save-model", "--num-workers", "2"]
+    cmd = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", "text-classification",
+           "--model", str(tiny_bert_dir), "--train-file", str(tmp_path / "t.csv"), "--validation-split", "0.25",
+           "--max-steps", "2", "--output-dir", str(out), "--no-progress", "--save-model", "--num-workers", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (out / "model" / "config.json").is_file()
     assert "%|" not in proc.stderr and "it/s]" not in proc.stderr, proc.stderr
-    assert "TOKENIZERS_PARALLELISM" not in proc.stderr, proc.stderr
+    assert "TOKENIZERS_PARALLELISM" not in proc.stderr, proc.stderr  # the fork warning of DataLoader workers
