@@ -49,7 +49,7 @@ from .aggregate import (
 )
 
 __all__ = ["lighter_sentence", "measured_speed_sentence", "render_agreement", "render_eval_history", "render_hardware",
-           "render_markdown", "render_memory", "render_probe", "render_table",
+           "render_markdown", "render_memory", "render_preflight", "render_probe", "render_table",
            "summarize", "task_line", "write_report"]
 
 #: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.plots.write_plots``).
