@@ -19,6 +19,7 @@ from .options import (
     BOOL,
     FRACTION,
     MAX_LENGTH,
+    NAMES,
     LORA_DROPOUT,
     NON_NEGATIVE_FLOAT,
     NON_NEGATIVE_INT,
@@ -133,6 +134,15 @@ class RunConfig:
                                    metavar="F", group=RELIABILITY)
     max_consecutive_skips: int = option(10, "collapse after N skipped optimizer steps in a row",
                                         check=POSITIVE_INT, metavar="N", group=RELIABILITY)
+    # The fp16 risk check (mixft.preflight) and its two fixes; mixft/run/preflight_step.py applies them.
+    preflight: bool | None = option(None, "check the model for fp16 overflow/underflow before training (a few fp32 "
+                                    "batches with hooks; default: before any fp16 run); it only checks, training "
+                                    "follows", check=BOOL, group=RELIABILITY)
+    fp32_modules: list[str] | None = option(None, "run these modules outside autocast, in fp32 (the preflight names "
+                                            "them), e.g. encoder.layer.3.output", check=NAMES, metavar="NAME,...",
+                                            group=RELIABILITY)
+    init_loss_scale: float | None = option(None, "fp16's initial GradScaler loss scale (default 65536)",
+                                           check=POSITIVE_FLOAT, metavar="F", group=RELIABILITY)
 
     def with_defaults(self, defaults: dict[str, Any]) -> "RunConfig":
         """A copy where every None field takes the recipe's default; unknown keys are a bug."""

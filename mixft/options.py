@@ -81,6 +81,19 @@ TEXT = Check(_text, lambda v: isinstance(v, str) and bool(v.strip()), "a non-emp
 BOOL = Check(bool, lambda v: isinstance(v, bool), "True or False")
 
 
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",")]
+    if any(not n for n in names):
+        raise ValueError(text)
+    return list(dict.fromkeys(names))  # a name given twice is the same name
+
+
+# "a,b" on the command line, a list in Python and config files (e.g. --fp32-modules).
+NAMES = Check(_names, lambda v: isinstance(v, list) and bool(v)
+              and all(isinstance(n, str) and n.strip() and "," not in n for n in v),
+              "comma-separated names without empty entries, e.g. encoder.layer.0.output,classifier")
+
+
 def choice(*names: str) -> Check:
     return Check(str, lambda v: v in names, f"one of: {', '.join(names)}")
 
@@ -117,6 +130,11 @@ def add_arguments(parser: argparse.ArgumentParser, dataclass_fields, groups: dic
         if meta.get("group"):
             target = groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
         flag = flag_of(f)
+        if f.type == "bool | None":
+            # Three states (None: decided by the run, e.g. --preflight's "auto"): --x and --no-x.
+            target.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=meta["help"])
+            continue
         if f.type in ("bool", bool) or isinstance(f.default, bool):
             # True-by-default switches are spelled --no-x and store False.
             action = "store_false" if f.default else "store_true"

@@ -49,7 +49,7 @@ from .aggregate import (
 )
 
 __all__ = ["lighter_sentence", "measured_speed_sentence", "render_agreement", "render_eval_history", "render_hardware",
-           "render_markdown", "render_memory", "render_probe", "render_table",
+           "render_markdown", "render_memory", "render_preflight", "render_probe", "render_table",
            "summarize", "task_line", "write_report"]
 
 #: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.plots.write_plots``).
@@ -570,6 +570,45 @@ def render_probe(probe: dict | None) -> str | None:
                 f"(format {probe.get('format', NA)}); run `--probe` again to measure.")
 
 
+def render_preflight(pre: dict | None, top: int = 8) -> str | None:
+    """The "Before the fp16 run" section from results.json's ``preflight`` (``mixft.preflight``);
+    None without one. Modules at risk most severe first, then the preflight's recommendations.
+
+    Usage: ``render_preflight(doc.get("preflight"))``
+    """
+    if not isinstance(pre, dict) or not pre:
+        return None
+    seconds = number(pre.get("seconds"))
+    how = (f"{pre.get('batches', NA)} training batch(es) forward and backward in fp32, "
+           f"{pre.get('modules_checked', NA)} modules, initial loss scale {fmt_scale(number(pre.get('init_scale')))}"
+           + (f", {seconds:.1f} s" if seconds is not None else ""))
+    lines = ["## Before the fp16 run", ""]
+    risks = [r for r in pre.get("modules_at_risk") or [] if isinstance(r, dict)]
+    if not risks:
+        big = pre.get("largest_activation") or {}
+        value = number(big.get("value"))
+        largest = f"; largest |activation| {value:.3g} in `{big.get('module')}`" if value is not None else ""
+        lines.append(f"The preflight found no module at fp16 risk ({how}{largest}).")
+        return "\n".join(lines)
+    lines += [f"The preflight found {len(risks)} module(s) at fp16 risk ({how}), most severe first:", "",
+              "| module | type | risk | value | × limit |", "|---|---|---|---:|---:|"]
+    for r in risks[:top]:
+        label = "near overflow" if r.get("level") == "close" else r.get("kind", NA)
+        risk = f"{label} ({r.get('tensor', NA)})" + (", starts here" if r.get("origin") else "")
+        value, ratio = number(r.get("value")), number(r.get("ratio"))
+        shown = NA if value is None else (f"{value:.1%}" if r.get("kind") == "underflow" else f"{value:.4g}")
+        lines.append(f"| `{_cell(str(r.get('name')))}` | {_cell(str(r.get('module_type', NA)))} | {risk} | {shown} | "
+                     f"{'inf' if ratio is None else f'{ratio:.3g}'} |")
+    if len(risks) > top:
+        lines += ["", f"{len(risks) - top} more in results.json (`preflight.modules_at_risk`)."]
+    lines += [""] + [f"- {_cell(str(text))}" for text in pre.get("recommendations") or []]
+    handled = pre.get("handled_by_fp32_modules") or []
+    if handled:
+        lines.append(f"- these runs kept `{','.join(pre.get('kept_in_fp32') or [])}` in fp32 (`--fp32-modules`): "
+                     f"{len(handled)} of the modules above run there")
+    return "\n".join(lines)
+
+
 def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | Path] | None = None) -> str:
     """``report.md``'s text for ``doc``.
 
@@ -617,6 +656,8 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     notes = _notes(doc, rows, baseline)
     if notes:
         out += ["## How to read this", ""] + [f"- {n}" for n in notes] + [""]
+    preflight = render_preflight(doc.get("preflight"))
+    out += [preflight, ""] if preflight else []
 
     history = render_eval_history(doc)
     if history:

@@ -4,6 +4,8 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
 
     {"mixft_version": "0.1.0", "created": "2026-11-21T10:00:00+00:00",
      "hardware": {...},                    # mixft.hardware.describe_hardware (+ "probe" when one was made)
+     "preflight": {...},                   # the fp16 risk check before training (mixft.preflight, to_dict());
+                                           # only when one ran (--preflight, or before an fp16 run)
      "runs": [run, ...]}
 
     run = {
@@ -101,12 +103,14 @@ class RunResult:
         )
 
 
-def results_document(runs: list[RunResult | dict], hardware: dict[str, Any] | None = None) -> dict[str, Any]:
+def results_document(runs: list[RunResult | dict], hardware: dict[str, Any] | None = None,
+                     preflight: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole results.json document for ``runs``.
 
     ``hardware``: the machine that measured them (``mixft.hardware.describe_hardware``,
     optionally with ``"probe"``: ``ProbeResult.to_dict()``), stored at the top level;
-    left out when None, as in documents written before it existed.
+    left out when None, as in documents written before it existed. ``preflight``: the fp16
+    risk check made before the runs (``PreflightResult.to_dict()``), top level, left out when None.
 
     Usage: ``render_markdown(results_document(results, hardware=describe_hardware("cpu")))``
     """
@@ -116,20 +120,23 @@ def results_document(runs: list[RunResult | dict], hardware: dict[str, Any] | No
     }
     if hardware is not None:
         doc["hardware"] = hardware
+    if preflight is not None:
+        doc["preflight"] = preflight
     doc["runs"] = [r.to_dict() if isinstance(r, RunResult) else r for r in runs]
     return doc
 
 
-def write_results(path: str | Path, runs: list[RunResult | dict], hardware: dict | None = None) -> Path:
+def write_results(path: str | Path, runs: list[RunResult | dict], hardware: dict | None = None,
+                  preflight: dict | None = None) -> Path:
     """Atomically write results.json: a kill at any moment leaves the old file or the new one.
 
     ``hardware``: the machine that measured the runs (``mixft.hardware.describe_hardware``,
-    with a ``probe`` when one was made), stored at the top level.
+    with a ``probe`` when one was made), stored at the top level; ``preflight`` likewise.
 
     Usage: ``write_results("outputs/run/results.json", [result])``
     """
     path = Path(path)
-    write_json(path, results_document(runs, hardware=hardware))
+    write_json(path, results_document(runs, hardware=hardware, preflight=preflight))
     return path
 
 

@@ -35,7 +35,7 @@ def build_trainer(
     """The trainer for a recipe's parts under a run's options (``cfg`` with the recipe defaults applied).
 
     The model, optimizer, loss, loaders, scheduler, predict_fn and metric come from
-    ``parts``; accumulation, clipping and the budget from ``cfg``; ``cfg`` itself is
+    ``parts``; accumulation, clipping, the budget and fp16's initial loss scale from ``cfg``; ``cfg`` itself is
     recorded in the RunResult's ``config`` (one run's own: no ``precisions``/``seeds`` lists).
 
     Usage: ``build_trainer(recipe.build(cfg, prepared, precision, device, seed), cfg,
@@ -47,6 +47,8 @@ def build_trainer(
         lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
         epochs=cfg.epochs, max_steps=cfg.max_steps, predict_fn=parts.predict_fn, metric=parts.metric,
         seed=seed, callbacks=callbacks,
+        # --init-loss-scale: where fp16's GradScaler starts (a scaler that is off ignores it).
+        scaler_kwargs={"init_scale": cfg.init_loss_scale} if cfg.init_loss_scale is not None else None,
         # The data files' fingerprints too: --resume keeps a finished run only on unchanged data.
         run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None,
                                                "data_files": data_fingerprints(cfg)}},

@@ -35,6 +35,7 @@ from .build import build_trainer
 from .identity import ResumePlan, final_weights, plan_resume, run_meta
 from .outdir import (PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock, check_output_dir,
                      checkpoint_name, planned_entries, saved_model_name, set_aside_previous_run)
+from .preflight_step import check_before_training, keep_fp32_modules
 
 
 class RunObserver:
@@ -114,6 +115,8 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     prepared = recipe.prepare(cfg)
     for notice in getattr(prepared, "notices", ()):
         logger.warning(notice)
+    # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
+    checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
@@ -127,11 +130,11 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
                                             dirs=dirs)
             if notice:
                 logger.warning(notice)
-        return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer)
+        return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer, preflight=checked)
 
 
 def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], resume_plan: ResumePlan,
-               observer: RunObserver) -> list[RunResult]:
+               observer: RunObserver, preflight: dict | None = None) -> list[RunResult]:
     out = Path(cfg.output_dir)
     hardware = describe_hardware(device)  # results.json's "hardware": which machine measured this
     results: list[RunResult] = []
@@ -163,7 +166,7 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
-                write_results(out / RESULTS_NAME, results, hardware=hardware)
+                write_results(out / RESULTS_NAME, results, hardware=hardware, preflight=preflight)
             observer.on_result(result)  # after the write: a closed terminal cannot lose it
             logger.debug("run %d/%d done: %r", len(results), total, result)
             if observer.stop_requested():
@@ -173,7 +176,7 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
         from ..report import write_report
         from ..results import results_document
 
-        write_report(results_document(results, hardware=hardware), out, charts=write_plots)
+        write_report(results_document(results, hardware=hardware, preflight=preflight), out, charts=write_plots)
     return results
 
 
@@ -192,6 +195,7 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
     """
     out = Path(cfg.output_dir)
     parts = recipe.build(cfg, prepared, precision, device, seed)
+    keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
     checkpoint = out / checkpoint_name(precision.name, seed, single)
     meta = run_meta(cfg, precision.name, seed)
     callbacks = [*observer.callbacks(cfg, precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)]
