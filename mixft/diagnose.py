@@ -140,9 +140,12 @@ def _suggest(d: Diagnosis, trainer) -> str:
     m = d.first_nonfinite
     if m is not None:
         if d.precision == "fp16":  # finite inputs, inf/NaN output: float16's range ran out
+            # The block around the layer: its leaf's large output flows on through the dropout
+            # beside it, so keeping only the leaf in fp32 would overflow one module later.
+            block = m.name.rsplit(".", 1)[0] if "." in m.name else m.name
             return (
-                f"switch to bf16 (--precision bf16, fp32's exponent range), or keep {m.name} in fp32: "
-                f"run it under torch.autocast('{trainer.device.type}', enabled=False) on .float() inputs"
+                f"switch to bf16 (--precision bf16, fp32's exponent range), or keep the block around {m.name} in "
+                f"fp32: --fp32-modules {block} (--preflight checks which block brings the values back in range)"
             )
         return "lower the learning rate (--lr): the activations grew without bound"
     # Forward finite: the inf/NaN come from the backward pass or the optimizer.

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .errors import UsageError
+from .options import NAMES
 
 FLAG = "--fp32-modules"
 # Inputs in these dtypes are widened; float64 is left alone (it already has more range).
@@ -37,13 +38,13 @@ def parse_module_names(text: str | Iterable[str]) -> list[str]:
 
     Usage: ``parse_module_names("encoder.layer.0.output, classifier")``
     """
-    parts = text.split(",") if isinstance(text, str) else list(text)
-    if not all(isinstance(p, str) for p in parts):
+    parts = [text] if isinstance(text, str) else list(text)
+    if not parts or not all(isinstance(p, str) for p in parts):
         raise UsageError(f"{FLAG} takes module names, got {text!r}")
-    names = [p.strip() for p in parts]
-    if not names or any(not n for n in names):
-        raise UsageError(f"{FLAG} needs comma-separated module names without empty entries, got {text!r}")
-    return list(dict.fromkeys(names))
+    try:  # the same comma-list rule as the flag's (mixft.options.NAMES)
+        return list(dict.fromkeys(n for p in parts for n in NAMES.convert(p)))
+    except ValueError:
+        raise UsageError(f"{FLAG} needs comma-separated module names without empty entries, got {text!r}") from None
 
 
 class Fp32Modules:
