@@ -125,7 +125,8 @@ class RunConfig:
                                         "all classes (the evaluation loss is smoothed too)", check=PROBABILITY,
                                         metavar="F", group=OPTIMISATION)
     class_weights: str | None = per_recipe(None, "balanced: weigh each class by its inverse frequency in the "
-                                           "training labels (classification, for imbalanced data)",
+                                           "training labels (classification, for imbalanced data; the evaluation "
+                                           "loss is weighted too)",
                                            check=choice(*CLASS_WEIGHTS), metavar="balanced", group=OPTIMISATION)
     gradient_checkpointing: bool = per_recipe(False, "recompute each layer's activations in backward instead of "
                                               "keeping them: less memory, about one more forward of compute",
