@@ -32,11 +32,13 @@ from .options import (
     flag_of,
     option,
 )
+from .schedules import CLASS_WEIGHTS, SCHEDULER, SCHEDULERS, check_schedule
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DATA = "data (which recipes read which: --help of each recipe's USES; others refuse them)"
 RELIABILITY = "reliability (docs/reliability.md)"
 LORA = "LoRA (peft: text-classification and glue)"
+OPTIMISATION = "optimisation (bert-sst2, text-classification, glue)"
 
 
 def per_recipe(default, help: str, **kwargs):
@@ -110,6 +112,26 @@ class RunConfig:
     max_grad_norm: float | None = option(None, "clip the unscaled gradient norm to F (0: no clipping)",
                                          check=NON_NEGATIVE_FLOAT, metavar="F")
     grad_accum: int = option(1, "micro-batches per optimizer step", check=POSITIVE_INT, metavar="N")
+    lr_scheduler: str = per_recipe("linear", "learning-rate schedule after the warm-up (transformers' get_scheduler): "
+                                   + ", ".join(SCHEDULERS), check=SCHEDULER, metavar="NAME",
+                                   group=OPTIMISATION)
+    warmup_ratio: float | None = per_recipe(None, "warm up linearly over this fraction of the optimizer steps "
+                                            "(default 0.1; none with constant)", check=PROBABILITY, metavar="F",
+                                            group=OPTIMISATION)
+    warmup_steps: int | None = per_recipe(None, "warm up over N optimizer steps instead of --warmup-ratio",
+                                          check=NON_NEGATIVE_INT, metavar="N", group=OPTIMISATION)
+    weight_decay: float = per_recipe(0.01, "AdamW weight decay (biases and LayerNorm weights get none)",
+                                     check=NON_NEGATIVE_FLOAT, metavar="F", group=OPTIMISATION)
+    label_smoothing: float = per_recipe(0.0, "classification: train towards (1 - F) on the label and F spread over "
+                                        "all classes (the evaluation loss is smoothed too)", check=PROBABILITY,
+                                        metavar="F", group=OPTIMISATION)
+    class_weights: str | None = per_recipe(None, "balanced: weigh each class by its inverse frequency in the "
+                                           "training labels (classification, for imbalanced data; the evaluation "
+                                           "loss is weighted too)",
+                                           check=choice(*CLASS_WEIGHTS), metavar="balanced", group=OPTIMISATION)
+    gradient_checkpointing: bool = per_recipe(False, "recompute each layer's activations in backward instead of "
+                                              "keeping them: less memory, about one more forward of compute",
+                                              check=BOOL, group=OPTIMISATION)
     device: str = option("auto", "where to train", check=choice(*DEVICE_CHOICES), metavar="|".join(DEVICE_CHOICES))
     output_dir: str = option("outputs/run", "where results.json, report.md and checkpoints go", check=TEXT,
                              metavar="DIR")
@@ -175,6 +197,7 @@ class RunConfig:
         if self.eval_only and (self.resume or self.save_model):
             raise UsageError("--eval-only trains nothing: it cannot be combined with --resume or --save-model")
         self._validate_lora()
+        self._validate_optimisation()
         out = Path(self.output_dir)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {self.output_dir}: exists and is not a directory")
@@ -188,6 +211,16 @@ class RunConfig:
                     raise UsageError(f"{flag_of(f)} needs --lora")
         elif self.eval_only:
             raise UsageError("--lora with --eval-only: a saved LoRA directory is loaded as it is; drop --lora")
+
+    def _validate_optimisation(self) -> None:
+        check_schedule(self.lr_scheduler, self.warmup_ratio, self.warmup_steps)
+        if self.label_smoothing == 1:
+            raise UsageError("--label-smoothing 1 makes every target uniform, leaving nothing to learn: "
+                             "use a value below 1")
+        if self.eval_only:  # nothing trains: a training option would be silently ignored
+            for f in fields(self):
+                if f.metadata.get("group") == OPTIMISATION and getattr(self, f.name) != f.default:
+                    raise UsageError(f"--eval-only trains nothing: {flag_of(f)} cannot be combined with it")
 
     def check_recipe_options(self, recipe_name: str, uses, defaults: dict[str, Any] | None = None) -> None:
         """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic).

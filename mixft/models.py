@@ -318,6 +318,49 @@ def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
         return nn.functional.cross_entropy(logits.float(), labels.long())
 
 
+def classification_loss_factory(label_smoothing: float = 0.0, class_weights: torch.Tensor | None = None):
+    """Softmax cross-entropy with label smoothing and/or per-class weights, in fp32 like ``classification_loss``.
+
+    ``class_weights``: one weight per class (e.g. ``mixft.schedules.class_weights_balanced``);
+    the batch loss is then the weighted mean, divided by the weights of the batch's labels
+    as ``F.cross_entropy`` does. Neither option: ``classification_loss`` itself, so a run
+    without them computes exactly what it did before they existed.
+
+    Usage: ``loss_fn = classification_loss_factory(0.1, class_weights_balanced(train_labels, 3))``
+    """
+    if not label_smoothing and class_weights is None:
+        return classification_loss
+    weights = None if class_weights is None else class_weights.detach().float()
+
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(logits.device.type, enabled=False):
+            weight = None if weights is None else weights.to(logits.device)  # a few floats: no cost worth caching
+            return nn.functional.cross_entropy(logits.float(), labels.long(), weight=weight,
+                                               label_smoothing=label_smoothing)
+
+    return loss
+
+
+def refuse_for_regression(regression: bool, label_smoothing: float = 0.0, class_weights=None) -> None:
+    """One line when a regression task is given a classification-only loss option.
+
+    Usage: ``refuse_for_regression(task.kind == "regression", cfg.label_smoothing, cfg.class_weights)``
+    """
+    if regression and (label_smoothing or class_weights is not None):
+        raise UsageError("--label-smoothing and --class-weights are for classification; this task is regression (MSE)")
+
+
+def task_loss(regression: bool, label_smoothing: float = 0.0, class_weights: torch.Tensor | None = None):
+    """The training loss of a ``SequenceClassifier``'s task: MSE, or cross-entropy with the options.
+
+    Regression refuses label smoothing and class weights (UsageError, one line).
+
+    Usage: ``loss_fn = task_loss(model.is_regression, label_smoothing=0.1)``
+    """
+    refuse_for_regression(regression, label_smoothing, class_weights)
+    return regression_loss if regression else classification_loss_factory(label_smoothing, class_weights)
+
+
 def regression_loss(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean squared error of (B,) scores against (B,) targets, computed in fp32.
 
@@ -335,3 +378,44 @@ def argmax_labels(logits: torch.Tensor) -> torch.Tensor:
 def regression_values(scores: torch.Tensor) -> torch.Tensor:
     """Predicted scores (the outputs themselves, in fp32). Usage: ``predict_fn=regression_values``."""
     return scores.float()
+
+
+# ---------------------------------------------------------------------------------------
+# Gradient (activation) checkpointing
+# ---------------------------------------------------------------------------------------
+
+
+def transformers_model(model: nn.Module) -> nn.Module:
+    """The transformers model inside a mixft classifier: BertClassifier's encoder, a
+    SequenceClassifier's model (under a LoRA model: the base model peft wraps).
+
+    Usage: ``transformers_model(model).config``
+    """
+    inner = model.encoder if isinstance(model, BertClassifier) else getattr(model, "model", model)
+    return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute each transformer layer's activations during backward instead of keeping them.
+
+    Autograd then keeps only each layer's input (and what is outside the layers) from the
+    forward: less memory, for about one more forward pass of compute. Gradients are the same
+    (dropout masks are replayed: torch's checkpoint restores the RNG state). Non-reentrant
+    checkpointing: the reentrant kind passes no gradient to the layers' parameters when the
+    layer's input does not require grad (a LoRA model's frozen embeddings), and torch asks
+    for the choice to be explicit. A model without checkpointing support is refused.
+
+    Usage: ``enable_gradient_checkpointing(model)  # before training, model in train mode``
+    """
+    hf = transformers_model(model)
+    if not getattr(hf, "supports_gradient_checkpointing", False):
+        raise UsageError(f"--gradient-checkpointing: {type(hf).__name__} does not support it")
+    # A classifier never reuses a generation cache, and transformers warns that it turns it
+    # off under checkpointing: say so in the config instead.
+    if getattr(hf.config, "use_cache", False):
+        hf.config.use_cache = False
+    kwargs = {"use_reentrant": False}
+    if hasattr(hf, "activation_checkpointing_enable"):  # the newer name; gradient_checkpointing_enable warns there
+        hf.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -13,11 +13,13 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import UsageError
 from .options import NON_NEGATIVE_INT, PROBABILITY, choice
+
+if TYPE_CHECKING:  # torch is imported where it is used: mixft.config reads the names above without it
+    import torch
 
 #: The ``--lr-scheduler`` names (transformers' SchedulerType values mixft offers).
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup")
@@ -26,6 +28,22 @@ SCHEDULER = choice(*SCHEDULERS)
 DEFAULT_WARMUP_RATIO = 0.1
 #: ``--class-weights`` values.
 CLASS_WEIGHTS = ("balanced",)
+
+
+def check_schedule(name: str, warmup_ratio: float | None = None, warmup_steps: int | None = None) -> None:
+    """Refuse a schedule that cannot be built, in one line (``RunConfig.validate`` runs it before any work).
+
+    Usage: ``check_schedule("cosine", warmup_steps=100)``
+    """
+    SCHEDULER.validate("--lr-scheduler", name)
+    if warmup_ratio is not None and warmup_steps is not None:
+        raise UsageError("give --warmup-ratio or --warmup-steps, not both")
+    if warmup_ratio is not None:
+        PROBABILITY.validate("--warmup-ratio", warmup_ratio)
+    if warmup_steps is not None:
+        NON_NEGATIVE_INT.validate("--warmup-steps", warmup_steps)
+    if name == "constant" and (warmup_ratio or warmup_steps):
+        raise UsageError("--lr-scheduler constant has no warm-up: use constant_with_warmup with --warmup-ratio/--warmup-steps")
 
 
 def build_scheduler_factory(name: str = "linear", warmup_ratio: float | None = None, warmup_steps: int | None = None):
@@ -37,15 +55,7 @@ def build_scheduler_factory(name: str = "linear", warmup_ratio: float | None = N
 
     Usage: ``Trainer(..., lr_scheduler=build_scheduler_factory("linear", warmup_ratio=0.06))``
     """
-    SCHEDULER.validate("--lr-scheduler", name)
-    if warmup_ratio is not None and warmup_steps is not None:
-        raise UsageError("give --warmup-ratio or --warmup-steps, not both")
-    if warmup_ratio is not None:
-        PROBABILITY.validate("--warmup-ratio", warmup_ratio)
-    if warmup_steps is not None:
-        NON_NEGATIVE_INT.validate("--warmup-steps", warmup_steps)
-    if name == "constant" and (warmup_ratio or warmup_steps):
-        raise UsageError("--lr-scheduler constant has no warm-up: use constant_with_warmup with --warmup-ratio/--warmup-steps")
+    check_schedule(name, warmup_ratio, warmup_steps)
     if warmup_ratio is None and warmup_steps is None:
         warmup_ratio = 0.0 if name == "constant" else DEFAULT_WARMUP_RATIO
 
@@ -67,6 +77,8 @@ def class_weights_balanced(label_ids: Sequence[int] | torch.Tensor, num_classes:
 
     Usage: ``class_weights_balanced([0, 0, 0, 1], 2)  # tensor([0.6667, 2.0000])``
     """
+    import torch
+
     labels = torch.as_tensor(label_ids).reshape(-1)
     if labels.is_floating_point():
         if not torch.equal(labels, labels.round()):

@@ -18,6 +18,7 @@ from mixft.errors import UsageError
 from recipes.text_classification import (  # noqa: F401
     DEFAULTS,
     LORA_OPTIONS,
+    OPTIMISATION_OPTIONS,
     Prepared,
     build,
     prepare_model_and_tokens,
@@ -25,7 +26,8 @@ from recipes.text_classification import (  # noqa: F401
 )
 
 NAME = "glue"
-USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max_length", *LORA_OPTIONS})
+USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max_length", *LORA_OPTIONS,
+                  *OPTIMISATION_OPTIONS})
 
 
 def prepare(cfg: RunConfig) -> Prepared:

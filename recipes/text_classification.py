@@ -14,6 +14,10 @@ JSON, JSON Lines or Parquet, or ``--dataset NAME [--dataset-config CFG]`` from t
 the hub; single texts or pairs, columns auto-detected; integer, string or float labels
 (label names kept end to end). Metrics: accuracy + F1 (macro for more than two classes),
 Pearson + Spearman for regression, through shipped ``evaluate`` modules.
+Optimisation: AdamW, linear warm-up then decay, unless ``--lr-scheduler``,
+``--warmup-ratio``/``--warmup-steps``, ``--weight-decay`` say otherwise; classification
+takes ``--label-smoothing`` and ``--class-weights balanced`` (regression refuses both);
+``--gradient-checkpointing`` recomputes activations in backward (LoRA models too).
 Data the user brings is used whole unless ``--max-train-samples`` says otherwise.
 
 Raises UsageError (before any training) for unreadable data, missing columns, label
@@ -34,15 +38,18 @@ from mixft.config import RunConfig
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
-from mixft.optim import adamw_factory, linear_warmup_factory
+from mixft.optim import adamw_factory
+from mixft.schedules import build_scheduler_factory
 from mixft.precision import Precision
 from mixft.recipe import TrainerParts
 
 NAME = "text-classification"
 LORA_OPTIONS = ("lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+OPTIMISATION_OPTIONS = ("lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing",
+                        "class_weights", "gradient_checkpointing")
 USES = frozenset({"model", "train_file", "validation_file", "dataset", "dataset_config", "eval_split", "task_kind",
                   "text_column", "text_pair_column", "label_column", "validation_split", "max_train_samples",
-                  "max_eval_samples", "max_length", *LORA_OPTIONS})
+                  "max_eval_samples", "max_length", *LORA_OPTIONS, *OPTIMISATION_OPTIONS})
 # Hugging Face's own defaults for fine-tuning (run_glue.py / TrainingArguments): 3 epochs at 5e-5.
 DEFAULTS = {
     "model": "bert-base-uncased",
@@ -54,8 +61,6 @@ DEFAULTS = {
 # Tokens per example unless --max-length says otherwise, capped at what the model reads
 # (a user's --max-length past that is refused by the model check instead).
 DEFAULT_MAX_LENGTH = 128
-WARMUP_FRACTION = 0.1
-WEIGHT_DECAY = 0.01
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Prepared:
     eval: object
     notices: list
     lora_dir: str | None = None  # --model is a saved LoRA directory (adapters + head); model_path is its base
+    class_weights: torch.Tensor | None = None  # --class-weights balanced, from the training labels
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -95,7 +101,10 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
     from mixft.model_check import check_model
     from mixft.models import pad_for_classification
 
+    from mixft.models import refuse_for_regression
+
     options = lora_options(cfg) if cfg.lora else None  # "--lora-target-modules q,,v" refused before any reading
+    refuse_for_regression(data.task.kind == "regression", cfg.label_smoothing, cfg.class_weights)
     source = f"--model {cfg.model}"
     # A --save-model directory of a LoRA run holds adapters + head only: the weights
     # underneath come from the base model it records.
@@ -116,6 +125,13 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
         _check_fine_tuned(cfg, resolved.path, data.task, tokenizer, lora_dir)
     max_length = cfg.max_length or min(DEFAULT_MAX_LENGTH, checked.max_length or DEFAULT_MAX_LENGTH)
     train, evaluation = tokenize_text_data(data, tokenizer, max_length)
+    weights = None
+    if cfg.class_weights == "balanced":
+        from mixft.schedules import class_weights_balanced
+
+        # numpy format: the label column in one array, not a Python object per row.
+        weights = class_weights_balanced(torch.as_tensor(train.with_format("numpy")["labels"][:]),
+                                         data.task.num_labels)
     return Prepared(
         model_path=resolved.path,
         model_description=f"{cfg.model} (LoRA on {resolved.description})" if lora_dir else resolved.description,
@@ -125,6 +141,7 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
         eval=evaluation,
         notices=[n for n in (resolved.notice, data.notice) if n],
         lora_dir=lora_dir,
+        class_weights=weights,
     )
 
 
@@ -169,7 +186,7 @@ def describe_task(task) -> str:
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
     from mixft.lora import apply_lora, trainable_parameters
-    from mixft.models import load_classifier
+    from mixft.models import enable_gradient_checkpointing, load_classifier, task_loss
 
     task = prepared.data.task
     if cfg.eval_only:  # the saved model brings its own head and labels (checked in prepare)
@@ -180,6 +197,8 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
                                 regression=regression, source=f"--model {cfg.model}", tokenizer=prepared.tokenizer)
         if cfg.lora:
             model = apply_lora(model, lora_options(cfg))
+        if cfg.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
     trainable, total = trainable_parameters(model)
     pad = pad_multiple(device)
     pin = device.type == "cuda"
@@ -189,11 +208,12 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
     return TrainerParts(
         model=model,
-        optimizer=adamw_factory(cfg.lr, device, WEIGHT_DECAY),
-        loss_fn=model.loss_fn,
+        optimizer=adamw_factory(cfg.lr, device, cfg.weight_decay),
+        # An --eval-only model's own task decides (the loss options are refused there: nothing trains).
+        loss_fn=task_loss(model.is_regression, cfg.label_smoothing, prepared.class_weights),
         train_loader=train_loader,
         eval_loader=eval_loader,
-        lr_scheduler=linear_warmup_factory(WARMUP_FRACTION),
+        lr_scheduler=build_scheduler_factory(cfg.lr_scheduler, cfg.warmup_ratio, cfg.warmup_steps),
         predict_fn=model.predict_fn,
         metric=task_metrics(task.kind, task.num_labels, task.glue_task),
         run_info={

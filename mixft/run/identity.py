@@ -43,6 +43,7 @@ TRAJECTORY_OPTIONS = (
     "batch_size", "lr", "max_grad_norm", "grad_accum", "max_length", "inject_nonfinite", "extra",
     "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
     "fp32_modules", "init_loss_scale",
+    "lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
 )
 # Options naming files or directories: `dir`, `dir/` and `/abs/dir` are the same data.
 PATH_OPTIONS = ("model", "data_dir", "train_file", "validation_file")

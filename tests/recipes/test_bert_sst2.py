@@ -122,7 +122,7 @@ def test_optimizer_factory_updates_the_parameters_it_is_given(tiny_bert_dir, tin
     owned = {id(p) for group in opt.param_groups for p in group["params"]}
     assert owned == {id(p) for p in other.parameters()}
     decay = {g["weight_decay"] for g in opt.param_groups}
-    assert decay == {0.0, bert_sst2.WEIGHT_DECAY}
+    assert decay == {0.0, cfg.weight_decay}
     no_decay_group = next(g for g in opt.param_groups if g["weight_decay"] == 0.0)
     assert all(p.ndim == 1 for p in no_decay_group["params"])
 
