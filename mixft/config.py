@@ -234,7 +234,7 @@ class RunConfig:
             if f.metadata.get("per_recipe") and f.name not in uses and value != f.default \
                     and not (f.name in defaults and value == defaults[f.name]):
                 raise UsageError(f"{flag_of(f)}: not used by recipe {recipe_name} (it uses: "
-                                 f"{', '.join(sorted(flag_of(g) for g in fields(self) if g.name in uses)) or 'none of the data options'})")
+                                 f"{', '.join(sorted(flag_of(g) for g in fields(self) if g.name in uses)) or 'none of the per-recipe options'})")
 
     @property
     def clip_norm(self) -> float | None:
