@@ -141,6 +141,9 @@ class RunConfig:
                              "precision", check=BOOL)
     num_workers: int = option(0, "DataLoader worker processes (0 keeps the data in this process)",
                               check=NON_NEGATIVE_INT, metavar="N")
+    fast_dropout: bool = option(True, "use torch's own dropout masks on CPU instead of mixft's faster exact ones "
+                                "(mixft.dropout: same keep rate, fewer random draws; measured in docs/benchmarks.md)",
+                                check=BOOL, flag="--torch-dropout")
     probe: bool = option(False, "answer 'is AMP faster here?' in seconds: time the recipe's matmuls and a few real "
                          "training steps per precision, print a table and a recommendation, cache it for this "
                          "machine (later runs' headers and --amp read it); trains nothing", check=BOOL)

@@ -19,6 +19,7 @@ from ..config import RunConfig
 from ..precision import Precision
 from ..recipe import TrainerParts
 from ..callbacks import Callback
+from ..dropout import use_fast_dropout
 from ..trainer import Trainer
 from .identity import data_fingerprints
 
@@ -41,7 +42,7 @@ def build_trainer(
     Usage: ``build_trainer(recipe.build(cfg, prepared, precision, device, seed), cfg,
     precision=precision, device=device, seed=seed).fit()``
     """
-    return Trainer(
+    trainer = Trainer(
         parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
         eval_loader=parts.eval_loader, precision=precision, device=device,
         lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
@@ -53,3 +54,8 @@ def build_trainer(
         run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None,
                                                "data_files": data_fingerprints(cfg)}},
     )
+    if cfg.fast_dropout and trainer.device.type == "cpu":
+        # Every nn.Dropout and sdpa attention dropout of this run's own model draws its masks
+        # the cheap way (CUDA keeps torch's fused kernel); the swap lives as long as the model.
+        use_fast_dropout(trainer.module)
+    return trainer

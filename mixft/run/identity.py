@@ -43,6 +43,7 @@ TRAJECTORY_OPTIONS = (
     "batch_size", "lr", "max_grad_norm", "grad_accum", "max_length", "inject_nonfinite", "extra",
     "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
     "fp32_modules", "init_loss_scale",
+    "fast_dropout",  # its masks come from another random stream than torch's
     "lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
 )
 # Options naming files or directories: `dir`, `dir/` and `/abs/dir` are the same data.
