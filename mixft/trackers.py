@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
+from .callbacks import Callback
 from .distributed import is_main_process
 from .errors import UsageError
-from .evaluation_hook import EvaluationCallback
 from .log import logger
 
 #: ``--report-to`` name -> (the module that must be importable, the mixft extra that installs it).
@@ -140,7 +140,7 @@ def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str | 
     return flat
 
 
-class Tracker(EvaluationCallback):
+class Tracker(Callback):
     """What every tracker shares: buffer the steps, read them every ``every`` steps, log evaluations.
 
     A subclass writes: ``_open(trainer)``, ``_log_params(params)``,
@@ -170,7 +170,7 @@ class Tracker(EvaluationCallback):
         if len(self._pending) >= self.every:
             self.flush()
 
-    def on_evaluation(self, trainer, metrics: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer, metrics: dict[str, Any]) -> None:
         self.flush()  # the steps before this evaluation first: each writer sees steps in order
         values = {f"eval/{k}": float(v) for k, v in metrics.items()
                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
