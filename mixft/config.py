@@ -136,10 +136,10 @@ class RunConfig:
                                                  "--metric-for-best (default: never)", check=POSITIVE_INT, metavar="K",
                                                  group=REAL_RUN)
     report_to: str | None = option(None, "experiment trackers, comma-separated: tensorboard, mlflow, trackio "
-                                   "(local files; each an optional extra: pip install \"mixft[tensorboard]\")",
+                                   "(local files; each an optional extra: pip install \"mixft[tensorboard]\"; default: none)",
                                    check=TEXT, metavar="LIST", group=REAL_RUN)
     predict_file: str | None = option(None, "label this file (any data format; a label column is optional) and write "
-                                      "OUTPUT_DIR/predictions.csv|jsonl; with labels, its metrics too", check=TEXT,
+                                      "OUTPUT_DIR/predictions.csv|jsonl; with labels, its metrics too (default: none)", check=TEXT,
                                       metavar="FILE", group=REAL_RUN)
     save_total_limit: int | None = option(None, "also keep the newest K step checkpoints (checkpoint-step<N>.pt, "
                                           "hard links: no extra writes); default: only the latest",
@@ -207,7 +207,7 @@ class RunConfig:
             raise UsageError("--lora with --eval-only: a saved LoRA directory is loaded as it is; drop --lora")
 
     def _validate_real_run(self) -> None:
-        from .trackers import check_trackers
+        from .tracker_names import check_trackers
 
         check_trackers(self.report_to)  # a tracker's package missing: the extra to install, now
         if self.predict_file is not None:

@@ -121,9 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser, dataclass_fields, groups: dic
         flag = flag_of(f)
         if meta.get("negatable"):
             # --x and --no-x; the default (None: decided by the run) is said in the help.
-            default_text = {True: "on", False: "off"}.get(f.default, "see above")
+            said = "default" in meta["help"]
+            default_text = "" if said else f" (default {'on' if f.default else 'off'})"
             target.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=f"{meta['help']} (default {default_text})")
+                                help=meta["help"] + default_text)
             continue
         if f.type in ("bool", bool) or isinstance(f.default, bool):
             # True-by-default switches are spelled --no-x and store False.
