@@ -122,8 +122,6 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
-        if distributed.is_main_process():  # --config this file reproduces the run (not resuming it)
-            write_config(dataclasses.replace(cfg, resume=False), Path(cfg.output_dir) / CONFIG_NAME)
         return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer, predict_source)
 
 
@@ -162,6 +160,9 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
                 write_results(out / RESULTS_NAME, results, hardware=hardware)
+                # Beside the results it produced (a run that fails at its first step leaves neither):
+                # --config this file reproduces the run, from the start (not resuming it).
+                write_config(dataclasses.replace(cfg, resume=False), out / CONFIG_NAME)
             observer.on_result(result)  # after the write: a closed terminal cannot lose it
             logger.debug("run %d/%d done: %r", len(results), total, result)
             if observer.stop_requested():
