@@ -26,8 +26,7 @@ from typing import Any
 import torch
 
 from .errors import UsageError
-from .evaluation_hook import EvaluationCallback, evaluation_position
-from .callbacks import StopTraining
+from .callbacks import Callback, StopTraining
 
 #: Metrics where lower is better (errors, and the time an evaluation took); every other
 #: metric is higher-is-better.
@@ -40,6 +39,19 @@ def greater_is_better(metric: str) -> bool:
     Usage: ``greater_is_better("eval_loss") is False``
     """
     return not any(metric == name or metric.endswith("_" + name) for name in LOWER_IS_BETTER)
+
+
+def evaluation_position(trainer) -> tuple[int, int]:
+    """(step, epoch) of the evaluation just made: the trainer's own record when it has one.
+
+    The trainer's ``eval_history`` entry says which epoch an evaluation belongs to (at an
+    epoch end, the epochs completed); without one, the loop's current position.
+    """
+    state = trainer.state
+    history = getattr(state, "eval_history", None)
+    if history and history[-1].get("step") == state.step:
+        return state.step, int(history[-1].get("epoch", state.epoch))
+    return state.step, state.epoch
 
 
 class MetricWatch:
@@ -79,7 +91,7 @@ class MetricWatch:
         self.best = state["best"]
 
 
-class BestModel(EvaluationCallback):
+class BestModel(Callback):
     """Keeps the weights, step, epoch and metrics of the best evaluation (weights as a CPU copy).
 
     Usage: ``best = BestModel("loss"); Trainer(..., callbacks=[best]).fit(); best.restore(trainer)``
@@ -107,7 +119,9 @@ class BestModel(EvaluationCallback):
     def best_value(self) -> float | None:
         return self.watch.best
 
-    def on_evaluation(self, trainer, metrics: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer, metrics: dict[str, Any]) -> None:
+        if not metrics:
+            return
         value = self.watch.value_of(metrics)
         self.evaluations += 1
         if not self.watch.improves(value):
@@ -155,7 +169,7 @@ class BestModel(EvaluationCallback):
         self.weights = state["weights"]
 
 
-class EarlyStopping(EvaluationCallback):
+class EarlyStopping(Callback):
     """Stops training after ``patience`` evaluations in a row that do not beat the best.
 
     Raises ``StopTraining(kind="early_stopping")`` from the evaluation that used up the
@@ -173,7 +187,9 @@ class EarlyStopping(EvaluationCallback):
         self.without_improvement = 0
         self.best_step: int | None = None
 
-    def on_evaluation(self, trainer, metrics: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer, metrics: dict[str, Any]) -> None:
+        if not metrics:
+            return
         value = self.watch.value_of(metrics)
         if self.watch.improves(value):
             self.watch.best = value

@@ -39,22 +39,51 @@ EXIT_WRITE_FAILED = 4  # results.json, report.md, a checkpoint or the model coul
 def build_parser() -> argparse.ArgumentParser:
     """The parser: every option but the precision and seed choices is generated from RunConfig."""
     p = OneLineParser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
-    p.add_argument("--recipe", required=True, help=f"one of: {', '.join(recipe_names())}")
+    # Required, but a --config file may name it instead (main() checks that one of them does).
+    p.add_argument("--recipe", default=None, help=f"one of: {', '.join(recipe_names())} (required, here or in --config)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="options from a YAML or JSON file (keys: RunConfig field names, e.g. max_train_samples); "
+                        "flags given here override it; every run writes OUTPUT_DIR/config.yaml (default: none)")
     # RunConfig.precisions, spelled three ways.
     prec = p.add_mutually_exclusive_group()
-    prec.add_argument("--amp", action="store_true", help="the device's best mixed precision (fp16 on CUDA, bf16 on CPU)")
+    prec.add_argument("--amp", action="store_true",
+                      help="the device's best mixed precision (fp16 on CUDA, bf16 on CPU) (default off)")
     prec.add_argument("--precision", choices=list(PRECISIONS), help="one precision (default fp32)")
     prec.add_argument(
         "--compare", nargs="?", const="default", metavar="LIST",
-        help="train each precision back to back, e.g. fp32,bf16 (default: fp32 plus the device's AMP precisions)",
+        help="train each precision back to back, e.g. fp32,bf16 (without LIST: fp32 plus the device's AMP "
+             "precisions) (default: off, one precision)",
     )
     # RunConfig.seeds, spelled two ways.
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=SEED.parse, default=None, help="the run's seed (default 0)")
-    seeds.add_argument("--seeds", type=int_list, help="repeat each precision per seed, e.g. 0,1,2 (mean ± std)")
+    seeds.add_argument("--seeds", type=int_list,
+                       help="repeat each precision per seed, e.g. 0,1,2 (mean ± std) (default: one seed, --seed)")
     add_arguments(p, fields(RunConfig))
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar per run)")
     return p
+
+
+def config_from_argv(argv: Sequence[str] | None) -> tuple[argparse.Namespace, RunConfig]:
+    """The parsed flags and the RunConfig they give, with ``--config FILE``'s values under them.
+
+    Flags named on the command line win over the file; the file wins over the flags' defaults.
+    Usage: ``args, cfg = config_from_argv(["--config", "out/config.yaml", "--epochs", "1"])``
+    """
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    cli_cfg = config_from_args(args)
+    if args.config is None:
+        if args.recipe is None:
+            raise UsageError("--recipe is required (or a --config file that names one)")
+        return args, cli_cfg
+    from .config_file import given_fields, load_config_file, merge
+
+    values = merge(load_config_file(args.config), cli_cfg.to_dict(), given_fields(parser, argv))
+    if values.get("recipe") is None:
+        raise UsageError(f"--recipe is required: neither the command line nor --config {args.config} names one")
+    return args, RunConfig(**values)
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -66,7 +95,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         precisions = ["amp"] if args.amp else [args.precision or "fp32"]
     seeds = args.seeds if args.seeds is not None else [args.seed if args.seed is not None else 0]
     generated = {f.name: getattr(args, f.name) for f in fields(RunConfig) if f.metadata.get("cli")}
-    return RunConfig(recipe=args.recipe, precisions=precisions, seeds=seeds, **generated)
+    recipe = {"recipe": args.recipe} if args.recipe is not None else {}  # a --config file may name it
+    return RunConfig(**recipe, precisions=precisions, seeds=seeds, **generated)
 
 
 class ProgressBar(Callback):
@@ -203,9 +233,15 @@ def print_result(result) -> None:
         say(f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
             f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)", flush=True)
         return
+    best = result.best or {}
+    if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
+        quality += f" (best, step {best['step']} of {result.steps})"
+    if result.stop_kind == "early_stopping":
+        quality += ", early stopping"
+    writes = f" + checkpoints {result.checkpoint_time_s:.1f} s" if result.checkpoint_time_s else ""
     say(
         f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
-        f"train {result.train_time_s:.1f} s | peak memory {mem_s} | steps {result.steps}, "
+        f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s} | steps {result.steps}, "
         f"skipped {result.skipped_steps}{scale}",
         flush=True,
     )
@@ -276,8 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     cfg = None
     try:
-        args = build_parser().parse_args(argv)
-        cfg = config_from_args(args)
+        args, cfg = config_from_argv(argv)
         from .run.runner import run, run_probe
 
         if cfg.probe:

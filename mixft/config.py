@@ -39,6 +39,7 @@ DATA = "data (which recipes read which: --help of each recipe's USES; others ref
 RELIABILITY = "reliability (docs/reliability.md)"
 LORA = "LoRA (peft: text-classification and glue)"
 OPTIMISATION = "optimisation (bert-sst2, text-classification, glue)"
+REAL_RUN = "evaluation, best model, trackers, predictions"
 
 
 def per_recipe(default, help: str, **kwargs):
@@ -147,10 +148,35 @@ class RunConfig:
     probe: bool = option(False, "answer 'is AMP faster here?' in seconds: time the recipe's matmuls and a few real "
                          "training steps per precision, print a table and a recommendation, cache it for this "
                          "machine (later runs' headers and --amp read it); trains nothing", check=BOOL)
+    # A real run (issue 20): evaluation during training, the best model, trackers, predictions, checkpoint costs.
+    eval_steps: int = option(0, "also evaluate every N optimizer steps (0: at epoch ends only)", check=NON_NEGATIVE_INT,
+                             metavar="N", group=REAL_RUN)
+    metric_for_best: str | None = option(None, "the eval metric that ranks evaluations (loss: lower is better; the "
+                                         "others higher); default: the task's main metric (accuracy, pearsonr...)",
+                                         check=TEXT, metavar="NAME", group=REAL_RUN)
+    # None: on when the run evaluates more than once (eval_steps, or more than one epoch).
+    load_best: bool | None = option(None, "end with the best evaluation's weights: the final eval, --save-model and "
+                                    "--predict-file use them (default: on when evaluating more than once)",
+                                    check=BOOL, negatable=True, group=REAL_RUN)
+    early_stopping_patience: int | None = option(None, "stop after K evaluations in a row without improvement of "
+                                                 "--metric-for-best (default: never)", check=POSITIVE_INT, metavar="K",
+                                                 group=REAL_RUN)
+    report_to: str | None = option(None, "experiment trackers, comma-separated: tensorboard, mlflow, trackio "
+                                   "(local files; each an optional extra: pip install \"mixft[tensorboard]\"; default: none)",
+                                   check=TEXT, metavar="LIST", group=REAL_RUN)
+    predict_file: str | None = option(None, "label this file (any data format; a label column is optional) and write "
+                                      "OUTPUT_DIR/predictions.csv|jsonl; with labels, its metrics too (default: none)", check=TEXT,
+                                      metavar="FILE", group=REAL_RUN)
+    save_total_limit: int | None = option(None, "also keep the newest K step checkpoints (checkpoint-step<N>.pt, "
+                                          "hard links: no extra writes); default: only the latest",
+                                          check=POSITIVE_INT, metavar="K", group=RELIABILITY)
+    checkpoint_minutes: float = option(10.0, "save OUTPUT_DIR/checkpoint.pt every F minutes of the run and at epoch "
+                                       "ends (0: not by time)", check=NON_NEGATIVE_FLOAT, metavar="F",
+                                       group=RELIABILITY)
     extra: dict[str, Any] = option(None, "recipe-specific options (Python API only)", cli=False,
                                    default_factory=dict)
-    checkpoint_every: int = option(20, "save OUTPUT_DIR/checkpoint.pt every N optimizer steps and at epoch ends "
-                                   "(0: epoch ends only)", check=NON_NEGATIVE_INT, metavar="N", group=RELIABILITY)
+    checkpoint_every: int = option(0, "also save OUTPUT_DIR/checkpoint.pt every N optimizer steps (0: by time "
+                                   "and at epoch ends only)", check=NON_NEGATIVE_INT, metavar="N", group=RELIABILITY)
     inject_nonfinite: float = option(0.0, "diagnostic: put an inf into one gradient element at this fraction of "
                                      "optimizer steps", check=PROBABILITY, metavar="RATE", group=RELIABILITY)
     detect_collapse: bool = option(True, "do not stop (exit code 3) when the loss scale, skipped steps or loss "
@@ -162,7 +188,7 @@ class RunConfig:
     # The fp16 risk check (mixft.preflight) and its two fixes; mixft/run/preflight_step.py applies them.
     preflight: bool | None = option(None, "check the model for fp16 overflow/underflow before training (a few fp32 "
                                     "batches with hooks; default: before any fp16 run); it only checks, training "
-                                    "follows", check=BOOL, group=RELIABILITY)
+                                    "follows", check=BOOL, negatable=True, group=RELIABILITY)
     fp32_modules: list[str] | None = option(None, "run these modules outside autocast, in fp32 (the preflight names "
                                             "them), e.g. encoder.layer.3.output", check=NAMES, metavar="NAME,...",
                                             group=RELIABILITY)
@@ -201,6 +227,7 @@ class RunConfig:
             raise UsageError("--eval-only trains nothing: it cannot be combined with --resume or --save-model")
         self._validate_lora()
         self._validate_optimisation()
+        self._validate_real_run()
         out = Path(self.output_dir)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {self.output_dir}: exists and is not a directory")
@@ -224,6 +251,18 @@ class RunConfig:
             for f in fields(self):
                 if f.metadata.get("group") == OPTIMISATION and getattr(self, f.name) != f.default:
                     raise UsageError(f"--eval-only trains nothing: {flag_of(f)} cannot be combined with it")
+    def _validate_real_run(self) -> None:
+        from .tracker_names import check_trackers
+
+        check_trackers(self.report_to)  # a tracker's package missing: the extra to install, now
+        if self.predict_file is not None:
+            path = Path(self.predict_file).expanduser()
+            if not path.is_file():
+                raise UsageError(f"--predict-file {self.predict_file}: "
+                                 + ("is a directory, expected a data file" if path.is_dir() else "file not found"))
+        if self.eval_only and (self.early_stopping_patience or self.eval_steps or self.load_best):
+            raise UsageError("--eval-only trains nothing: --eval-steps, --load-best and --early-stopping-patience "
+                             "need training")
 
     def check_recipe_options(self, recipe_name: str, uses, defaults: dict[str, Any] | None = None) -> None:
         """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic).

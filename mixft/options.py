@@ -99,16 +99,18 @@ def choice(*names: str) -> Check:
 
 
 def option(default, help: str, *, check: Check | None = None, flag: str | None = None, metavar: str | None = None,
-           group: str | None = None, cli: bool = True, per_recipe: bool = False, default_factory=None):
+           group: str | None = None, cli: bool = True, per_recipe: bool = False, negatable: bool = False,
+           default_factory=None):
     """A dataclass field with its rule and command-line form.
 
     ``flag`` defaults to ``--field-name``; a bool whose default is True gets a ``--no-...``
     flag (give it in ``flag``). ``cli=False`` keeps a field out of the generated parser
     (the CLI spells it itself, e.g. ``--amp``/``--compare`` for ``precisions``).
     ``per_recipe``: only recipes that list the field in their ``USES`` read it.
+    ``negatable``: a switch spelled both ``--x`` and ``--no-x`` (its default may be None: "decide later").
     """
     meta = {"help": help, "check": check, "flag": flag, "metavar": metavar, "group": group, "cli": cli,
-            "per_recipe": per_recipe}
+            "per_recipe": per_recipe, "negatable": negatable}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -130,18 +132,27 @@ def add_arguments(parser: argparse.ArgumentParser, dataclass_fields, groups: dic
         if meta.get("group"):
             target = groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
         flag = flag_of(f)
-        if f.type == "bool | None":
-            # Three states (None: decided by the run, e.g. --preflight's "auto"): --x and --no-x.
-            target.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=meta["help"])
+        if meta.get("negatable"):
+            # --x and --no-x; a None default (decided by the run, e.g. --preflight's "auto") is said in the help.
+            said = "default" in meta["help"]
+            default_text = "" if said else f" (default {'on' if f.default else 'off'})"
+            target.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
+                                help=meta["help"] + default_text)
             continue
         if f.type in ("bool", bool) or isinstance(f.default, bool):
             # True-by-default switches are spelled --no-x and store False.
             action = "store_false" if f.default else "store_true"
-            target.add_argument(flag, dest=f.name, action=action, default=f.default, help=meta["help"])
+            state = "on; this flag turns it off" if f.default else "off"
+            target.add_argument(flag, dest=f.name, action=action, default=f.default,
+                                help=f"{meta['help']} (default {state})")
             continue
         check = meta.get("check")
         default = f.default if f.default is not None else None
-        help_text = meta["help"] + (f" (default {default})" if default not in (None, "") else "")
+        if "default" in meta["help"]:
+            help_text = meta["help"]  # it says its default itself
+        elif default not in (None, ""):
+            help_text = f"{meta['help']} (default {default})"
+        else:
+            help_text = f"{meta['help']} (default: unset, the recipe decides)"
         target.add_argument(flag, dest=f.name, type=check.parse if check else str, default=default,
                             metavar=meta.get("metavar"), help=help_text)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .atomic import write_text
 from .hardware import CPU_FLAGS, hardware_line
 from .log import logger
+from .report_best import best_model_notes
 from .run.outdir import REPORT_NAME
 from .aggregate import (
     NA,
@@ -271,6 +272,7 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
             f"Peak memory was not measured for {', '.join(missing)}; means use the runs that have it."
         )
 
+    notes += best_model_notes(doc.get("runs") or [])
     # -- anything unusual
     for r in doc.get("runs") or []:
         if r.get("stopped_early"):

@@ -17,8 +17,9 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
       "eval": {"accuracy": 0.91, "f1": 0.9, "loss": 0.25},  # final evaluation: every task metric (may be {})
       "task": {"kind": "classification", "names": [...], ...},  # labels in id order; null without labels
       "eval_history": [{"epoch": 1, "step": 63, "accuracy": 0.88, "loss": 0.3}, ...],
-      "train_time_s": 41.2,                # wall time of the training loop, device synced
-      "train_samples_per_s": 97.1,
+      "train_time_s": 41.2,                # wall time of the training loop, device synced; evaluations and
+                                           # checkpoint writes excluded (those: checkpoint_time_s)
+      "train_samples_per_s": 97.1,         # over train_time_s: checkpoint writes excluded
       "train_tokens_per_s": 1630.0,        # null when batches have no attention_mask
       "peak_memory_bytes": 123456789,      # null where the device cannot tell
       "peak_memory_kind": "cpu_rss" | "cuda_max_allocated",
@@ -32,7 +33,15 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
         "skipped": [false, ...]},
       "config": {...},                     # the run's options, for reproduction
       "stopped_early": null,               # why the run ended before its budget, for people
-      "stop_kind": null                    # the same for code: "collapse" | "interrupt" | "callback"
+      "stop_kind": null,                   # the same for code: "collapse" | "interrupt" | "callback" | "early_stopping"
+      "best": {"step": 40, "epoch": 1,     # the best evaluation by "metric" (--metric-for-best); null before one
+               "metric": "accuracy", "metrics": {...},
+               "loaded": true,             # --load-best: the final model, "eval", --save-model and predictions are it
+               "evaluations": 6},          # evaluations judged
+      "last": {"step": 63, "epoch": 2, "metrics": {...}},  # the last evaluation; null before one
+      "checkpoint_time_s": 1.2,            # seconds spent writing checkpoints (not in train_time_s); null: none written here
+      "predict": {"file": "new.csv", "output": "OUT/predictions.csv", "rows": 100,
+                  "metrics": {...}}        # --predict-file; metrics null when the file has no labels
     }
 """
 
@@ -81,6 +90,10 @@ class RunResult:
     # What the model learned to predict: {"kind", "names" (label names in id order), "text_columns",
     # "label_column", "glue_task"}; null for recipes without labels (mlp-synthetic).
     task: dict[str, Any] | None = None
+    best: dict[str, Any] | None = None  # the best evaluation: {"step", "epoch", "metric", "metrics", "loaded", "evaluations"}
+    last: dict[str, Any] | None = None  # the last evaluation: {"step", "epoch", "metrics"}
+    checkpoint_time_s: float | None = None  # time spent writing checkpoints, outside train_time_s
+    predict: dict[str, Any] | None = None  # --predict-file: {"file", "output", "rows", "metrics"}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

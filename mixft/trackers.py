@@ -26,7 +26,6 @@ Usage::
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import math
 import os
@@ -37,53 +36,14 @@ from typing import Any
 
 import torch
 
+from .callbacks import Callback
 from .distributed import is_main_process
 from .errors import UsageError
-from .evaluation_hook import EvaluationCallback
 from .log import logger
+from .tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
 
-#: ``--report-to`` name -> (the module that must be importable, the mixft extra that installs it).
-TRACKERS = {
-    "tensorboard": ("tensorboard", "tensorboard"),
-    "mlflow": ("mlflow", "mlflow"),
-    "trackio": ("trackio", "trackio"),
-}
 #: Steps between reads of the device tensors (loss, gradient norm).
 DEFAULT_EVERY = 20
-
-
-def parse_report_to(value: str | Iterable[str] | None) -> list[str]:
-    """``"tensorboard,mlflow"`` (or a list) -> ``["tensorboard", "mlflow"]``; ``none``/empty -> ``[]``.
-
-    Usage: ``parse_report_to("TensorBoard, trackio")  # ["tensorboard", "trackio"]``
-    """
-    if value is None:
-        return []
-    parts = value.split(",") if isinstance(value, str) else list(value)
-    names: list[str] = []
-    for part in parts:
-        name = str(part).strip().lower()
-        if name and name != "none" and name not in names:
-            names.append(name)
-    unknown = [n for n in names if n not in TRACKERS]
-    if unknown:
-        raise UsageError(f"--report-to: unknown tracker {unknown[0]!r} (choose from {', '.join(TRACKERS)}, or none)")
-    return names
-
-
-def check_trackers(value: str | Iterable[str] | None) -> list[str]:
-    """The tracker names, after checking each one's package is installed (call before training).
-
-    Looks for the packages without importing them (no cost when they are there).
-
-    Usage: ``check_trackers("mlflow")`` -> UsageError ``... pip install "mixft[mlflow]"`` when absent
-    """
-    names = parse_report_to(value)
-    for name in names:
-        module, extra = TRACKERS[name]
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f'--report-to {name} needs the {module} package: pip install "mixft[{extra}]"')
-    return names
 
 
 def run_name(precision: str, seed: int) -> str:
@@ -140,7 +100,7 @@ def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str | 
     return flat
 
 
-class Tracker(EvaluationCallback):
+class Tracker(Callback):
     """What every tracker shares: buffer the steps, read them every ``every`` steps, log evaluations.
 
     A subclass writes: ``_open(trainer)``, ``_log_params(params)``,
@@ -170,7 +130,7 @@ class Tracker(EvaluationCallback):
         if len(self._pending) >= self.every:
             self.flush()
 
-    def on_evaluation(self, trainer, metrics: dict[str, Any]) -> None:
+    def on_evaluate(self, trainer, metrics: dict[str, Any]) -> None:
         self.flush()  # the steps before this evaluation first: each writer sees steps in order
         values = {f"eval/{k}": float(v) for k, v in metrics.items()
                   if isinstance(v, (int, float)) and not isinstance(v, bool)}

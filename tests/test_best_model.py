@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -34,14 +33,6 @@ def evaluate_at(trainer, callbacks, step: int, metrics: dict, epoch: int = 0) ->
     trainer.state.eval_history.append({"epoch": epoch, "step": step, **metrics})
     for cb in callbacks:
         cb.on_evaluate(trainer, metrics)
-
-
-@pytest.fixture
-def early_stopping_kind(monkeypatch):
-    """Make ``kind="early_stopping"`` legal where the trainer does not list it yet."""
-    module = sys.modules[StopTraining.__module__]
-    if "early_stopping" not in module.STOP_KINDS:
-        monkeypatch.setattr(module, "STOP_KINDS", (*module.STOP_KINDS, "early_stopping"))
 
 
 def test_direction_by_name():
@@ -99,7 +90,7 @@ def test_unknown_metric_is_one_line_usage_error():
         evaluate_at(trainer, [BestModel("f1")], 1, {"loss": 0.3, "accuracy": 0.5})
 
 
-def test_early_stopping_fires_at_the_patience_th_evaluation_without_improvement(early_stopping_kind):
+def test_early_stopping_fires_at_the_patience_th_evaluation_without_improvement():
     trainer = make_trainer()
     best, stop = BestModel("accuracy"), EarlyStopping("accuracy", patience=2)
     # improves at 1, 2 and 4; then 5 and 6 do not: the stop comes at evaluation 6, not before.
@@ -122,16 +113,13 @@ def test_early_stopping_patience_must_be_positive():
         EarlyStopping("loss", patience=0)
 
 
-def test_epoch_end_is_read_only_when_the_trainer_has_no_on_evaluate_hook():
-    from mixft import evaluation_hook
-
+def test_an_epoch_end_is_not_a_second_evaluation():
     trainer = make_trainer()
     best = BestModel("accuracy")
     evaluate_at(trainer, [best], 1, {"accuracy": 0.5})  # on_evaluate
     best.on_epoch_end(trainer, {"accuracy": 0.5})  # the same evaluation, at the epoch end
-    assert best.evaluations == (1 if evaluation_hook.TRAINER_CALLS_ON_EVALUATE else 2)
-    best.on_epoch_end(trainer, {})  # no evaluation loader: nothing to judge
-    assert best.evaluations == (1 if evaluation_hook.TRAINER_CALLS_ON_EVALUATE else 2)
+    best.on_evaluate(trainer, {})  # no evaluation loader: nothing to judge
+    assert best.evaluations == 1
 
 
 def _round_trip(obj):
@@ -141,7 +129,7 @@ def _round_trip(obj):
     return torch.load(buffer, weights_only=True)
 
 
-def test_state_round_trips_bit_exactly_through_a_checkpoint(early_stopping_kind):
+def test_state_round_trips_bit_exactly_through_a_checkpoint():
     trainer = make_trainer()
     best, stop = BestModel("loss"), EarlyStopping("loss", patience=3)
     for step, loss in [(1, 0.7), (2, 0.30000000000000004), (3, 0.5)]:
@@ -172,7 +160,7 @@ def test_resuming_with_another_metric_is_refused():
         BestModel("accuracy").load_state_dict(saved)
 
 
-def test_in_a_real_fit_early_stopping_ends_the_run_and_the_best_model_comes_back(early_stopping_kind):
+def test_in_a_real_fit_early_stopping_ends_the_run_and_the_best_model_comes_back():
     from mixft.trainer import Trainer
 
     g = torch.Generator().manual_seed(0)

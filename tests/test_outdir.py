@@ -10,7 +10,8 @@ import pytest
 
 from mixft.errors import UsageError
 from mixft.run.outdir import (LOCK_NAME, OutputLock, check_output_dir, checkpoint_name, has_checkpoint,
-                              planned_entries, recorded_runs, saved_model_name)
+                              planned_entries, predictions_name, recorded_runs, saved_model_name,
+                              step_checkpoint_pattern)
 
 
 def test_the_names_of_a_single_run_and_of_a_comparison():
@@ -19,9 +20,15 @@ def test_the_names_of_a_single_run_and_of_a_comparison():
     assert checkpoint_name("bf16", 2, single=False) == "checkpoint-bf16-seed2.pt"
     assert saved_model_name("fp16", 1, single=False) == "model-fp16-seed1"
     files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=True)
-    assert files == ["results.json", "report.md", "checkpoint-fp32-seed0.pt", "checkpoint-bf16-seed0.pt"]
+    assert files == ["results.json", "report.md", "config.yaml", "checkpoint-fp32-seed0.pt", "checkpoint-bf16-seed0.pt"]
     assert dirs == ["model-fp32-seed0", "model-bf16-seed0"]
-    assert planned_entries(["fp32"], [0], save_model=False) == (["results.json", "report.md", "checkpoint.pt"], [])
+    assert planned_entries(["fp32"], [0], save_model=False) == (["results.json", "report.md", "config.yaml",
+                                                                 "checkpoint.pt"], [])
+    files, _ = planned_entries(["fp32", "bf16"], [1], save_model=False, predict_file="new.jsonl")
+    assert files[-2:] == ["predictions-fp32-seed1.jsonl", "predictions-bf16-seed1.jsonl"]
+    assert predictions_name("new.tsv", "bf16", 0) == "predictions.csv"
+    assert step_checkpoint_pattern("bf16", 0).format(step=40) == "checkpoint-step40.pt"
+    assert step_checkpoint_pattern("bf16", 0, single=False).format(step=4) == "checkpoint-bf16-seed0-step4.pt"
 
 
 def test_checkpoints_are_found_by_either_name(tmp_path):

@@ -96,10 +96,8 @@ def test_eval_metrics_logged_once_per_evaluation(tmp_path):
     tracker2.on_evaluate(trainer, {"accuracy": 0.5})
     tracker2.on_epoch_end(trainer, {"accuracy": 0.5})
     tracker2.close()
-    from mixft.evaluation_hook import TRAINER_CALLS_ON_EVALUATE
-
     assert len(scalars(tmp_path / "r", "eval/accuracy")) == 1
-    assert len(scalars(tmp_path / "r2", "eval/accuracy")) == (1 if TRAINER_CALLS_ON_EVALUATE else 2)
+    assert len(scalars(tmp_path / "r2", "eval/accuracy")) == 1
 
 
 def test_device_tensors_are_read_only_every_n_steps(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ def build_trainer(
     """The trainer for a recipe's parts under a run's options (``cfg`` with the recipe defaults applied).
 
     The model, optimizer, loss, loaders, scheduler, predict_fn and metric come from
-    ``parts``; accumulation, clipping, the budget and fp16's initial loss scale from ``cfg``; ``cfg`` itself is
+    ``parts``; accumulation, clipping, the budget, ``eval_steps`` and fp16's initial loss scale from ``cfg``; ``cfg`` itself is
     recorded in the RunResult's ``config`` (one run's own: no ``precisions``/``seeds`` lists).
 
     Usage: ``build_trainer(recipe.build(cfg, prepared, precision, device, seed), cfg,
@@ -46,7 +46,7 @@ def build_trainer(
         parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
         eval_loader=parts.eval_loader, precision=precision, device=device,
         lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
-        epochs=cfg.epochs, max_steps=cfg.max_steps, predict_fn=parts.predict_fn, metric=parts.metric,
+        epochs=cfg.epochs, max_steps=cfg.max_steps, eval_steps=cfg.eval_steps, predict_fn=parts.predict_fn, metric=parts.metric,
         seed=seed, callbacks=callbacks,
         # --init-loss-scale: where fp16's GradScaler starts (a scaler that is off ignores it).
         scaler_kwargs={"init_scale": cfg.init_loss_scale} if cfg.init_loss_scale is not None else None,

@@ -45,6 +45,8 @@ TRAJECTORY_OPTIONS = (
     "fp32_modules", "init_loss_scale",
     "fast_dropout",  # its masks come from another random stream than torch's
     "lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
+    # Each evaluation draws from the RNG, the best model and early stopping decide the final weights.
+    "eval_steps", "metric_for_best", "load_best", "early_stopping_patience",
 )
 # Options naming files or directories: `dir`, `dir/` and `/abs/dir` are the same data.
 PATH_OPTIONS = ("model", "data_dir", "train_file", "validation_file")
@@ -299,10 +301,12 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
 
 
 def final_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The model weights (``state_dict``) in a finished run's final checkpoint.
+    """The weights a finished run ended with, from its final checkpoint: the best evaluation's under ``--load-best``.
 
     ``plan_resume`` has checked the file (CRC, options, the run's last step) when it kept
     the run with ``--save-model``: it is read here without checking again.
     Usage: ``model.load_state_dict(final_weights("out/checkpoint.pt"))``
     """
-    return load_checkpoint(path, verify=False)["trainer"]["model"]
+    ckpt = load_checkpoint(path, verify=False)
+    best = (ckpt.get("states") or {}).get("best_model") or {}
+    return best["weights"] if best.get("weights") is not None else ckpt["trainer"]["model"]

@@ -6,6 +6,10 @@ This module is the one place that names what OUTPUT_DIR holds::
     report.md                         the comparison report, with its charts (mixft.report)
     checkpoint.pt                     a single run's checkpoint (mixft.checkpoint)
     checkpoint-<prec>-seed<k>.pt      one per run of a comparison or of several seeds
+    checkpoint[-<prec>-seed<k>]-step<N>.pt   --save-total-limit's kept step checkpoints (hard links)
+    config.yaml                       the run's effective options (--config reproduces the run)
+    predictions[-<prec>-seed<k>].csv|jsonl   --predict-file's labels, one row per input
+    tensorboard/, mlruns/             --report-to's local trackers (mixft.trackers)
     model/, model-<prec>-seed<k>/     --save-model's fine-tuned model, named the same way
     .mixft.lock                       held while a run uses the directory
 
@@ -36,12 +40,13 @@ REPORT_NAME = "report.md"
 CHECKPOINT_NAME = "checkpoint.pt"
 SAVED_MODEL_NAME = "model"
 LOCK_NAME = ".mixft.lock"
+CONFIG_NAME = "config.yaml"
 PROBE_RESULTS_NAME = "probe.json"  # --probe writes its own files: it never replaces a run's results
 PROBE_REPORT_NAME = "probe.md"
 PREVIOUS_PREFIX = "previous-"  # where a new run sets an earlier run's results aside
 # What a run writes besides results.json, report.md and its checkpoints and saved models:
 # set aside with them, so nothing left in the directory contradicts the new results.json.
-RUN_OUTPUT_PATTERNS = ("*.png",)
+RUN_OUTPUT_PATTERNS = ("*.png", "predictions*.csv", "predictions*.jsonl")
 # Matches every checkpoint name below, single or one of a comparison.
 CHECKPOINT_PATTERN = "checkpoint*.pt"
 
@@ -62,6 +67,23 @@ def saved_model_name(precision: str, seed: int, single: bool = True) -> str:
     return SAVED_MODEL_NAME if single else f"{SAVED_MODEL_NAME}-{precision}-seed{seed}"
 
 
+def step_checkpoint_pattern(precision: str, seed: int, single: bool = True) -> str:
+    """The kept step checkpoints' name with ``{step}`` to fill: ``checkpoint-step{step}.pt`` for a single run.
+
+    Usage: ``step_checkpoint_pattern("bf16", 0, single=False).format(step=40)  # checkpoint-bf16-seed0-step40.pt``
+    """
+    return checkpoint_name(precision, seed, single).removesuffix(".pt") + "-step{step}.pt"
+
+
+def predictions_name(input_file: str, precision: str, seed: int, single: bool = True) -> str:
+    """``predictions.csv`` (``.jsonl`` for JSON inputs) for a single run; ``predictions-<precision>-seed<k>.csv`` in a comparison.
+
+    Usage: ``out / predictions_name("new.jsonl", "bf16", 0)  # predictions.jsonl``
+    """
+    suffix = ".jsonl" if Path(input_file).suffix.lower() in (".json", ".jsonl") else ".csv"
+    return "predictions" + ("" if single else f"-{precision}-seed{seed}") + suffix
+
+
 def has_checkpoint(out: Path) -> bool:
     """Whether ``out`` holds a checkpoint that ``--resume`` could continue from.
 
@@ -70,13 +92,16 @@ def has_checkpoint(out: Path) -> bool:
     return any(Path(out).glob(CHECKPOINT_PATTERN))
 
 
-def planned_entries(precisions: Sequence[str], seeds: Sequence[int], save_model: bool) -> tuple[list[str], list[str]]:
+def planned_entries(precisions: Sequence[str], seeds: Sequence[int], save_model: bool,
+                    predict_file: str | None = None) -> tuple[list[str], list[str]]:
     """The files and the directories a run of ``precisions`` x ``seeds`` may write (``check_output_dir``'s arguments).
 
     Usage: ``files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=False)``
     """
     single = len(precisions) * len(seeds) == 1
-    files = [RESULTS_NAME, REPORT_NAME, *(checkpoint_name(n, s, single) for s in seeds for n in precisions)]
+    files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *(checkpoint_name(n, s, single) for s in seeds for n in precisions)]
+    if predict_file:
+        files += [predictions_name(predict_file, n, s, single) for s in seeds for n in precisions]
     dirs = [saved_model_name(n, s, single) for s in seeds for n in precisions] if save_model else []
     return files, dirs
 

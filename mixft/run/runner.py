@@ -12,6 +12,7 @@ This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Sequence
@@ -31,11 +32,15 @@ from ..precision import Precision, precision_notice, resolve_device, resolve_pre
 from ..registry import get_recipe
 from ..results import RunResult, write_results
 from ..callbacks import Callback
+from ..config_file import write_config
 from .build import build_trainer
 from .identity import ResumePlan, final_weights, plan_resume, run_meta
-from .outdir import (PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock, check_output_dir,
-                     checkpoint_name, planned_entries, saved_model_name, set_aside_previous_run)
+from .outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock,
+                     check_output_dir, checkpoint_name, planned_entries, predictions_name, saved_model_name,
+                     set_aside_previous_run, step_checkpoint_pattern)
+from .predict import predict_and_write, read_predict_file
 from .preflight_step import check_before_training, keep_fp32_modules
+from .watch import RunWatch
 
 
 class RunObserver:
@@ -92,7 +97,7 @@ def plan(cfg: RunConfig) -> Plan:
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
     if distributed.is_main_process():
-        files, dirs = planned_entries(names, cfg.seeds, cfg.save_model)
+        files, dirs = planned_entries(names, cfg.seeds, cfg.save_model, cfg.predict_file)
         check_output_dir(Path(cfg.output_dir), files=files, dirs=dirs)
     # --resume: checkpoints intact and from these options, or UsageError. Read once, here.
     resume_plan = plan_resume(cfg, names)
@@ -117,6 +122,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
         logger.warning(notice)
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
+    predict_source = read_predict_file(cfg, prepared) if cfg.predict_file else None  # checked before training
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
@@ -130,11 +136,12 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
                                             dirs=dirs)
             if notice:
                 logger.warning(notice)
-        return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer, preflight=checked)
+        return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer, predict_source,
+                          preflight=checked)
 
 
 def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], resume_plan: ResumePlan,
-               observer: RunObserver, preflight: dict | None = None) -> list[RunResult]:
+               observer: RunObserver, predict_source=None, preflight: dict | None = None) -> list[RunResult]:
     out = Path(cfg.output_dir)
     hardware = describe_hardware(device)  # results.json's "hardware": which machine measured this
     results: list[RunResult] = []
@@ -148,7 +155,8 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             kept = resume_plan.kept(precision.name, seed)
             if kept is not None:
                 report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
-                if cfg.save_model and distributed.is_main_process() and not kept.stopped_early:
+                if cfg.save_model and distributed.is_main_process() and (not kept.stopped_early
+                                                                     or kept.stop_kind == "early_stopping"):
                     # Finished earlier without --save-model: its final checkpoint holds the weights.
                     model = recipe.build(cfg, prepared, precision, device, seed).model
                     model.load_state_dict(final_weights(out / checkpoint_name(precision.name, seed, single)))
@@ -161,12 +169,15 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             # The header is printed once, when the first run's model and step count exist.
             announce = None if planned else functools.partial(_announce, observer, hardware, cfg, device, precisions)
             result = _train_one(recipe, cfg, prepared, device, precision, seed, single, resume_plan, observer,
-                                on_built=announce)
+                                on_built=announce, predict_source=predict_source)
             planned = True
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
                 write_results(out / RESULTS_NAME, results, hardware=hardware, preflight=preflight)
+                # Beside the results it produced (a run that fails at its first step leaves neither):
+                # --config this file reproduces the run, from the start (not resuming it).
+                write_config(dataclasses.replace(cfg, resume=False), out / CONFIG_NAME)
             observer.on_result(result)  # after the write: a closed terminal cannot lose it
             logger.debug("run %d/%d done: %r", len(results), total, result)
             if observer.stop_requested():
@@ -188,30 +199,47 @@ def _announce(observer: RunObserver, hardware: dict, cfg: RunConfig, device, pre
 
 
 def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, seed: int, single: bool,
-               resume_plan: ResumePlan, observer: RunObserver, on_built=None) -> RunResult:
+               resume_plan: ResumePlan, observer: RunObserver, on_built=None, predict_source=None) -> RunResult:
     """One (precision, seed) run: build its parts and trainer, train (or only evaluate), save what was asked.
 
-    ``on_built(parts, trainer)`` runs after building, before any training (the run header).
+    Training keeps the best evaluation (``mixft.run.watch``: ``--load-best`` ends with its
+    weights, so the saved model and the predictions are the best one) and stops early on
+    ``--early-stopping-patience``. ``on_built(parts, trainer)`` runs after building, before
+    any training (the run header).
     """
     out = Path(cfg.output_dir)
     parts = recipe.build(cfg, prepared, precision, device, seed)
     keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
     checkpoint = out / checkpoint_name(precision.name, seed, single)
     meta = run_meta(cfg, precision.name, seed)
-    callbacks = [*observer.callbacks(cfg, precision, seed), *reliability_callbacks(cfg, seed, checkpoint, meta)]
+    watch = None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed)
+    reliability = reliability_callbacks(cfg, seed, checkpoint, meta, states=watch.states() if watch else None,
+                                        step_name=step_checkpoint_pattern(precision.name, seed, single))
+    callbacks = [*observer.callbacks(cfg, precision, seed), *(watch.callbacks if watch else ()), *reliability]
+    checkpointer = next((cb for cb in reliability if isinstance(cb, Checkpointer)), None)
     trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
     if on_built is not None:
         on_built(parts, trainer)
     if cfg.eval_only:
-        return trainer.evaluate_only()
-    if resume_plan.continues(precision.name, seed):
-        resume(trainer, checkpoint, verify=False)  # plan() has checked its CRCs and metadata
-    with _memory_errors_explained(cfg, device):
-        result = trainer.fit()
-    if cfg.save_model and distributed.is_main_process() and not result.stopped_early:
+        result = trainer.evaluate_only()
+    else:
+        if resume_plan.continues(precision.name, seed):
+            # plan() has checked its CRCs and metadata; the best-model state comes back with it.
+            saved = resume(trainer, checkpoint, verify=False, states=watch.states())
+            if checkpointer is not None:
+                checkpointer.write_time_s = float(saved.get("checkpoint_time_s") or 0.0)
+        with _memory_errors_explained(cfg, device):
+            result = watch.finish(trainer, trainer.fit())
+        result.checkpoint_time_s = checkpointer.write_time_s if checkpointer is not None else None
+    finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
+    if cfg.save_model and not cfg.eval_only and distributed.is_main_process() and finished:
         target = out / saved_model_name(precision.name, seed, single)
         recipe.save_model(trainer.module, prepared, target)
         logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
+    if predict_source is not None and distributed.is_main_process() and finished:
+        target = out / predictions_name(predict_source.path, precision.name, seed, single)
+        result.predict = predict_and_write(trainer, predict_source, target, batch_size=cfg.batch_size * 2)
+        logger.info("predictions for %s written to %s", predict_source.path, target)
     return result
 
 
@@ -282,8 +310,8 @@ def report_kept_run(result: RunResult, save_model: bool = False) -> None:
 
     Usage: ``report_kept_run(resume_plan.kept("fp16", 0), save_model=cfg.save_model)``
     """
-    if not result.stopped_early:
-        return
+    if not result.stopped_early or result.stop_kind == "early_stopping":
+        return  # early stopping ended a finished model
     label = f"{result.precision} seed {result.seed}"
     logger.warning("training stopped early: %s", result.stopped_early)  # the line the run itself logged
     logger.warning("--resume keeps the %s run as it ended (resuming it would stop the same way); rerun without "
@@ -292,11 +320,12 @@ def report_kept_run(result: RunResult, save_model: bool = False) -> None:
         logger.warning("not saving the model of the %s run: it stopped early, its weights are not a finished model", label)
 
 
-def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dict) -> list[Callback]:
+def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dict, states=None,
+                          step_name: str = "checkpoint-step{step}.pt") -> list[Callback]:
     """Fault injection, collapse detection and checkpoints for one run (docs/reliability.md).
 
     The detector comes before the checkpointer: a collapsed state is never saved over
-    the last good checkpoint.
+    the last good checkpoint. ``states``: saved with each checkpoint (the best model's).
     """
     callbacks: list[Callback] = []
     if cfg.inject_nonfinite > 0:
@@ -304,7 +333,8 @@ def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dic
     if cfg.detect_collapse:
         callbacks.append(CollapseDetector(cfg.min_loss_scale, cfg.max_consecutive_skips))
     if distributed.is_main_process():  # one writer per file
-        callbacks.append(Checkpointer(checkpoint, every=cfg.checkpoint_every, meta=meta))
+        callbacks.append(Checkpointer(checkpoint, every=cfg.checkpoint_every, meta=meta, minutes=cfg.checkpoint_minutes,
+                                      keep=cfg.save_total_limit, step_name=step_name, states=states))
     return callbacks
 
 
