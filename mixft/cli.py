@@ -194,9 +194,11 @@ def print_result(result) -> None:
     else:
         quality = "not evaluated"  # stopped before the first evaluation
     scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
+    saved = (result.memory or {}).get("saved_activations_peak")
+    saved_s = f" | saved activations {saved / 2**20:.0f} MiB" if saved else ""  # what a precision shrinks
     say(
         f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
-        f"train {result.train_time_s:.1f} s | peak memory {mem_s} | steps {result.steps}, "
+        f"train {result.train_time_s:.1f} s | peak memory {mem_s}{saved_s} | steps {result.steps}, "
         f"skipped {result.skipped_steps}{scale}",
         flush=True,
     )

@@ -30,7 +30,22 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
         "skipped": [false, ...]},
       "config": {...},                     # the run's options, for reproduction
       "stopped_early": null,               # why the run ended before its budget, for people
-      "stop_kind": null                    # the same for code: "collapse" | "interrupt" | "callback"
+      "stop_kind": null,                   # the same for code: "collapse" | "interrupt" | "callback"
+      "memory": {                          # where a training step's memory goes (mixft.memory.MEMORY_KEYS)
+        "parameters": 90000000, "gradients": 90000000, "optimizer_state": 180000000,
+        "saved_activations_peak": 170000000, "saved_by_dtype": {"bfloat16": ..., "float32": ...},
+        "saved_by_op": [["linear", 120000000], ...],
+        "device_figure": 812000000, "device_figure_kind": "cpu_rss" | "cuda_max_allocated",
+        "device_figure_scope": "run" | "fresh_process",  # see mixft.run.memory_figures
+        "device_figure_steps": 3,          # steps the fresh process trained; null for "run"
+        "measured_batch": "first training batch (epoch 0 order)", "measured_batch_shape": [32, 41]},
+      "parameters": {"trainable": 22700000, "total": 22700000},
+      "lora": null,                        # the recipe's LoRA description (mixft.lora.describe_lora)
+      "eval_predictions": [1, 0, 2, ...],  # the final evaluation's predictions in eval order
+                                           # (label ids; values for regression); null without one
+      "eval_labels": [1, 0, 1, ...],       # the references of those predictions, same order
+      "agreement_vs_fp32": {...}           # non-fp32 runs of a --compare: mixft.agreement.agreement_vs_fp32
+                                           # against the fp32 run of the same seed
     }
 """
 
@@ -79,6 +94,14 @@ class RunResult:
     # What the model learned to predict: {"kind", "names" (label names in id order), "text_columns",
     # "label_column", "glue_task"}; null for recipes without labels (mlp-synthetic).
     task: dict[str, Any] | None = None
+    # Memory breakdown, model size and per-example predictions (mixft.run.memory_figures and
+    # mixft.run.agreement_step fill them; null in runs made before they existed).
+    memory: dict[str, Any] | None = None
+    parameters: dict[str, int] | None = None
+    lora: dict[str, Any] | None = None
+    eval_predictions: list | None = None
+    eval_labels: list | None = None
+    agreement_vs_fp32: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,8 +30,10 @@ from ..precision import Precision, precision_notice, resolve_device, resolve_pre
 from ..registry import get_recipe
 from ..results import RunResult, write_results
 from ..callbacks import Callback
+from .agreement_step import add_agreement
 from .build import build_trainer
 from .identity import ResumePlan, final_weights, plan_resume, run_meta
+from .memory_figures import measure_before_fit
 from .outdir import (RESULTS_NAME, OutputLock, check_output_dir, checkpoint_name, planned_entries,
                      saved_model_name)
 
@@ -104,15 +106,16 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     """
     observer = observer or RunObserver()
     recipe, cfg, device, precisions, resume_plan = plan(cfg)
-    for precision in precisions:
-        notice = precision_notice(precision, device)
-        if notice:
-            logger.warning(notice)
     # Data and model errors surface here, still before training. Notices (offline
-    # fallbacks) are shown only once everything resolved, so an error stays one line.
+    # fallbacks, precisions) are shown only once everything resolved, so an error stays one line.
     prepared = recipe.prepare(cfg)
     for notice in getattr(prepared, "notices", ()):
         logger.warning(notice)
+    measured = _has_cached_probe(cfg, prepared, device)  # then the header says what the probe measured
+    for precision in precisions:
+        notice = precision_notice(precision, device, measured=measured)
+        if notice:
+            logger.warning(notice)
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
@@ -159,6 +162,8 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             if observer.stop_requested():
                 return results  # results.json holds the runs so far; --resume goes on from there
     if total > 1 and distributed.is_main_process():
+        if add_agreement(results):  # every run of the compare is in: fp32's predictions too
+            write_results(out / RESULTS_NAME, results, hardware=hardware)
         from ..plots import write_plots
         from ..report import write_report
         from ..results import results_document
@@ -192,8 +197,10 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
         return trainer.evaluate_only()
     if resume_plan.continues(precision.name, seed):
         resume(trainer, checkpoint, verify=False)  # plan() has checked its CRCs and metadata
+    memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=not single)
     with _memory_errors_explained(cfg, device):
         result = trainer.fit()
+    memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
     if cfg.save_model and distributed.is_main_process() and not result.stopped_early:
         target = out / saved_model_name(precision.name, seed, single)
         recipe.save_model(trainer.module, prepared, target)
@@ -218,6 +225,14 @@ def _memory_errors_explained(cfg: RunConfig, device):
         raise UsageError(f"--batch-size {cfg.batch_size} does not fit in {device.type} memory at the first step "
                          f"({text.splitlines()[0][:120]}); lower --batch-size and raise --grad-accum to keep the "
                          "effective batch") from None
+
+
+def _has_cached_probe(cfg: RunConfig, prepared, device) -> bool:
+    """Whether this machine has a cached probe for the recipe and model (the header shows it)."""
+    from ..probe_result import cached_probe
+
+    model = getattr(prepared, "model_description", None) or str(cfg.model)
+    return cached_probe(cfg.recipe, model, device=device) is not None
 
 
 def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision], model: str | None, device) -> None:
