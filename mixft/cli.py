@@ -195,7 +195,7 @@ def print_result(result) -> None:
         quality = "not evaluated"  # stopped before the first evaluation
     scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
     saved = (result.memory or {}).get("saved_activations_peak")
-    saved_s = f" | saved activations {saved / 2**20:.0f} MiB" if saved else ""  # what a precision shrinks
+    saved_s = f" | saved activations {saved / 2**20:.{0 if saved >= 10 * 2**20 else 1}f} MiB" if saved else ""  # what a precision shrinks
     say(
         f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
         f"train {result.train_time_s:.1f} s | peak memory {mem_s}{saved_s} | steps {result.steps}, "

@@ -7,11 +7,13 @@ The runner calls two lines per (precision, seed) run::
     memory.finish(result, trainer)        # fills result.memory, .parameters, .lora, .eval_predictions
 
 Before fit, ``mixft.memory.measure_step_memory`` runs ONE forward + backward (under the
-run's autocast) on the FIRST micro-batch of the first epoch's order: the sampler is set to
-epoch 0 and the global RNGs are put back, so training sees exactly the batches and random
-numbers it would have seen, and runs of one ``--compare`` (same seed) measure the very same
-batch. It is one micro-batch, not the epoch's longest: batches are length-grouped, so a
-later one may save more. The model's gradients are cleared again, the optimizer untouched.
+run's autocast) on one micro-batch of the first epoch's order: with mixft's length-grouped
+loaders the one with the most padded tokens (rows x longest row: the step that saves the
+most; the first batch may be a short remainder), else the loader's first batch. The
+sampler is set to epoch 0 and the global RNGs are put back, so training sees exactly the
+batches and random numbers it would have seen, and runs of one ``--compare`` (same seed)
+measure the very same batch (``memory.measured_batch`` / ``measured_batch_shape`` say
+which). The model's gradients are cleared again, the optimizer untouched.
 
 After fit: the optimizer state (what the optimizers hold for the trainable parameters only:
 a LoRA run's frozen weights have none, nor gradients), and the device figure:
@@ -40,7 +42,8 @@ from ..rng import capture_rng_state, restore_rng_state
 
 __all__ = ["RunMemory", "count_parameters", "measure_before_fit"]
 
-MEASURED_BATCH = "first micro-batch of epoch 0's order"
+MEASURED_LARGEST = "epoch 0's micro-batch with the most tokens (rows x longest row)"
+MEASURED_FIRST = "first micro-batch of epoch 0's order"
 
 
 def count_parameters(model: torch.nn.Module) -> dict[str, int]:
@@ -59,14 +62,28 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     return {"trainable": int(trainable), "total": int(total)}
 
 
-def _first_batch(loader) -> Any:
-    """The first batch of epoch 0's order, leaving the loader and every global RNG as they were."""
-    for obj in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+def _measured_batch(loader) -> tuple[Any, str]:
+    """The batch to measure, and its description; every global RNG and the loader left as they were.
+
+    With a length-grouped sampler (``lengths`` known): the batch of epoch 0's order with the
+    most padded tokens (rows x longest row), found from the lengths without collating the
+    others; the same batch for every precision of a seed. Otherwise the first batch of the
+    loader's order.
+    """
+    batches = getattr(loader, "batch_sampler", None)
+    for obj in (getattr(loader, "sampler", None), batches):
         if hasattr(obj, "set_epoch"):
             obj.set_epoch(0)  # the trainer sets its own epoch again before it iterates
     rng = capture_rng_state()  # a plain shuffling sampler draws its seed from torch's RNG
     try:
-        return next(iter(loader))
+        lengths = getattr(batches, "lengths", None)
+        dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
+        if lengths is not None and dataset is not None and collate is not None:
+            indices = max(batches, key=lambda idx: (len(idx) * max((lengths[i] for i in idx), default=0)))
+            rows = dataset.__getitems__(list(indices)) if hasattr(dataset, "__getitems__") else [
+                dataset[i] for i in indices]
+            return collate(rows), MEASURED_LARGEST
+        return next(iter(loader)), MEASURED_FIRST
     finally:
         restore_rng_state(rng)
 
@@ -79,9 +96,9 @@ def _shape(inputs: Any) -> list[int] | None:
 class RunMemory:
     """What ``measure_before_fit`` measured; ``finish(result, trainer)`` completes the result."""
 
-    def __init__(self, cfg, prepared, precision, seed: int, fresh: bool, step: dict | None, shape):
+    def __init__(self, cfg, prepared, precision, seed: int, fresh: bool, step: dict | None, shape, batch: str):
         self._cfg, self._prepared, self._precision, self._seed = cfg, prepared, precision, seed
-        self._fresh, self._step, self._shape = fresh, step, shape
+        self._fresh, self._step, self._shape, self._batch = fresh, step, shape, batch
 
     def finish(self, result, trainer) -> None:
         """Fill ``result.memory``, ``.parameters``, ``.lora``, ``.eval_predictions`` / ``.eval_labels``.
@@ -109,7 +126,7 @@ class RunMemory:
             return
         record = memory_record(self._step, optimizer_state_bytes(trainer.optimizers), result.peak_memory_bytes,
                                result.peak_memory_kind)
-        record.update(device_figure_scope=scope, device_figure_steps=fresh_steps, measured_batch=MEASURED_BATCH,
+        record.update(device_figure_scope=scope, device_figure_steps=fresh_steps, measured_batch=self._batch,
                       measured_batch_shape=self._shape)
         result.memory = record
 
@@ -122,9 +139,11 @@ def measure_before_fit(cfg, prepared, trainer, precision, seed: int, *, fresh: b
 
     Usage: ``memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=not single)``
     """
-    step = shape = None
+    step = shape = which = None
     try:
-        inputs, labels = split_batch(_first_batch(trainer.train_loader), trainer.device)
+        batch, which = _measured_batch(trainer.train_loader)
+        inputs, labels = split_batch(batch, trainer.device)
+        del batch
         shape = _shape(inputs)
         module, was_training = trainer.module, trainer.module.training
         module.train()  # as in training: dropout saves its masks
@@ -137,4 +156,4 @@ def measure_before_fit(cfg, prepared, trainer, precision, seed: int, *, fresh: b
         logger.debug("no training batch: no memory breakdown")
     except RuntimeError as e:  # a batch too large is the training loop's to explain, in one line
         logger.warning("could not measure the memory breakdown: %s", str(e).splitlines()[0][:160])
-    return RunMemory(cfg, prepared, precision, seed, fresh, step, shape)
+    return RunMemory(cfg, prepared, precision, seed, fresh, step, shape, which)
