@@ -239,9 +239,11 @@ def print_result(result) -> None:
     if result.stop_kind == "early_stopping":
         quality += ", early stopping"
     writes = f" + checkpoints {result.checkpoint_time_s:.1f} s" if result.checkpoint_time_s else ""
+    saved = (result.memory or {}).get("saved_activations_peak")
+    saved_s = f" | saved activations {saved / 2**20:.{0 if saved >= 10 * 2**20 else 1}f} MiB" if saved else ""  # what a precision shrinks
     say(
         f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
-        f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s} | steps {result.steps}, "
+        f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s}{saved_s} | steps {result.steps}, "
         f"skipped {result.skipped_steps}{scale}",
         flush=True,
     )

@@ -77,31 +77,47 @@ def _evaluate(trainer, loader) -> dict[str, float]:
     metrics["time_s"] = elapsed
     metrics["samples_per_s"] = count / elapsed
     if trainer.predict_fn is not None:
-        metrics.update(compute_metrics(predictions, references, trainer.metric))
+        preds, refs = gather_predictions(predictions, references)
+        # Kept for per-example agreement between precisions (mixft.run.agreement_step): the
+        # last evaluation's predictions are those of the run's final ``eval``.
+        trainer.last_eval_predictions = (preds.tolist(), refs.tolist())
+        metrics.update(_metrics(preds, refs, trainer.metric))
     return metrics
+
+
+def gather_predictions(predictions: list[torch.Tensor], references: list[torch.Tensor]):
+    """Every rank's predictions and references, concatenated in eval order: labels (long) for
+    classification (BCE targets arrive as 0./1. floats), fp32 values for regression (bf16
+    outputs would round the metric's inputs).
+
+    Usage: ``preds, refs = gather_predictions([torch.tensor([1, 0])], [torch.tensor([1., 1.])])``
+    """
+    local_preds = torch.cat(predictions).reshape(-1).cpu() if predictions else torch.empty(0, dtype=torch.long)
+    local_refs = torch.cat(references).reshape(-1).cpu() if references else torch.empty(0, dtype=torch.long)
+    kind = torch.long if not local_preds.is_floating_point() else torch.float32
+    preds = torch.cat(distributed.all_gather_objects(local_preds.to(kind)))
+    refs = torch.cat(distributed.all_gather_objects(local_refs.to(kind)))
+    return preds, refs
 
 
 def compute_metrics(predictions: list[torch.Tensor], references: list[torch.Tensor], metric=None) -> dict[str, Any]:
     """The task's metrics over every rank's predictions and references.
 
-    Integer predictions are labels (classification): references become labels too (BCE
-    targets arrive as 0./1. floats). Float predictions are values (regression): both stay
-    floats (fp32: bf16 outputs would round the metric's inputs). ``metric`` is any object
+    Integer predictions are labels (classification): references become labels too.
+    Float predictions are values (regression): both stay floats. ``metric`` is any object
     with ``compute(predictions=list, references=list) -> dict``; without one,
     classification reports ``accuracy`` and regression nothing.
 
     Usage: ``compute_metrics([torch.tensor([1, 0])], [torch.tensor([1., 1.])])  # {"accuracy": 0.5}``
     """
-    local_preds = torch.cat(predictions).reshape(-1).cpu() if predictions else torch.empty(0, dtype=torch.long)
-    local_refs = torch.cat(references).reshape(-1).cpu() if references else torch.empty(0, dtype=torch.long)
-    classification = not local_preds.is_floating_point()
-    kind = torch.long if classification else torch.float32
-    preds = torch.cat(distributed.all_gather_objects(local_preds.to(kind)))
-    refs = torch.cat(distributed.all_gather_objects(local_refs.to(kind)))
+    return _metrics(*gather_predictions(predictions, references), metric)
+
+
+def _metrics(preds: torch.Tensor, refs: torch.Tensor, metric=None) -> dict[str, Any]:
     if metric is not None:
         computed = metric.compute(predictions=preds.tolist(), references=refs.tolist())
         return {k: plain(v) for k, v in computed.items()}
-    if classification:
+    if not preds.is_floating_point():
         return {"accuracy": float((preds == refs).double().mean())}
     return {}
 

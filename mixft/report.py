@@ -251,12 +251,21 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
             "Peak memory (RSS) is the process's peak resident set, not tensor memory: it includes "
             "the Python runtime, libraries and data, so it understates what a precision saves."
         )
-        notes.append(
-            "On CPU the RSS of a later run includes what earlier runs in the same process left "
-            "allocated, so run order affects it"
-            + (": the increase over start (peak minus the RSS when the run began) is the fairer "
-               "comparison." if any(r["memory_increase_n"] for r in rows) else ".")
-        )
+        fresh = _fresh_rss_steps(doc.get("runs") or [])
+        if fresh:
+            notes.append(
+                f"Each run's peak RSS was measured in a fresh process that built its model and data and trained "
+                f"its first {fresh} steps, with no earlier run in it, so run order does not move it"
+                + ("; the increase over start is what those steps added after building." if any(
+                    r["memory_increase_n"] for r in rows) else ".")
+            )
+        else:
+            notes.append(
+                "On CPU the RSS of a later run includes what earlier runs in the same process left "
+                "allocated, so run order affects it"
+                + (": the increase over start (peak minus the RSS when the run began) is the fairer "
+                   "comparison." if any(r["memory_increase_n"] for r in rows) else ".")
+            )
     if "cuda_max_allocated" in kinds:
         notes.append(
             "Peak memory (allocated) is `torch.cuda.max_memory_allocated()`: the high-water mark of "
@@ -448,6 +457,19 @@ def _shares(parts: Sequence[tuple[str, float]], total: float) -> str:
     return ", ".join(f"{name} {b / MIB:.1f} MiB" + (f" ({b / total:.0%})" if total else "") for name, b in parts)
 
 
+def _fresh_rss_steps(runs: Sequence[dict]) -> int | None:
+    """The steps every CPU run's fresh process trained (``memory.device_figure_steps``), when all
+    CPU-RSS runs were measured that way with the same count; else None (in-process figures)."""
+    cpu = [r for r in runs if r.get("peak_memory_kind") == "cpu_rss"]
+    scopes = {((r.get("memory") or {}).get("device_figure_scope"), (r.get("memory") or {}).get("device_figure_steps"))
+              for r in cpu}
+    if len(scopes) == 1:
+        scope, steps = scopes.pop()
+        if scope == "fresh_process" and steps:
+            return int(steps)
+    return None
+
+
 def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
     """The "Memory breakdown" section from the runs' ``memory`` records (see
     ``mixft.memory``): a table per precision, the saved-activation ratio vs ``baseline`` in
@@ -496,7 +518,10 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
         if parts:
             lines.append(f"- **{r['precision']}** saved " + " · ".join(parts) + ".")
     if any(r["device_figure_kind"] == "cpu_rss" for r in rows):
-        lines.append("- The device figure on CPU is the run's peak RSS: the whole process (runtime, libraries, "
+        fresh = _fresh_rss_steps(doc.get("runs") or [])
+        where = (f"the peak RSS of a fresh process that built the run's model and data and trained its first {fresh} "
+                 "steps" if fresh else "the run's peak RSS")
+        lines.append(f"- The device figure on CPU is {where}: the whole process (runtime, libraries, "
                      "data), not tensors alone.")
     return "\n".join(lines)
 

@@ -42,6 +42,21 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
       "checkpoint_time_s": 1.2,            # seconds spent writing checkpoints (not in train_time_s); null: none written here
       "predict": {"file": "new.csv", "output": "OUT/predictions.csv", "rows": 100,
                   "metrics": {...}}        # --predict-file; metrics null when the file has no labels
+      "memory": {                          # where a training step's memory goes (mixft.memory.MEMORY_KEYS)
+        "parameters": 90000000, "gradients": 90000000, "optimizer_state": 180000000,
+        "saved_activations_peak": 170000000, "saved_by_dtype": {"bfloat16": ..., "float32": ...},
+        "saved_by_op": [["linear", 120000000], ...],
+        "device_figure": 812000000, "device_figure_kind": "cpu_rss" | "cuda_max_allocated",
+        "device_figure_scope": "run" | "fresh_process",  # see mixft.run.memory_figures
+        "device_figure_steps": 3,          # steps the fresh process trained; null for "run"
+        "measured_batch": "first training batch (epoch 0 order)", "measured_batch_shape": [32, 41]},
+      "parameters": {"trainable": 22700000, "total": 22700000},
+      "lora": null,                        # the recipe's LoRA description (mixft.lora.describe_lora)
+      "eval_predictions": [1, 0, 2, ...],  # the final evaluation's predictions in eval order
+                                           # (label ids; values for regression); null without one
+      "eval_labels": [1, 0, 1, ...],       # the references of those predictions, same order
+      "agreement_vs_fp32": {...}           # non-fp32 runs of a --compare: mixft.agreement.agreement_vs_fp32
+                                           # against the fp32 run of the same seed
     }
 """
 
@@ -94,6 +109,14 @@ class RunResult:
     last: dict[str, Any] | None = None  # the last evaluation: {"step", "epoch", "metrics"}
     checkpoint_time_s: float | None = None  # time spent writing checkpoints, outside train_time_s
     predict: dict[str, Any] | None = None  # --predict-file: {"file", "output", "rows", "metrics"}
+    # Memory breakdown, model size and per-example predictions (mixft.run.memory_figures and
+    # mixft.run.agreement_step fill them; null in runs made before they existed).
+    memory: dict[str, Any] | None = None
+    parameters: dict[str, int] | None = None
+    lora: dict[str, Any] | None = None
+    eval_predictions: list | None = None
+    eval_labels: list | None = None
+    agreement_vs_fp32: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -59,6 +59,7 @@ def tiny_data_dir(tmp_path) -> Path:
 
 # What may differ between two runs of the same computation: clocks and memory gauges.
 TIMING_KEYS = {"train_time_s", "train_samples_per_s", "train_tokens_per_s", "peak_memory_bytes", "start_memory_bytes", "config",
+               "device_figure",  # memory.device_figure: the peak RSS or allocated bytes, a gauge too
                "time_s", "samples_per_s", "checkpoint_time_s"}
 
 

@@ -33,8 +33,10 @@ from ..registry import get_recipe
 from ..results import RunResult, write_results
 from ..callbacks import Callback
 from ..config_file import write_config
+from .agreement_step import add_agreement
 from .build import build_trainer
 from .identity import ResumePlan, final_weights, plan_resume, run_meta
+from .memory_figures import measure_before_fit
 from .outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock,
                      check_output_dir, checkpoint_name, planned_entries, predictions_name, saved_model_name,
                      set_aside_previous_run, step_checkpoint_pattern)
@@ -111,15 +113,16 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     """
     observer = observer or RunObserver()
     recipe, cfg, device, precisions, resume_plan = plan(cfg)
-    for precision in precisions:
-        notice = precision_notice(precision, device)
-        if notice:
-            logger.warning(notice)
     # Data and model errors surface here, still before training. Notices (offline
-    # fallbacks) are shown only once everything resolved, so an error stays one line.
+    # fallbacks, precisions) are shown only once everything resolved, so an error stays one line.
     prepared = recipe.prepare(cfg)
     for notice in getattr(prepared, "notices", ()):
         logger.warning(notice)
+    measured = _has_cached_probe(cfg, prepared, device)  # then the header says what the probe measured
+    for precision in precisions:
+        notice = precision_notice(precision, device, measured=measured)
+        if notice:
+            logger.warning(notice)
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
     predict_source = read_predict_file(cfg, prepared) if cfg.predict_file else None  # checked before training
@@ -183,6 +186,8 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             if observer.stop_requested():
                 return results  # results.json holds the runs so far; --resume goes on from there
     if total > 1 and distributed.is_main_process():
+        if add_agreement(results):  # every run of the compare is in: fp32's predictions too
+            write_results(out / RESULTS_NAME, results, hardware=hardware, preflight=preflight)
         from ..plots import write_plots
         from ..report import write_report
         from ..results import results_document
@@ -228,9 +233,15 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
             saved = resume(trainer, checkpoint, verify=False, states=watch.states())
             if checkpointer is not None:
                 checkpointer.write_time_s = float(saved.get("checkpoint_time_s") or 0.0)
+        memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=not single)
         with _memory_errors_explained(cfg, device):
             result = watch.finish(trainer, trainer.fit())
         result.checkpoint_time_s = checkpointer.write_time_s if checkpointer is not None else None
+        best = result.best or {}
+        if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
+            with trainer.untimed():  # the kept predictions must be the best weights', like its "eval"
+                trainer.evaluate()
+        memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
     finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
     if cfg.save_model and not cfg.eval_only and distributed.is_main_process() and finished:
         target = out / saved_model_name(precision.name, seed, single)
@@ -260,6 +271,14 @@ def _memory_errors_explained(cfg: RunConfig, device):
         raise UsageError(f"--batch-size {cfg.batch_size} does not fit in {device.type} memory at the first step "
                          f"({text.splitlines()[0][:120]}); lower --batch-size and raise --grad-accum to keep the "
                          "effective batch") from None
+
+
+def _has_cached_probe(cfg: RunConfig, prepared, device) -> bool:
+    """Whether this machine has a cached probe for the recipe and model (the header shows it)."""
+    from ..probe_result import cached_probe
+
+    model = getattr(prepared, "model_description", None) or str(cfg.model)
+    return cached_probe(cfg.recipe, model, device=device) is not None
 
 
 def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision], model: str | None, device) -> None:
