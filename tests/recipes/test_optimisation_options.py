@@ -41,7 +41,7 @@ def scheduled_lrs(make, steps: int = STEPS) -> list[float]:
     return seen
 
 
-def test_schedules_in_a_real_runs_history(tmp_path, tiny_bert_dir, tiny_data_dir):
+def test_schedules_in_a_real_runs_history(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
     from transformers import (
         get_constant_schedule_with_warmup,
         get_cosine_schedule_with_warmup,
@@ -49,8 +49,10 @@ def test_schedules_in_a_real_runs_history(tmp_path, tiny_bert_dir, tiny_data_dir
     )
 
     default = sst2_run(tmp_path, "default", tiny_bert_dir, tiny_data_dir)
+    assert "  schedule   " not in capsys.readouterr().out  # the defaults go unsaid in the header
     cosine = sst2_run(tmp_path, "cosine", tiny_bert_dir, tiny_data_dir, "--lr-scheduler", "cosine",
                       "--warmup-steps", "2")
+    assert "  schedule   cosine, 2 warm-up steps, weight decay 0.01\n" in capsys.readouterr().out
     linear_half = sst2_run(tmp_path, "linear", tiny_bert_dir, tiny_data_dir, "--warmup-ratio", "0.5")
     warm_constant = sst2_run(tmp_path, "constant", tiny_bert_dir, tiny_data_dir, "--lr-scheduler",
                              "constant_with_warmup", "--warmup-steps", "3")
