@@ -209,11 +209,10 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
     steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
     say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
-    if cfg.lr_scheduler != "linear" or cfg.warmup_ratio is not None or cfg.warmup_steps is not None \
-            or cfg.weight_decay is not None:  # the defaults (linear, 10% warm-up, decay 0.01) go unsaid
-        warmup = (f"{cfg.warmup_steps} warm-up steps" if cfg.warmup_steps is not None
-                  else f"{cfg.warmup_ratio if cfg.warmup_ratio is not None else 0.1:g} warm-up")
-        decay = cfg.weight_decay if cfg.weight_decay is not None else 0.01
+    warmup = (f"{cfg.warmup_steps} warm-up steps" if cfg.warmup_steps is not None
+              else f"{cfg.warmup_ratio if cfg.warmup_ratio is not None else 0.1:g} warm-up")
+    decay = cfg.weight_decay if cfg.weight_decay is not None else 0.01
+    if (cfg.lr_scheduler, warmup, decay) != ("linear", "0.1 warm-up", 0.01):  # the defaults go unsaid
         say(f"  schedule   {cfg.lr_scheduler}, {warmup}, weight decay {decay:g}")
     say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
 
