@@ -33,7 +33,6 @@ from .options import SEED, TEXT
 #: Command-line spellings that are not field names -> the field they fill.
 CLI_SPELLINGS = {"amp": "precisions", "precision": "precisions", "compare": "precisions",
                  "seed": "seeds", "seeds": "seeds", "precisions": "precisions"}
-CONFIG_FILE_NAME = "config.yaml"
 
 
 def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
