@@ -17,12 +17,13 @@ from mixft.data.batching import LengthGroupedBatchSampler
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def torchrun(*args, timeout=240):
+def torchrun(*args, timeout=240, check=True):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXFT_DIST_BACKEND": "gloo", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-12000:]
+    if check:
+        assert proc.returncode == 0, proc.stderr[-12000:]
     return proc
 
 
@@ -104,3 +105,36 @@ def test_cli_under_torchrun_writes_results_once(tmp_path, tiny_bert_dir, tiny_da
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["steps"] == 4  # 16 examples / (2 per rank x 2 ranks)
     assert 0.0 <= run["eval"]["accuracy"] <= 1.0
+
+
+def test_best_model_and_early_stopping_under_torchrun(tmp_path, tiny_bert_dir, tiny_data_dir):
+    # Every rank evaluates its shard and the metrics are all-reduced, so every rank keeps the
+    # same best step; rank 0 alone writes results.json and the saved model.
+    out = tmp_path / "out"
+    proc = torchrun("scripts/finetune.py", "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
+                    "--data-dir", str(tiny_data_dir), "--batch-size", "2", "--epochs", "2", "--eval-steps", "1",
+                    "--metric-for-best", "loss", "--early-stopping-patience", "2", "--save-model",
+                    "--output-dir", str(out), "--no-progress")
+    assert proc.stdout.count("mixft run") == 1
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    losses = [(e["step"], e["loss"]) for e in run["eval_history"]]
+    best_step, best_loss = min(losses, key=lambda sl: sl[1])
+    assert run["best"]["step"] == best_step and run["best"]["metrics"]["loss"] == pytest.approx(best_loss)
+    assert run["best"]["loaded"] and run["eval"]["loss"] == pytest.approx(best_loss)
+    assert (out / "model" / "config.json").is_file()
+    if run["stop_kind"] == "early_stopping":  # two evaluations in a row without a better loss
+        steps = [s for s, _ in losses]
+        assert steps[-1] - best_step == 2 and run["steps"] == steps[-1]
+
+
+def test_predict_file_is_refused_under_torchrun(tmp_path, tiny_bert_dir):
+    # Each rank would predict its shard of the file: refused in one line instead of a partial file.
+    rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'},{'pos' if i % 2 else 'neg'}\n" for i in range(16))
+    (tmp_path / "t.csv").write_text("text,label\n" + rows)
+    proc = torchrun("scripts/finetune.py", "--recipe", "text-classification", "--model", str(tiny_bert_dir),
+                    "--train-file", str(tmp_path / "t.csv"), "--validation-split", "0.25",
+                    "--predict-file", str(tmp_path / "t.csv"), "--max-steps", "1",
+                    "--output-dir", str(tmp_path / "out"), "--no-progress", check=False)
+    assert proc.returncode != 0
+    assert "--predict-file is not supported under torchrun" in proc.stderr
+    assert not (tmp_path / "out" / "results.json").exists()

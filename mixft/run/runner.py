@@ -125,6 +125,10 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
             logger.warning(notice)
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
+    if cfg.predict_file and distributed.world_size() > 1:
+        raise UsageError("--predict-file is not supported under torchrun or accelerate launch: each process would "
+                         "label only its shard of the file; label it in one process afterwards with --eval-only "
+                         "--model DIR --predict-file FILE")
     predict_source = read_predict_file(cfg, prepared) if cfg.predict_file else None  # checked before training
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
