@@ -13,7 +13,7 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
@@ -56,3 +56,19 @@ def _to(value, device: torch.device):
     if isinstance(value, torch.Tensor):
         return value.to(device, non_blocking=True)
     return value
+
+
+def floating_tensors(obj) -> Iterator[torch.Tensor]:
+    """Every non-empty floating tensor anywhere in a module's output or inputs (tuples, ModelOutput, dicts).
+
+    Usage: ``peak = max(t.abs().max().item() for t in floating_tensors(outputs))``
+    """
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and obj.numel():
+            yield obj
+    elif isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from floating_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from floating_tensors(v)

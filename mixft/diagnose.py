@@ -16,13 +16,13 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .batch import forward, split_batch
+from .batch import floating_tensors, forward, split_batch
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504: anything larger becomes inf in fp16
 
@@ -154,21 +154,10 @@ def _suggest(d: Diagnosis, trainer) -> str:
     return "the gradients are inf/NaN while the forward is finite: lower the learning rate (--lr) or clip (--max-grad-norm)" + note
 
 
-def _tensors(obj) -> Iterable[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point():
-            yield obj
-    elif isinstance(obj, Mapping):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v)
-
 
 def _max_abs_and_nonfinite(obj) -> tuple[float, int]:
     largest, bad = 0.0, 0
-    for t in _tensors(obj):
+    for t in floating_tensors(obj):
         if t.numel() == 0:
             continue
         finite = torch.isfinite(t)

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .batch import floating_tensors
 from .errors import UsageError
 from .rng import capture_rng_state, restore_rng_state
 
@@ -219,11 +220,11 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
         s = stats.get(name)
         if s is None:  # first call: execution order (leaves finish before their containers)
             s = stats[name] = _Stats(len(stats), type(module).__name__)
-        for t in _tensors(output):
+        for t in floating_tensors(output):
             s.out_max = _fold(s.out_max, _abs_max(t), torch.maximum)
             if t.requires_grad:
                 t.register_hook(record_gradient(s))
-        for t in _tensors((args, kwargs)):
+        for t in floating_tensors((args, kwargs)):
             s.in_max = _fold(s.in_max, _abs_max(t), torch.maximum)
 
     handles = [m.register_forward_hook(record_forward, with_kwargs=True) for m in names]
@@ -402,18 +403,6 @@ def _to(obj, device: torch.device):
         return {k: _to(v, device) for k, v in obj.items()}
     return obj
 
-
-def _tensors(obj) -> Iterable[torch.Tensor]:
-    """Floating tensors anywhere in a module's output or inputs (tuples, ModelOutput, dicts)."""
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() and obj.numel():
-            yield obj
-    elif isinstance(obj, Mapping):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v)
 
 
 def _abs_max(t: torch.Tensor) -> torch.Tensor:
