@@ -74,6 +74,7 @@ class Prepared:
     notices: list
     lora_dir: str | None = None  # --model is a saved LoRA directory (adapters + head); model_path is its base
     class_weights: torch.Tensor | None = None  # --class-weights balanced, from the training labels
+    max_length: int | None = None  # tokens per example the data was cut to (--predict-file cuts its rows the same)
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -142,6 +143,7 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
         notices=[n for n in (resolved.notice, data.notice) if n],
         lora_dir=lora_dir,
         class_weights=weights,
+        max_length=max_length,
     )
 
 

@@ -166,6 +166,19 @@ def test_predictions_keep_input_order_and_label_names(tmp_path, model, data):
         assert float(by_id[row["id"]]["probability"]) == pytest.approx(float(row["probability"]), rel=1e-5)
 
 
+def test_predict_file_rows_are_cut_to_what_the_model_reads(tmp_path, model, data):
+    # Was: the predict file was cut at 128 tokens (the tokenizer's limit) while the tiny model reads
+    # 64 positions; a long row then indexed past the position embeddings. Now it is cut like the
+    # training data, to what the recipe chose for this model.
+    long_text = " ".join(["a fun plot and great acting"] * 60)  # ~300 tokens
+    source = write_csv(tmp_path / "long.csv", ["id", "text"], [("short", "bad"), ("long", long_text)])
+    code, doc = run(tmp_path / "out", model, data, "--epochs", "1", "--predict-file", str(source))
+    assert code == 0
+    assert doc["runs"][0]["predict"]["rows"] == 2
+    with (tmp_path / "out" / "predictions.csv").open(encoding="utf-8") as f:
+        assert [row["id"] for row in csv.DictReader(f)] == ["short", "long"]
+
+
 def test_predict_file_with_labels_reports_its_metrics_per_compared_run(tmp_path, model, data):
     _, dev = data
     code, doc = run(tmp_path / "out", model, data, "--epochs", "1", "--compare", "fp32,bf16", "--predict-file", str(dev))

@@ -79,7 +79,8 @@ def read_predict_file(cfg: RunConfig, prepared) -> PredictSource:
         ds = ds.add_column(_PLACEHOLDER, [0.0] * len(ds))
         label_column, labels = _PLACEHOLDER, LabelInfo(kind="regression", value_type="float")
     id_column = find_id_column(ds.column_names)
-    max_length = cfg.max_length or min(DEFAULT_MAX_LENGTH, getattr(tokenizer, "model_max_length", DEFAULT_MAX_LENGTH))
+    # The length the training data was cut to: the recipe capped it by what the model reads.
+    max_length = getattr(prepared, "max_length", None) or cfg.max_length or DEFAULT_MAX_LENGTH
     examples = tokenize_dataset(ds, tokenizer, text_columns=task.text_columns, label_column=label_column,
                                 labels=labels, max_length=max_length)
     return PredictSource(
