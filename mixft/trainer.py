@@ -340,8 +340,14 @@ class Trainer:
         live = [norm for norm, ok in zip(norms, stepped) if ok]
         if self.max_grad_norm is None or not live:
             return
+        total = torch.linalg.vector_norm(torch.stack(live))
+        if self.device.type == "cpu" and bool(self.max_grad_norm / (total + 1e-6) >= 1.0):
+            # Under the limit clip_grads_with_norm_ multiplies every gradient by exactly 1.0
+            # (its coefficient, this one, clamped): on the CPU, where reading it costs no
+            # device sync, skip that pass over ~every weight's worth of memory.
+            return
         params = [p for opt, ok in zip(self.optimizers, stepped) if ok for g in opt.param_groups for p in g["params"]]
-        torch.nn.utils.clip_grads_with_norm_(params, self.max_grad_norm, torch.linalg.vector_norm(torch.stack(live)))
+        torch.nn.utils.clip_grads_with_norm_(params, self.max_grad_norm, total)
 
     def _scheduler_may_step(self, sched, stepped: list[bool]) -> bool:
         # Each scheduler follows its own optimizer; one that names none waits for all of them.

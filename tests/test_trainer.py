@@ -129,6 +129,29 @@ def test_clipping_disabled_with_none():
     torch.testing.assert_close(flat(trainer.model), flat(ref))
 
 
+
+@pytest.mark.parametrize("max_norm, clips", [(1e6, False), (0.05, True)])
+def test_clip_multiplies_only_when_the_norm_is_over_the_limit_and_matches_torch_bitwise(monkeypatch, max_norm, clips):
+    # Under the limit torch's clip multiplies every gradient by exactly 1.0: the CPU trainer
+    # skips that pass. The weights must be the same bits as torch's clip-every-step loop.
+    x, y = regression_data(32)
+    ref = make_mlp()
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    for xb, yb in loader(x, y, 8):
+        opt.zero_grad()
+        nn.MSELoss()(ref(xb), yb).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
+        opt.step()
+
+    calls = []
+    real_clip = torch.nn.utils.clip_grads_with_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grads_with_norm_", lambda *a, **k: calls.append(1) or real_clip(*a, **k))
+    trainer = Trainer(make_mlp(), lambda p: torch.optim.AdamW(p, lr=1e-2), nn.MSELoss(), loader(x, y, 8),
+                      max_grad_norm=max_norm, device="cpu")
+    trainer.fit()
+    assert len(calls) == (4 if clips else 0)
+    assert torch.equal(flat(trainer.model), flat(ref))
+
 # ---------------------------------------------------------------- skipped steps (inf)
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])

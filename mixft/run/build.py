@@ -19,7 +19,9 @@ from ..config import RunConfig
 from ..precision import Precision
 from ..recipe import TrainerParts
 from ..callbacks import Callback
+from ..distributed import is_distributed
 from ..dropout import use_fast_dropout
+from ..embedding_grad import use_row_embedding_grad
 from ..trainer import Trainer
 from .identity import data_fingerprints
 
@@ -58,4 +60,9 @@ def build_trainer(
         # Every nn.Dropout and sdpa attention dropout of this run's own model draws its masks
         # the cheap way (CUDA keeps torch's fused kernel); the swap lives as long as the model.
         use_fast_dropout(trainer.module)
+    if trainer.device.type == "cpu" and not is_distributed():
+        # The embeddings' gradients go into one kept buffer, row by row: the same bits as the
+        # dense backward without a vocabulary-sized zero fill (and its page faults) per step.
+        # DDP's reducer wants dense gradients; CUDA fills zeros in one fast kernel.
+        use_row_embedding_grad(trainer.module)
     return trainer

@@ -1,0 +1,160 @@
+"""mixft.embedding_grad: row gradients in a kept buffer give the dense backward's exact bits."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from mixft.embedding_grad import RowGradEmbedding, coalesced_rows, use_row_embedding_grad
+from mixft.trainer import Trainer
+
+
+class TwoLookups(nn.Module):
+    """Looks its table up twice per forward (a siamese encoder does): two sparse gradients per backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(50, 8, padding_idx=0)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, a, b):
+        return self.head(torch.tanh(self.table(a)).sum(1) * self.table(b).mean(1))
+
+
+def _train(model, steps=4, micro_batches=3, seed=0):
+    """AdamW steps of ``micro_batches`` accumulated backwards each; the gradient of each step's end."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    grads = []
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        for _ in range(micro_batches):
+            a = torch.randint(0, 6, (4, 7), generator=gen)  # few ids: many repeats, padding id 0 among them
+            b = torch.randint(0, 50, (4, 5), generator=gen)
+            model(a, b).sum().backward()
+        grads.append(model.table.weight.grad.clone())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_row_gradients_equal_the_dense_backward_bit_for_bit_over_steps_and_accumulation():
+    torch.manual_seed(0)
+    dense = TwoLookups()
+    rows = copy.deepcopy(dense)
+    handle = use_row_embedding_grad(rows)
+    assert handle.modules == [rows.table] and type(rows.table) is RowGradEmbedding
+    for g_dense, g_rows in zip(_train(dense), _train(rows)):
+        assert not g_rows.is_sparse  # the optimizer, clip and scaler see a dense .grad
+        assert torch.equal(g_dense, g_rows)
+        assert g_rows[0].abs().sum() == 0  # the padding row gets no gradient
+    for p, q in zip(dense.parameters(), rows.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_the_buffer_is_kept_and_only_last_steps_rows_are_cleaned():
+    torch.manual_seed(0)
+    model = TwoLookups()
+    use_row_embedding_grad(model)
+    model(torch.tensor([[1, 2]]), torch.tensor([[3]])).sum().backward()
+    first = model.table.weight.grad
+    assert set(first.abs().sum(1).nonzero().flatten().tolist()) == {1, 2, 3}
+    model.table.weight.grad = None  # zero_grad(set_to_none=True)
+    model(torch.tensor([[4]]), torch.tensor([[5]])).sum().backward()
+    second = model.table.weight.grad
+    assert second.data_ptr() == first.data_ptr()  # one buffer for the run: no fresh vocabulary-sized tensor
+    assert set(second.abs().sum(1).nonzero().flatten().tolist()) == {4, 5}  # rows 1-3 cleaned
+
+
+def test_coalesced_rows_sums_repeats_in_token_order():
+    ids = torch.tensor([3, 1, 3, 3])
+    values = torch.tensor([[1e8], [2.0], [1.0], [-1e8]])
+    grad = coalesced_rows(ids, values, torch.Size([5, 1]))
+    assert grad.is_coalesced() and grad._indices()[0].tolist() == [1, 3]
+    dense = torch.zeros(5, 1).index_add_(0, ids, values)  # torch's dense backward order
+    assert torch.equal(grad.to_dense(), dense)
+
+
+def test_eval_and_no_grad_use_the_plain_lookup_and_remove_restores_everything():
+    model = TwoLookups()
+    before = model(torch.tensor([[1, 2]]), torch.tensor([[3]]))
+    handle = use_row_embedding_grad(model)
+    with torch.no_grad():
+        assert torch.equal(model(torch.tensor([[1, 2]]), torch.tensor([[3]])), before)
+    handle.remove()
+    handle.remove()  # idempotent
+    assert type(model.table) is nn.Embedding
+    model(torch.tensor([[1, 2]]), torch.tensor([[3]])).sum().backward()
+    assert not model.table.weight.grad.is_sparse and model.table.weight.grad.shape == (50, 8)
+
+
+def test_tied_frozen_and_max_norm_embeddings_are_left_alone():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Embedding(10, 4)
+            self.out = nn.Linear(4, 10, bias=False)
+            self.out.weight = self.inp.weight  # a tied output layer adds a dense gradient
+
+    tied = Tied()
+    frozen = nn.Embedding(10, 4)
+    frozen.weight.requires_grad_(False)
+    renormed = nn.Embedding(10, 4, max_norm=1.0)
+    for model in (tied, frozen, renormed, nn.Embedding(10, 4, scale_grad_by_freq=True)):
+        assert not use_row_embedding_grad(model).active
+
+
+def _tiny_bert_classifier(seed=0):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = BertModel(config)
+            self.head = nn.Linear(32, 1)
+
+        def forward(self, input_ids, attention_mask):
+            return self.head(self.encoder(input_ids=input_ids, attention_mask=attention_mask).pooler_output).squeeze(-1)
+
+    return Classifier()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_bert_trained_by_the_trainer_ends_with_the_same_weights(precision):
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 200, (24, 10), generator=gen)
+    ids[:, 7:] = 0  # padding
+    batches = [{"input_ids": ids[i:i + 8], "attention_mask": (ids[i:i + 8] != 0).long(),
+                "labels": torch.randint(0, 2, (8,), generator=gen).float()} for i in range(0, 24, 8)]
+    weights = []
+    for rows in (False, True):
+        model = _tiny_bert_classifier()
+        if rows:
+            assert use_row_embedding_grad(model).active
+        trainer = Trainer(model, lambda p: torch.optim.AdamW(p, lr=1e-3), nn.BCEWithLogitsLoss(), batches,
+                          precision=precision, device="cpu", grad_accum=2, epochs=2, seed=0)
+        trainer.fit()
+        weights.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+
+
+def test_the_run_layer_gives_cpu_runs_row_gradients(tiny_bert_dir, tmp_path):
+    from mixft.config import RunConfig
+    from mixft.precision import resolve_precision
+    from mixft.registry import get_recipe
+    from mixft.run.build import build_trainer
+
+    recipe = get_recipe("bert-sst2")
+    cfg = RunConfig(recipe="bert-sst2", model=str(tiny_bert_dir), max_train_samples=16, max_eval_samples=8,
+                    device="cpu", output_dir=str(tmp_path)).with_defaults(recipe.DEFAULTS).validate()
+    device = torch.device("cpu")
+    parts = recipe.build(cfg, recipe.prepare(cfg), resolve_precision("fp32", device), device, 0)
+    trainer = build_trainer(parts, cfg, precision="fp32", device=device, seed=0)
+    kinds = {type(m) for m in trainer.module.modules() if isinstance(m, nn.Embedding)}
+    assert kinds == {RowGradEmbedding}
