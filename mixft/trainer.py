@@ -158,6 +158,9 @@ class Trainer:
         # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
         # module stays reachable as ``self.module`` (saving, evaluation).
         self.model = distributed.wrap_model(self.model, self.device)
+        # Reversible swaps a builder made in the model (mixft.run.build: fast dropout, row
+        # embedding gradients), by name, each with .remove().
+        self.cpu_swaps: dict[str, Any] = {}
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(self.model.parameters())
         self.optimizers: list[torch.optim.Optimizer] = (

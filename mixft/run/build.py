@@ -59,10 +59,10 @@ def build_trainer(
     if cfg.fast_dropout and trainer.device.type == "cpu":
         # Every nn.Dropout and sdpa attention dropout of this run's own model draws its masks
         # the cheap way (CUDA keeps torch's fused kernel); the swap lives as long as the model.
-        use_fast_dropout(trainer.module)
+        trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
     if trainer.device.type == "cpu" and not is_distributed():
         # The embeddings' gradients go into one kept buffer, row by row: the same bits as the
         # dense backward without a vocabulary-sized zero fill (and its page faults) per step.
         # DDP's reducer wants dense gradients; CUDA fills zeros in one fast kernel.
-        use_row_embedding_grad(trainer.module)
+        trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
     return trainer

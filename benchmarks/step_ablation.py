@@ -1,0 +1,184 @@
+"""Whole-step ablation of mixft's CPU step changes: each one left out of the real trainer, rotated rounds.
+
+``python benchmarks/step_ablation.py [--rounds 3] [--steps 12] [--warmup 3] [--precisions fp32,bf16]
+[--batch-size 32] [--max-grad-norm X] [--json FILE]``
+
+What is switched (all on is what ``scripts/finetune.py`` runs on a CPU; none is the step
+before issue 22):
+
+* ``fast_dropout``: :mod:`mixft.dropout`'s exact masks from one random byte per element
+  instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
+* ``row_embedding_grad``: :mod:`mixft.embedding_grad`'s row gradients into a kept buffer
+  instead of a vocabulary-sized dense zero tensor per step (bit-identical gradients);
+* ``clip_when_over``: the trainer's clip skips its multiply by exactly 1.0 when the norm
+  is under the limit, instead of ``clip_grads_with_norm_`` on every step.
+
+Variants per precision: ``all``, each switch left out (``-fast_dropout`` ...) and
+``none``. Each is mixft's own ``Trainer`` from ``build_trainer`` on the ``bert-sst2``
+recipe's model (the shipped MiniLM offline), trained on one fixed batch of the recipe's
+loader so every variant computes the same shapes; a step's time is the wall time between
+two ``on_step_end`` callbacks (data, forward, backward, norm, clip, optimizer, zero_grad;
+``benchmarks.timing.StepTimer``). Each round builds every variant afresh and runs
+``warmup`` untimed then ``steps`` timed steps, in a rotated order.
+
+Printed: per variant the median step time, its spread (25th-75th percentile, min), the
+speedup of ``all`` over the variant with the range of the per-round speedups (a range that
+straddles 1.0 is noise) and the CPU model with its flags (amx_bf16, avx512_bf16,
+avx512_fp16): an ablation from one CPU says nothing about another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from benchmarks.bert import BertSetup, prepare_bert  # noqa: E402
+from benchmarks.timing import StepTimer, markdown_table, rotated  # noqa: E402
+from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
+from mixft.precision import resolve_device, resolve_precision  # noqa: E402
+from mixft.run.build import build_trainer  # noqa: E402
+
+SWITCHES = ("fast_dropout", "row_embedding_grad", "clip_when_over")
+PRECISIONS = ("fp32", "bf16")
+
+
+def variants() -> dict[str, frozenset[str]]:
+    """Variant name -> the switches it leaves out."""
+    out = {"all": frozenset()}
+    out.update({f"-{name}": frozenset({name}) for name in SWITCHES})
+    out["none"] = frozenset(SWITCHES)
+    return out
+
+
+class _SameBatch:
+    """A loader yielding one batch ``steps`` times."""
+
+    def __init__(self, batch, steps: int):
+        self.batch, self.steps = batch, steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        return (self.batch for _ in range(self.steps))
+
+
+def _clip_every_step(trainer):
+    """The trainer's clip as it was: torch's ``clip_grads_with_norm_`` every step, multiply by 1.0 included."""
+
+    def clip(norms, stepped):
+        live = [norm for norm, ok in zip(norms, stepped) if ok]
+        if trainer.max_grad_norm is None or not live:
+            return
+        params = [p for opt, ok in zip(trainer.optimizers, stepped) if ok
+                  for g in opt.param_groups for p in g["params"]]
+        torch.nn.utils.clip_grads_with_norm_(params, trainer.max_grad_norm, torch.linalg.vector_norm(torch.stack(live)))
+
+    return clip
+
+
+def timed_variant(bert, precision_name: str, left_out: frozenset[str], warmup: int, steps: int,
+                  max_grad_norm: float | None = None) -> list[float]:
+    """Seconds of each timed step of a fresh trainer with ``left_out`` switched off."""
+    device = resolve_device("cpu")
+    precision = resolve_precision(precision_name, device)
+    parts = bert.recipe.build(bert.cfg, bert.prepared, precision, device, seed=0)
+    batch = next(iter(parts.train_loader))
+    timer = StepTimer()
+    parts = dataclasses.replace(parts, train_loader=_SameBatch(batch, warmup + steps), eval_loader=None)
+    cfg = dataclasses.replace(bert.cfg, epochs=1, max_steps=None, eval_steps=0)
+    if max_grad_norm is not None:
+        cfg = dataclasses.replace(cfg, max_grad_norm=max_grad_norm)
+    trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=0, callbacks=[timer])
+    for name in ("fast_dropout", "row_embedding_grad"):
+        if name in left_out and name in trainer.cpu_swaps:
+            trainer.cpu_swaps.pop(name).remove()
+    if "clip_when_over" in left_out:
+        trainer._clip = _clip_every_step(trainer)
+    trainer.fit()
+    return timer.step_times_s[warmup:]
+
+
+def run_ablation(time_variant, precisions: list[str], rounds: int) -> dict:
+    """``{"<precision>/<variant>": {"all": [...], "rounds": [[...], ...]}}`` from ``time_variant(p, left_out)``."""
+    names = variants()
+    order = [(p, v) for p in precisions for v in names]
+    times = {f"{p}/{v}": {"all": [], "rounds": []} for p, v in order}
+    for r in range(rounds):
+        for precision, variant in rotated(order, r):
+            t = time_variant(precision, names[variant])
+            times[f"{precision}/{variant}"]["all"] += t
+            times[f"{precision}/{variant}"]["rounds"].append(t)
+    return times
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ablation_table(times: dict, precisions: list[str]) -> str:
+    rows = []
+    for precision in precisions:
+        best = times[f"{precision}/all"]
+        for variant in variants():
+            t = times[f"{precision}/{variant}"]
+            ms = [x * 1000 for x in t["all"]]
+            if variant == "all":
+                speedup = "1.00 (reference)"
+            else:
+                per_round = [statistics.median(v) / statistics.median(a) for v, a in zip(t["rounds"], best["rounds"])]
+                speedup = (f"{statistics.median(t['all']) / statistics.median(best['all']):.3f} "
+                           f"(rounds {min(per_round):.3f}-{max(per_round):.3f})")
+            rows.append([precision, variant, f"{statistics.median(ms):.1f}",
+                         f"{_quantile(ms, 0.25):.1f}-{_quantile(ms, 0.75):.1f}", f"{min(ms):.1f}", len(ms), speedup])
+    headers = ["precision", "variant", "median ms/step", "p25-p75 ms", "min ms", "steps", "all ÷ this (speedup of all)"]
+    return markdown_table(headers, rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=12, help="timed steps per variant per round")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant per round")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--precisions", default=",".join(PRECISIONS))
+    p.add_argument("--max-grad-norm", type=float, help="the clip limit (default: the recipe's); a limit the "
+                   "norm never reaches shows what clip_when_over saves on a step under it")
+    p.add_argument("--json", help="also write the raw step times here")
+    args = p.parse_args(argv)
+    if min(args.rounds, args.steps, args.batch_size) < 1 or args.warmup < 1:
+        p.error("--rounds, --steps and --batch-size must be >= 1, --warmup >= 1 (the first step measures memory)")
+    precisions = [name.strip() for name in args.precisions.split(",") if name.strip()]
+    bert = prepare_bert(BertSetup(train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size,
+                                  device="cpu"))
+    hw = describe_hardware(resolve_device("cpu"))
+    shown = bert.recipe.build(bert.cfg, bert.prepared, resolve_precision("fp32", resolve_device("cpu")),
+                              resolve_device("cpu"), seed=0)
+    shape = tuple(next(iter(shown.train_loader))["input_ids"].shape)
+    print(f"Step ablation, {bert.cfg.recipe} ({shown.run_info.get('model', bert.cfg.model)}), batch {shape[0]} x "
+          f"{shape[1]} tokens, {args.rounds} rounds x "
+          f"({args.warmup} warm-up + {args.steps} timed steps) per variant")
+    print(f"{hardware_line(hw)}; flags {json.dumps(hw['cpu']['flags'])}; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads\n")
+    times = run_ablation(lambda precision, left_out: timed_variant(bert, precision, left_out, args.warmup, args.steps,
+                                                                       args.max_grad_norm),
+                         precisions, args.rounds)
+    print(ablation_table(times, precisions))
+    if args.json:
+        result = {"hardware": hw, "args": vars(args), "batch_shape": shape, "switches": list(SWITCHES), "step_times_s": times}
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
