@@ -26,6 +26,12 @@ Conventions (kept the same everywhere):
   ``mean peak memory / baseline mean peak memory``. They are ``None`` when the baseline
   is absent, when either side lacks the value, or (memory) when the two sides measured
   different kinds of memory.
+* A run that only evaluated a saved model (``--eval-only``, :func:`is_eval_only`) trained
+  nothing: its ``train_time_s`` / ``train_samples_per_s`` (0 in results.json) are not
+  measurements and count as absent; what it measured is inference, ``eval.time_s`` and
+  ``eval.samples_per_s``, whose means every row carries (``eval_time_s_mean``,
+  ``inference_samples_per_s_mean``) with ``inference_speedup`` = baseline mean eval time /
+  mean eval time.
 * Memory increase is ``peak_memory_bytes - start_memory_bytes`` of each run (what the
   run added over the process's memory when it began; CPU: RSS), averaged over the runs
   that have both; results files written before ``start_memory_bytes`` existed have none.
@@ -211,6 +217,25 @@ def metric_short(metric: str) -> str:
     return _METRIC_LABELS.get(metric, (metric, metric))[1]
 
 
+def _field(run, key: str):
+    return run.get(key) if isinstance(run, dict) else getattr(run, key, None)
+
+
+def is_eval_only(run) -> bool:
+    """Whether a run (a results.json run dict or a RunResult) only evaluated a saved model:
+    ``--eval-only`` in its config, or, for a run without that record (the Python API's
+    ``Trainer.evaluate_only``), no step, no train time and a measured inference speed.
+
+    Usage: ``[r["precision"] for r in doc["runs"] if is_eval_only(r)]``
+    """
+    config = _field(run, "config")
+    if isinstance(config, dict) and "eval_only" in config:
+        return bool(config["eval_only"])
+    evaluation = _field(run, "eval")
+    return (_field(run, "steps") == 0 and number(_field(run, "train_time_s")) in (0.0, None)
+            and isinstance(evaluation, dict) and number(evaluation.get("samples_per_s")) is not None)
+
+
 def run_memory_increase(run: dict) -> float | None:
     """``peak_memory_bytes - start_memory_bytes`` of a run; None when either is missing."""
     peak, start = number(run.get("peak_memory_bytes")), number(run.get("start_memory_bytes"))
@@ -247,7 +272,9 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
     samples_per_s_std, peak_memory_n, peak_memory_bytes_mean, peak_memory_mib_mean,
     peak_memory_kind, memory_ratio, memory_increase_n, memory_increase_bytes_mean,
     memory_increase_mib_mean, skipped_steps_mean, skipped_steps_total,
-    final_loss_scale, final_loss_scale_min, final_loss_scale_max, steps, steps_total``,
+    final_loss_scale, final_loss_scale_min, final_loss_scale_max, steps, steps_total,
+    eval_only, eval_time_s_mean, eval_time_s_std, inference_samples_per_s_mean,
+    inference_samples_per_s_std, inference_speedup``,
     and for every other metric ``m`` of :func:`metric_names` (after the accuracy keys):
     ``m_n, m_mean, m_std`` and ``delta_m_pts`` (scores in [0, 1]) or ``delta_m``
     (correlations: own units). The accuracy keys are there even when no run has accuracy
@@ -255,7 +282,9 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
 
     ``final_loss_scale`` is the mean over the runs that have one (None without a
     GradScaler); ``_min``/``_max`` give the spread across seeds. ``steps`` is the mean
-    number of optimizer steps per run.
+    number of optimizer steps per run. ``eval_only``: every run of the row only evaluated
+    (``--eval-only``): its train figures (time, speed, speedup, skipped steps) are None and
+    its speed is the inference one (``eval_time_s_*``, ``inference_*``).
 
     Usage: ``{r["precision"]: r["speedup"] for r in summarize(doc)}``
     """
@@ -267,12 +296,15 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
             vals = [run_metric(r, m) for r in runs]
             scores.update({f"{m}_n": sum(v is not None for v in vals), f"{m}_mean": mean(vals),
                            f"{m}_std": sample_std(vals), delta_key(m): None})
-        times = [number(r.get("train_time_s")) for r in runs]
-        sps = [number(r.get("train_samples_per_s")) for r in runs]
+        trained = [r for r in runs if not is_eval_only(r)]  # an --eval-only run has no train figures
+        times = [number(r.get("train_time_s")) for r in trained]
+        sps = [number(r.get("train_samples_per_s")) for r in trained]
+        eval_times = [number((r.get("eval") or {}).get("time_s")) for r in runs]
+        inference = [number((r.get("eval") or {}).get("samples_per_s")) for r in runs]
         mems = [number(r.get("peak_memory_bytes")) for r in runs]
         increases = [run_memory_increase(r) for r in runs]
         kinds = {r.get("peak_memory_kind") for r, m in zip(runs, mems) if m is not None}
-        skipped = [number(r.get("skipped_steps")) for r in runs]
+        skipped = [number(r.get("skipped_steps")) for r in trained]
         scales = [number(r.get("final_loss_scale")) for r in runs]
         steps = [number(r.get("steps")) for r in runs]
         present_scales = [s for s in scales if s is not None]
@@ -310,6 +342,12 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
                 "final_loss_scale_max": max(present_scales) if present_scales else None,
                 "steps": mean(steps),
                 "steps_total": int(sum(present_steps)) if present_steps else None,
+                "eval_only": not trained,
+                "eval_time_s_mean": mean(eval_times),
+                "eval_time_s_std": sample_std(eval_times),
+                "inference_samples_per_s_mean": mean(inference),
+                "inference_samples_per_s_std": sample_std(inference),
+                "inference_speedup": None,
             }
         )
 
@@ -321,6 +359,7 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
                     diff = row[f"{m}_mean"] - base[f"{m}_mean"]
                     row[delta_key(m)] = diff * 100 if is_points(m) else diff
             row["speedup"] = ratio(base["train_time_s_mean"], row["train_time_s_mean"])
+            row["inference_speedup"] = ratio(base["eval_time_s_mean"], row["eval_time_s_mean"])
             if row["peak_memory_kind"] is not None and row["peak_memory_kind"] == base["peak_memory_kind"]:
                 row["memory_ratio"] = ratio(row["peak_memory_bytes_mean"], base["peak_memory_bytes_mean"])
     return rows
@@ -512,9 +551,17 @@ def eval_charts(doc: dict) -> dict[str, str]:
     return out
 
 
+def only_evaluated(doc: dict) -> bool:
+    """True when ``doc`` has runs and every one only evaluated a saved model (``--eval-only``)."""
+    runs = doc.get("runs") or []
+    return bool(runs) and all(is_eval_only(r) for r in runs)
+
+
 def chart_titles(doc: dict) -> dict[str, str]:
     """Every chart ``doc`` can have, file name -> title (the eval ones named by metric)."""
     titles = dict(CHART_TITLES)
+    if only_evaluated(doc):  # nothing trained: the time chart shows the evaluation's
+        titles["time_memory.png"] = "Eval time and peak memory"
     task = task_of(doc)
     for name, m in eval_charts(doc).items():
         titles[name] = f"Eval {metric_label(m, task)} per epoch"

@@ -18,12 +18,14 @@ from dataclasses import fields
 from collections.abc import Sequence
 from pathlib import Path
 
+from .aggregate import is_eval_only
 from .atomic import WriteFailed
 from .cli_common import OneLineParser, int_list, setup_logging
 from .config import RunConfig
-from .distributed import is_main_process, shutdown
+from .distributed import is_main_process, shutdown, world_size
 from .errors import UsageError
 from .interrupt import SignalHandler, StopOnSignal
+from .metrics.task import UNDEFINED_KEY
 from .faults import is_collapse
 from .options import SEED, add_arguments
 from .precision import PRECISIONS, amp_precision_names, resolve_device
@@ -179,11 +181,27 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, processes: int = 1) -> str:
+    """The header's batch arithmetic, true to the data: ``"4 x 2 accumulation = 8 effective"``.
+
+    An optimizer step cannot see more examples than the training data holds (an epoch's
+    last window is a step of its own): when the batch asked for is larger, say what each
+    step really sees, ``"1000 x 8 accumulation = 8000 asked, but the training data has 16
+    rows: each optimizer step sees all 16 (one step per epoch)"``.
+    """
+    effective = batch_size * grad_accum
+    text = f"{batch_size} x {grad_accum} accumulation = {effective} effective"
+    if train_rows is None or effective * processes <= train_rows:
+        return text
+    asked = f"{effective * processes} asked across {processes} processes" if processes > 1 else f"{effective} asked"
+    return (f"{batch_size} x {grad_accum} accumulation = {asked}, but the training data has {train_rows} "
+            f"row{'s' if train_rows != 1 else ''}: each optimizer step sees all {train_rows} (one step per epoch)")
+
+
 def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
     from .hardware import hardware_line
     from .probe_result import ProbeResult, probe_line
 
-    effective = cfg.batch_size * cfg.grad_accum
     say("mixft run")
     say(f"  recipe     {cfg.recipe}")
     say(f"  model      {run_info.get('model', cfg.model)}")
@@ -205,7 +223,7 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
         say(f"  evaluate   --eval-only: no training; evaluation batches of {cfg.batch_size * 2}")
         say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
         return
-    say(f"  batch      {cfg.batch_size} x {cfg.grad_accum} accumulation = {effective} effective")
+    say(f"  batch      {batch_text(cfg.batch_size, cfg.grad_accum, run_info.get('train_rows'), world_size())}")
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
     steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
     say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
@@ -226,15 +244,24 @@ def print_result(result) -> None:
     mem = result.peak_memory_bytes
     mem_s = f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
     metrics = {k: v for k, v in result.eval.items() if k not in _NOT_METRICS and isinstance(v, (int, float))}
+    undefined = result.eval.get(UNDEFINED_KEY) or {}
     if metrics:
-        quality = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        # A NaN is a metric the data leaves undefined: say why (mixft.metrics.task.undefined_reasons), not "nan".
+        shown, by_reason = [], {}
+        for k, v in metrics.items():
+            if k in undefined and v != v:
+                by_reason.setdefault(str(undefined[k]), []).append(k)
+            else:
+                shown.append(f"{k} {v:.4f}")
+        quality = ", ".join(shown + [f"{' and '.join(names)} undefined: {why}" for why, names in by_reason.items()])
     elif "loss" in result.eval:
         quality = f"eval loss {result.eval['loss']:.4f}"
     else:
         quality = "not evaluated"  # stopped before the first evaluation
     scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
-    if result.steps == 0 and result.train_time_s == 0 and "samples_per_s" in result.eval:
-        # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained".
+    if is_eval_only(result):
+        # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained"
+        # (report.md's table does the same: mixft.aggregate.is_eval_only decides for both).
         say(f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
             f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)", flush=True)
         return
@@ -275,8 +302,6 @@ class ConsoleObserver:
 
     def on_plan(self, cfg, device, precisions, run_info, steps, hardware) -> None:
         if self.main:
-            from .distributed import world_size
-
             print_plan(cfg, device, precisions, run_info, steps, hardware)
             if world_size() > 1:
                 say(f"  parallel   {world_size()} processes (DistributedDataParallel), "

@@ -51,6 +51,11 @@ def per_recipe(default, help: str, **kwargs):
 class RunConfig:
     """Options of one ``mixft.run`` (what the CLI flags fill in).
 
+    A copy made by ``with_defaults`` remembers which options the recipe's defaults filled
+    (not the user's: ``is_recipe_default``), so a message can say where a value came from
+    (``describe_setting``). That record is an attribute, not a field: it is neither saved
+    nor compared, and ``dataclasses.replace`` drops it (``replace_keeping_origin`` keeps it).
+
     Usage: ``mixft.run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))``
     """
 
@@ -202,10 +207,15 @@ class RunConfig:
         if unknown:
             raise ValueError(f"recipe defaults name unknown options: {sorted(unknown)}")
         values = asdict(self)
+        # Applied twice (a notebook's cfg, then mixft.run): the first copy's record still holds.
+        filled = {key: value for key, value in recipe_defaulted(self).items() if key in defaults}
         for key, value in defaults.items():
             if values[key] is None:
                 values[key] = value
-        return RunConfig(**values)
+                filled[key] = value
+        cfg = RunConfig(**values)
+        cfg.recipe_defaulted = filled
+        return cfg
 
     def validate(self) -> "RunConfig":
         """Apply every field's rule and the rules between fields; UsageError names the option."""
@@ -285,3 +295,44 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# ------------------------------------------------------------------ where a value came from
+
+
+def recipe_defaulted(cfg) -> dict[str, Any]:
+    """``{option: value}`` the recipe's ``DEFAULTS`` filled in ``cfg`` (``RunConfig.with_defaults``)."""
+    return dict(getattr(cfg, "recipe_defaulted", None) or {})
+
+
+def is_recipe_default(cfg, name: str) -> bool:
+    """Whether option ``name`` of ``cfg`` holds the value the recipe's defaults put there, rather
+    than one the user gave (command line, ``--config`` file or Python; even one equal to it)."""
+    filled = recipe_defaulted(cfg)
+    return name in filled and filled[name] == getattr(cfg, name)
+
+
+def describe_setting(cfg, name: str) -> str:
+    """Option ``name``'s value for a message, naming where it came from: ``"--max-length 64"``
+    when the user gave it, ``"the recipe's default max length 128"`` when the recipe's
+    defaults filled it (the user never typed the flag, so a message must not blame it),
+    ``"--max-length not set"`` when it has none.
+
+    Usage: ``f"{describe_setting(cfg, 'max_length')} is longer than the model reads"``
+    """
+    f = next(f for f in fields(RunConfig) if f.name == name)
+    value = getattr(cfg, name)
+    if value is None:
+        return f"{flag_of(f)} not set"
+    if is_recipe_default(cfg, name):
+        return f"the recipe's default {name.replace('_', ' ')} {value}"
+    return f"{flag_of(f)} {value}"
+
+
+def replace_keeping_origin(cfg: RunConfig, **changes) -> RunConfig:
+    """``dataclasses.replace`` that keeps the record of the recipe's defaults (for messages)."""
+    from dataclasses import replace
+
+    new = replace(cfg, **changes)
+    new.recipe_defaulted = recipe_defaulted(cfg)  # a changed value no longer matches it: the user's
+    return new

@@ -21,6 +21,7 @@ import torch
 from . import distributed
 from .batch import batch_size, forward, split_batch
 from .measure import Stopwatch
+from .metrics.task import UNDEFINED_KEY, undefined_reasons
 from .meter import TrainMeter
 from .precision import configure_matmul
 from .results import RunResult
@@ -115,8 +116,11 @@ def compute_metrics(predictions: list[torch.Tensor], references: list[torch.Tens
 
 def _metrics(preds: torch.Tensor, refs: torch.Tensor, metric=None) -> dict[str, Any]:
     if metric is not None:
-        computed = metric.compute(predictions=preds.tolist(), references=refs.tolist())
-        return {k: plain(v) for k, v in computed.items()}
+        predictions, references = preds.tolist(), refs.tolist()
+        computed = {k: plain(v) for k, v in metric.compute(predictions=predictions, references=references).items()}
+        # A NaN (a correlation of constant predictions) is kept, with the reason beside it for people.
+        reasons = undefined_reasons(computed, predictions, references)
+        return {**computed, UNDEFINED_KEY: reasons} if reasons else computed
     if not preds.is_floating_point():
         return {"accuracy": float((preds == refs).double().mean())}
     return {}

@@ -160,8 +160,11 @@ def max_sequence_length(config) -> int | None:
     return positions
 
 
-def check_max_length(config, max_length: int, source: str = "the model") -> None:
+def check_max_length(config, max_length: int, source: str = "the model", shown: str | None = None) -> None:
     """Refuse a ``max_length`` longer than the model's position table, in one line.
+
+    ``shown`` names the value as the run got it (``mixft.config.describe_setting``: the
+    user's ``--max-length 512`` or the recipe's default); default ``--max-length N``.
 
     Usage: ``check_max_length(AutoConfig.from_pretrained(path), 512, "--model roberta-base")``
     """
@@ -171,8 +174,8 @@ def check_max_length(config, max_length: int, source: str = "the model") -> None
         if config.model_type in _PADDING_OFFSET_TYPES:
             extra = f" ({config.max_position_embeddings} positions, the first {config.max_position_embeddings - limit} reserved)"
         raise UsageError(
-            f"--max-length {max_length} is longer than {source} can read: at most {limit} tokens{extra}; "
-            f"pass --max-length {limit} or less"
+            f"{shown or f'--max-length {max_length}'} is longer than {source} can read: at most {limit} "
+            f"tokens{extra}; pass --max-length {limit} or less"
         )
 
 
@@ -450,6 +453,7 @@ def held_library_warnings() -> Iterator[None]:
 
 def check_model(
     path: str, *, max_length: int | None = None, source: str | None = None, decoders: bool = False,
+    max_length_shown: str | None = None,
 ) -> CheckedModel:
     """Check a resolved model before training; return its config and loaded tokenizer.
 
@@ -458,6 +462,7 @@ def check_model(
     the config, the weight files' headers and the tokenizer; raises UsageError, one line
     naming the file and the cause, for anything that would train wrongly or crash later.
     ``decoders=True`` accepts decoder-only models (see :func:`encoder_problem`).
+    ``max_length_shown``: how messages name ``max_length`` (see :func:`check_max_length`).
     Library warnings raised meanwhile appear only if the check passes.
 
     Usage: ``tokenizer = check_model(resolved.path, max_length=cfg.max_length).tokenizer``
@@ -470,7 +475,7 @@ def check_model(
         check_weight_shapes(source, weight_files, shapes, config)
         tokenizer = _load_tokenizer(source, path, config)
         if max_length is not None:
-            check_max_length(config, max_length, source)
+            check_max_length(config, max_length, source, max_length_shown)
     logger.debug("%s: %s checked (%d tensors in %s)", source, config.model_type, len(shapes), ", ".join(weight_files))
     return CheckedModel(
         path=str(path), config=config, tokenizer=tokenizer, weight_files=weight_files,

@@ -14,8 +14,8 @@ document has data for is :func:`mixft.aggregate.planned_charts`):
 * ``eval_<metric>.png`` one chart per task metric (``eval_accuracy.png``, ``eval_f1.png``,
                         ``eval_pearsonr.png``...): the metric per epoch per precision
                         (mean, min-max band); :func:`mixft.aggregate.eval_charts` names them
-* ``time_memory.png``   train time and peak memory per precision, speedup / memory
-                        ratio vs the baseline written on the bars
+* ``time_memory.png``   train time (``--eval-only`` runs: eval time) and peak memory per
+                        precision, speedup / memory ratio vs the baseline on the bars
 * ``memory_breakdown.png`` per precision, stacked: parameters, gradients, optimizer
                         state and the peak of saved activations (runs' ``memory``), the
                         device figure as a marker, saved bytes vs the baseline on the bars
@@ -202,9 +202,14 @@ def _time_memory_figure(doc: dict, baseline: str):
     rows = summarize(doc, baseline)
     colors = _colors(doc)
     fig, (ax_t, ax_m) = _figure(10, 4.5, ncols=2)
-    if not _bars(ax_t, rows, colors, "train_time_s_mean", "train_time_s_std", "speedup"):
-        ax_t.text(0.5, 0.5, "train time not recorded", transform=ax_t.transAxes, ha="center")
-    ax_t.set_title(f"Train time (s): speedup vs {baseline}")
+    if rows and all(r["eval_only"] for r in rows):  # --eval-only: the time measured is the evaluation's
+        if not _bars(ax_t, rows, colors, "eval_time_s_mean", "eval_time_s_std", "inference_speedup"):
+            ax_t.text(0.5, 0.5, "eval time not recorded", transform=ax_t.transAxes, ha="center")
+        ax_t.set_title(f"Eval time (s), no training: inference speedup vs {baseline}")
+    else:
+        if not _bars(ax_t, rows, colors, "train_time_s_mean", "train_time_s_std", "speedup"):
+            ax_t.text(0.5, 0.5, "train time not recorded", transform=ax_t.transAxes, ha="center")
+        ax_t.set_title(f"Train time (s): speedup vs {baseline}")
     ax_t.set_ylabel("seconds (mean over seeds)")
     if not _bars(ax_m, rows, colors, "peak_memory_bytes_mean", None, "memory_ratio", scale=1 / 2**20):
         ax_m.text(0.5, 0.5, "peak memory not measured", transform=ax_m.transAxes, ha="center")

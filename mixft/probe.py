@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import RunConfig
+from .config import RunConfig, replace_keeping_origin
 from .errors import UsageError
 from .hardware import describe_hardware, hardware_line
 from .log import logger
@@ -185,7 +185,7 @@ def _probe_config(cfg: RunConfig, recipe) -> RunConfig:
         changes["max_train_samples"] = min(cfg.max_train_samples or cfg.batch_size, cfg.batch_size)
     if uses is None or "max_eval_samples" in uses:
         changes["max_eval_samples"] = min(cfg.max_eval_samples or 8, 8)  # built by the recipe, never run
-    cfg = replace(cfg, **changes)
+    cfg = replace_keeping_origin(cfg, **changes)  # messages still tell the recipe's defaults from the user's
     hook = getattr(recipe, "probe_config", None)
     return hook(cfg) if hook is not None else cfg
 

@@ -53,6 +53,9 @@ __all__ = ["lighter_sentence", "measured_speed_sentence", "render_agreement", "r
            "render_markdown", "render_memory", "render_preflight", "render_probe", "render_table",
            "summarize", "task_line", "write_report"]
 
+#: A train cell of an ``--eval-only`` row beside trained ones.
+NO_TRAINING = "no training"
+
 #: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.plots.write_plots``).
 ChartWriter = Callable[[dict, Path, str], list[Path]]
 
@@ -118,17 +121,18 @@ def render_table(rows: list[dict], baseline: str = "fp32", *, task: dict | None 
     mem_header += ")"
     # Results written before start_memory_bytes existed have no increase: no column then.
     show_increase = any(r["memory_increase_n"] for r in rows)
+    # --eval-only runs trained nothing: their speed is inference, and train columns would only say 0.
+    evaluated = _only_evaluated(rows)
+    speed = (["eval time (s)", "inference speedup", "inference samples/s"] if evaluated
+             else ["train time (s)", "speedup", "samples/s"])
     header = [
         "precision",
         *(h for m in metrics for h in (metric_label(m, task), _delta_header(m, baseline))),
-        "train time (s)",
-        "speedup",
-        "samples/s",
+        *speed,
         mem_header,
         *(["increase over start (MiB)"] if show_increase else []),
         "memory ratio",
-        "skipped steps",
-        "final loss scale",
+        *([] if evaluated else ["skipped steps", "final loss scale"]),
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for r in rows:
@@ -149,17 +153,24 @@ def render_table(rows: list[dict], baseline: str = "fp32", *, task: dict | None 
             scale = f"{fmt_scale(r['final_loss_scale_min'])}–{fmt_scale(r['final_loss_scale_max'])}"
         else:
             scale = fmt_scale(r["final_loss_scale"])
+        if evaluated:
+            speeds = [fmt_mean_std(r["eval_time_s_mean"], r["eval_time_s_std"], ".2f"),
+                      fmt_ratio(r["inference_speedup"]),
+                      fmt_mean_std(r["inference_samples_per_s_mean"], r["inference_samples_per_s_std"], ".1f")]
+        elif r.get("eval_only"):  # beside trained runs: say why its train cells are empty
+            speeds, skipped, scale = [NO_TRAINING] * 3, NO_TRAINING, NO_TRAINING
+        else:
+            speeds = [fmt_mean_std(r["train_time_s_mean"], r["train_time_s_std"], ".2f"),
+                      fmt_ratio(r["speedup"]),
+                      fmt_mean_std(r["samples_per_s_mean"], r["samples_per_s_std"], ".1f")]
         cells = [
             r["precision"],
             *scores,
-            fmt_mean_std(r["train_time_s_mean"], r["train_time_s_std"], ".2f"),
-            fmt_ratio(r["speedup"]),
-            fmt_mean_std(r["samples_per_s_mean"], r["samples_per_s_std"], ".1f"),
+            *speeds,
             mem,
             *([_mib(r["memory_increase_mib_mean"])] if show_increase else []),
             fmt_ratio(r["memory_ratio"]),
-            skipped,
-            scale,
+            *([] if evaluated else [skipped, scale]),
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
@@ -177,10 +188,16 @@ def _skipped_at(runs: list[dict]) -> list[tuple[Any, list[int]]]:
     return out
 
 
+def _only_evaluated(rows: list[dict]) -> bool:
+    """Every row only evaluated a saved model (``--eval-only``): nothing trained."""
+    return bool(rows) and all(r.get("eval_only") for r in rows)
+
+
 def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
     groups = group_runs(doc)
     base = next((r for r in rows if r["is_baseline"]), None)
     notes: list[str] = []
+    evaluated = _only_evaluated(rows)
 
     # -- the task's first metric (accuracy where there is one): gap vs seed noise
     m = table_metrics(rows)[0]
@@ -216,6 +233,21 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
                 f"one seed: run `--compare --seeds 0,1,2` to tell a gap from noise."
             )
 
+    # -- eval-only runs: what was measured, and why there are no train figures
+    if evaluated:
+        notes.append(
+            "These runs trained nothing (`--eval-only`): each evaluated the saved model at its precision, so the "
+            "speed columns are inference on the eval set (eval time, samples/s), and there are no train times, "
+            "skipped steps or loss scales."
+        )
+        if base is not None and any(r["inference_speedup"] is not None for r in rows if not r["is_baseline"]):
+            notes.append(f"inference speedup = {baseline}'s mean eval time ÷ this precision's (above 1.00× is "
+                         f"faster); memory ratio = this precision's mean peak memory ÷ {baseline}'s.")
+    elif any(r.get("eval_only") for r in rows):
+        names = ", ".join(f"**{r['precision']}**" for r in rows if r.get("eval_only"))
+        notes.append(f"{names} only evaluated a saved model (`--eval-only`): its train cells read "
+                     f"\"{NO_TRAINING}\".")
+
     # -- speed
     if base is not None and any(r["speedup"] is not None for r in rows if not r["is_baseline"]):
         notes.append(
@@ -239,7 +271,9 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
             "scale each time. That is normal early in fp16 training while the scale calibrates; "
             "skips throughout training would mean gradients keep overflowing."
         )
-    if rows and not any(r["grad_scaler"] for r in rows):
+    if evaluated:  # nothing trained: no scaler to speak of
+        pass
+    elif rows and not any(r["grad_scaler"] for r in rows):
         notes.append("No GradScaler in these runs (fp32 and bf16 need none), so there are no skipped steps to watch.")
     elif any(not r["grad_scaler"] for r in rows):
         notes.append("In the final loss scale column, — means the precision ran without a GradScaler.")
@@ -283,7 +317,15 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
 
     notes += best_model_notes(doc.get("runs") or [])
     # -- anything unusual
+    task = task_of(doc)
     for r in doc.get("runs") or []:
+        undefined = (r.get("eval") or {}).get("undefined")  # mixft.metrics.task.undefined_reasons
+        if isinstance(undefined, dict) and undefined:
+            by_reason: dict[str, list[str]] = {}
+            for m, why in undefined.items():
+                by_reason.setdefault(str(why), []).append(metric_label(str(m), task))
+            said = "; ".join(f"{' and '.join(names)} undefined: {why}" for why, names in by_reason.items())
+            notes.append(f"**{r.get('precision')}** seed {r.get('seed')}: {said}; shown as n/a in the tables.")
         if r.get("stopped_early"):
             notes.append(f"**{r.get('precision')}** seed {r.get('seed')} stopped early: {r['stopped_early']}.")
     devices = distinct(doc.get("runs") or [], "device_name")
@@ -368,6 +410,17 @@ def measured_speed_sentence(rows: Sequence[dict], baseline: str = "fp32", probe:
     -> ``"Measured in these runs: bf16 trained 1.78x faster than fp32 (the table's speedup)."``
     """
     said = []
+    if _only_evaluated(list(rows)):  # --eval-only measured inference, not training
+        for r in rows:
+            s = number(r.get("inference_speedup"))
+            if r.get("is_baseline") or s is None:
+                continue
+            how = (f"{s:.2f}x faster than" if round(s, 2) > 1 else
+                   f"at {s:.2f}x the speed of" if round(s, 2) < 1 else "as fast as")
+            said.append(f"{r['precision']} evaluated {how} {baseline}")
+        if said:
+            return (f"Measured in these runs: {'; '.join(said)} (inference on the eval set, the table's inference "
+                    "speedup; nothing was trained).")
     for r in rows:
         s = number(r.get("speedup"))
         if r.get("is_baseline") or s is None:
@@ -663,7 +716,8 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
         f"**dataset** `{', '.join(distinct(runs, 'dataset')) or NA}`",
         f"**device** {', '.join(distinct(runs, 'device_name')) or ', '.join(distinct(runs, 'device')) or NA}",
         f"**seeds** {_seed_list([s for s in seeds if s is not None])}",
-        f"**steps/run** {', '.join(map(str, steps)) or NA}",
+        f"**steps/run** {', '.join(map(str, steps)) or NA}"
+        + (" (`--eval-only`: no training)" if _only_evaluated(rows) else ""),
         f"**created** {doc.get('created') or NA}",
     ]
     out += [" · ".join(meta), ""]

@@ -14,12 +14,17 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
       "grad_scaler": false,
       "seed": 0,
       "model": "...", "dataset": "...", "device": "cpu", "device_name": "...",
-      "eval": {"accuracy": 0.91, "f1": 0.9, "loss": 0.25},  # final evaluation: every task metric (may be {})
+      "eval": {"accuracy": 0.91, "f1": 0.9, "loss": 0.25},  # final evaluation: every task metric (may be {});
+                                           # a metric the data leaves undefined (Pearson of constant predictions)
+                                           # is null, with why under "undefined": {"pearsonr": "the predictions
+                                           # are constant (all 0.5)"} (mixft.metrics.task.undefined_reasons)
       "task": {"kind": "classification", "names": [...], ...},  # labels in id order; null without labels
       "eval_history": [{"epoch": 1, "step": 63, "accuracy": 0.88, "loss": 0.3}, ...],
       "train_time_s": 41.2,                # wall time of the training loop, device synced; evaluations and
                                            # checkpoint writes excluded (those: checkpoint_time_s)
-      "train_samples_per_s": 97.1,         # over train_time_s: checkpoint writes excluded
+      "train_samples_per_s": 97.1,         # over train_time_s: checkpoint writes excluded; both 0 for an
+                                           # --eval-only run (nothing trained: its speed is eval.samples_per_s,
+                                           # mixft.aggregate.is_eval_only tells it apart)
       "train_tokens_per_s": 1630.0,        # null when batches have no attention_mask
       "peak_memory_bytes": 123456789,      # null where the device cannot tell
       "peak_memory_kind": "cpu_rss" | "cuda_max_allocated",

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from mixft.atomic import atomic_directory
-from mixft.config import RunConfig
+from mixft.config import RunConfig, describe_setting
 from mixft.errors import UsageError
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.data.synthetic.stand_ins import SST2
@@ -99,7 +99,8 @@ def prepare(cfg: RunConfig) -> Prepared:
     resolved = resolve_model(cfg.model)
     # Broken directories, a missing tokenizer, a decoder, --max-length past the model's
     # positions: one line now instead of a crash (or a silently useless run) later.
-    checked = check_model(resolved.path, max_length=cfg.max_length, source=f"--model {cfg.model}")
+    checked = check_model(resolved.path, max_length=cfg.max_length, source=f"--model {cfg.model}",
+                          max_length_shown=describe_setting(cfg, "max_length"))  # the default is not the user's
     if cfg.eval_only and not (Path(resolved.path) / HEAD_FILE).is_file():
         raise UsageError(f"--eval-only --model {cfg.model}: no fine-tuned classifier head ({HEAD_FILE}) there, so "
                          "the accuracy would be a random head's; pass a directory written by --save-model")

@@ -21,6 +21,7 @@ from recipes.text_classification import (  # noqa: F401
     OPTIMISATION_OPTIONS,
     Prepared,
     build,
+    check_run_model,
     prepare_model_and_tokens,
     save_model,
 )
@@ -31,7 +32,8 @@ USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max
 
 
 def prepare(cfg: RunConfig) -> Prepared:
-    """The task's data (official splits), then the model and tokens as text-classification does."""
+    """The task's data (official splits), then the model and tokens as text-classification does
+    (``--eval-only``: the saved model first; the validation labels are matched to its labels by name)."""
     from mixft.data.glue import GLUE_TASKS, glue_task
     from mixft.data.synthetic.stand_ins import stand_in_for
     from mixft.data.user_data import load_glue_data
@@ -40,8 +42,10 @@ def prepare(cfg: RunConfig) -> Prepared:
         raise UsageError(f"--recipe glue needs --task, one of: {', '.join(GLUE_TASKS)}")
     # Offline, sst2 and mrpc train on mixft's generated stand-ins; the other tasks stop with one line.
     stand_in = stand_in_for("glue", glue_task(cfg.task).name)
+    model = check_run_model(cfg) if cfg.eval_only else None
     data = load_glue_data(cfg.task, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
                           seed=cfg.seeds[0], stand_in=stand_in, shown=f"--task {cfg.task}",
                           other_data="use --task sst2 or mrpc (generated stand-ins offline), or your own copy of the "
-                                     "task's files with --recipe text-classification --train-file/--validation-file")
-    return prepare_model_and_tokens(cfg, data)
+                                     "task's files with --recipe text-classification --train-file/--validation-file",
+                          model_labels=model.labels if model else None)
+    return prepare_model_and_tokens(cfg, data, model)

@@ -12,7 +12,10 @@ loads back onto the base model they record.
 Data: ``--train-file`` (+ ``--validation-file`` or ``--validation-split``) in CSV, TSV,
 JSON, JSON Lines or Parquet, or ``--dataset NAME [--dataset-config CFG]`` from the cache or
 the hub; single texts or pairs, columns auto-detected; integer, string or float labels
-(label names kept end to end). Metrics: accuracy + F1 (macro for more than two classes),
+(label names kept end to end). ``--eval-only --model DIR`` needs only ``--validation-file``
+(or a dataset): the saved model's labels (its id2label) decide, the data's names are matched
+to them by name in any order, and a name the model lacks is refused.
+Metrics: accuracy + F1 (macro for more than two classes),
 Pearson + Spearman for regression, through shipped ``evaluate`` modules.
 Optimisation: AdamW, linear warm-up then decay, unless ``--lr-scheduler``,
 ``--warmup-ratio``/``--warmup-steps``, ``--weight-decay`` say otherwise; classification
@@ -34,7 +37,7 @@ from pathlib import Path
 import torch
 
 from mixft.atomic import atomic_directory
-from mixft.config import RunConfig
+from mixft.config import RunConfig, describe_setting
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
@@ -78,10 +81,15 @@ class Prepared:
 
 
 def prepare(cfg: RunConfig) -> Prepared:
-    """Resolve and check the data and the model, tokenise once (cached by ``datasets``)."""
+    """Resolve and check the data and the model, tokenise once (cached by ``datasets``).
+
+    ``--eval-only``: the saved model first, since its labels say what the data's label names
+    mean (by name, in any order); no training data is needed then.
+    """
     from mixft.data.synthetic.stand_ins import stand_in_for
     from mixft.data.user_data import load_text_data
 
+    model = check_run_model(cfg) if cfg.eval_only else None
     data = load_text_data(
         train_file=cfg.train_file, validation_file=cfg.validation_file, dataset=cfg.dataset,
         dataset_config=cfg.dataset_config, eval_split=cfg.eval_split, task_kind=cfg.task_kind,
@@ -90,22 +98,34 @@ def prepare(cfg: RunConfig) -> Prepared:
         max_eval_samples=cfg.max_eval_samples, seed=cfg.seeds[0],
         # Offline, glue/sst2, glue/mrpc and ag_news fall back to mixft's generated stand-ins (with a notice).
         stand_in=stand_in_for(cfg.dataset, cfg.dataset_config),
+        model_labels=model.labels if model else None,
     )
-    return prepare_model_and_tokens(cfg, data)
+    return prepare_model_and_tokens(cfg, data, model)
 
 
-def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
-    """The model half of ``prepare`` (shared with the glue recipe): check, tokenise."""
-    from mixft.data.tokenize import tokenize_text_data
+@dataclass
+class CheckedRunModel:
+    """The model of a run, checked (``check_run_model``): what tokenising and building need."""
+
+    path: str  # what from_pretrained gets (a LoRA directory's base model)
+    description: str
+    notice: str | None
+    checked: object  # mixft.model_check.CheckedModel
+    tokenizer: object
+    source: str  # "--model X" for messages
+    lora_dir: str | None
+    labels: object = None  # --eval-only: the saved model's mixft.data.labels.ModelLabels
+
+
+def check_run_model(cfg: RunConfig) -> CheckedRunModel:
+    """Resolve and check ``--model`` (LoRA directories included); ``--eval-only``: load the saved
+    model once, refuse one without a fine-tuned head, and read its label space."""
     from mixft.hub import resolve_model
     from mixft.lora import check_lora_targets, is_lora_directory, lora_base_model
     from mixft.model_check import check_model
     from mixft.models import pad_for_classification
 
-    from mixft.models import refuse_for_regression
-
     options = lora_options(cfg) if cfg.lora else None  # "--lora-target-modules q,,v" refused before any reading
-    refuse_for_regression(data.task.kind == "regression", cfg.label_smoothing, cfg.class_weights)
     source = f"--model {cfg.model}"
     # A --save-model directory of a LoRA run holds adapters + head only: the weights
     # underneath come from the base model it records.
@@ -117,13 +137,29 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
     resolved = resolve_model(base)
     if lora_dir:
         source = f"--model {cfg.model} (LoRA on base model {base})"
-    checked = check_model(resolved.path, max_length=cfg.max_length, source=source, decoders=True)
+    checked = check_model(resolved.path, max_length=cfg.max_length, source=source, decoders=True,
+                          max_length_shown=describe_setting(cfg, "max_length"))
     # Before tokenising: a decoder's batches are padded (and pooled) as its tokenizer now says.
     tokenizer = pad_for_classification(checked.tokenizer, checked.config, source)
     if options:  # a target name the model lacks is refused now, not after tokenising
         check_lora_targets(checked.config, options)
-    if cfg.eval_only:
-        _check_fine_tuned(cfg, resolved.path, data.task, tokenizer, lora_dir)
+    labels = _check_fine_tuned(cfg, resolved.path, tokenizer, lora_dir) if cfg.eval_only else None
+    description = f"{cfg.model} (LoRA on {resolved.description})" if lora_dir else resolved.description
+    return CheckedRunModel(path=resolved.path, description=description, notice=resolved.notice, checked=checked,
+                           tokenizer=tokenizer, source=source, lora_dir=lora_dir, labels=labels)
+
+
+def prepare_model_and_tokens(cfg: RunConfig, data, model: CheckedRunModel | None = None) -> Prepared:
+    """The model half of ``prepare`` (shared with the glue recipe): check (unless ``model`` is
+    already checked: ``check_run_model``), tokenise."""
+    from mixft.data.tokenize import tokenize_text_data
+    from mixft.models import refuse_for_regression
+
+    if cfg.lora:
+        lora_options(cfg)  # "--lora-target-modules q,,v" refused before the model is read
+    refuse_for_regression(data.task.kind == "regression", cfg.label_smoothing, cfg.class_weights)
+    model = model or check_run_model(cfg)
+    checked, tokenizer, lora_dir = model.checked, model.tokenizer, model.lora_dir
     max_length = cfg.max_length or min(DEFAULT_MAX_LENGTH, checked.max_length or DEFAULT_MAX_LENGTH)
     train, evaluation = tokenize_text_data(data, tokenizer, max_length)
     weights = None
@@ -134,13 +170,13 @@ def prepare_model_and_tokens(cfg: RunConfig, data) -> Prepared:
         weights = class_weights_balanced(torch.as_tensor(train.with_format("numpy")["labels"][:]),
                                          data.task.num_labels)
     return Prepared(
-        model_path=resolved.path,
-        model_description=f"{cfg.model} (LoRA on {resolved.description})" if lora_dir else resolved.description,
+        model_path=model.path,
+        model_description=model.description,
         data=data,
         tokenizer=tokenizer,
         train=train,
         eval=evaluation,
-        notices=[n for n in (resolved.notice, data.notice) if n],
+        notices=[n for n in (model.notice, data.notice) if n],
         lora_dir=lora_dir,
         class_weights=weights,
         max_length=max_length,
@@ -165,16 +201,17 @@ def _load_saved(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None, seed
     return load_classifier(path, seed=seed, source=f"--model {cfg.model}", tokenizer=tokenizer)
 
 
-def _check_fine_tuned(cfg: RunConfig, path: str, task, tokenizer, lora_dir: str | None) -> None:
+def _check_fine_tuned(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None):
+    """The saved model's label space (``ModelLabels``); a model without a fine-tuned head is refused."""
+    from mixft.data.labels import ModelLabels
+
     # --eval-only on a bare encoder would report a random head's accuracy: refuse it.
     model = _load_saved(cfg, path, tokenizer, lora_dir, seed=0)
     if model.untrained:
         raise UsageError(f"--eval-only --model {cfg.model}: the model has no fine-tuned classification head, so its "
                          "scores would be a random head's; pass a directory written by --save-model")
-    wanted = list(task.label_names) if task.kind == "classification" else None
-    if model.labels != wanted:
-        raise UsageError(f"--eval-only --model {cfg.model}: the model was fine-tuned for labels {model.labels}, "
-                         f"the data has {wanted}")
+    # The data's labels are matched to these by name (mixft.data.labels.labels_for_model).
+    return ModelLabels(None if model.labels is None else tuple(model.labels), f"--model {cfg.model}")
 
 
 def describe_task(task) -> str:

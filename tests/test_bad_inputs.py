@@ -391,3 +391,70 @@ def test_a_batch_that_does_not_fit_in_memory_is_one_line(ctx, capsys, monkeypatc
     after = _snapshot(ctx.out)
     after.pop(".mixft.lock")  # the run had started (and held the directory) when the step failed
     assert after == before
+
+
+def test_a_recipe_default_is_not_blamed_on_a_flag_never_passed(ctx, capsys, tmp_path):
+    # Was: "--max-length 128 is longer than --model X can read" although the user never passed
+    # --max-length: 128 is bert-sst2's default (its DEFAULTS). A value the user gave is still named as theirs.
+    from tests.tiny_models import make_tiny_model_dir
+
+    short = make_tiny_model_dir("bert", tmp_path / "bert-64")  # reads 64 positions
+    capsys.readouterr()
+    before = _snapshot(ctx.out)
+    for extra, named in (([], "the recipe's default max length 128 is longer than"),
+                         (["--max-length", "128"], "--max-length 128 is longer than")):
+        code = main(base_args(ctx) + ["--model", str(short), *extra])
+        captured = capsys.readouterr()
+        lines = captured.err.splitlines()
+        assert code == 2 and len(lines) == 1, lines
+        assert named in lines[0] and "at most 64 tokens; pass --max-length 64 or less" in lines[0], lines[0]
+        assert ("--max-length 128" in lines[0]) == bool(extra), lines[0]
+        assert _snapshot(ctx.out) == before and captured.out == ""
+    # The one helper every such message uses, through the recipe's defaults (applied twice, as a
+    # notebook's cfg is by mixft.run) and past a change made afterwards.
+    from mixft.config import RunConfig, describe_setting
+
+    defaults = {"max_length": 128, "epochs": 2}
+    cfg = RunConfig().with_defaults(defaults).with_defaults(defaults)
+    assert describe_setting(cfg, "max_length") == "the recipe's default max length 128"
+    assert describe_setting(RunConfig(max_length=128).with_defaults(defaults), "max_length") == "--max-length 128"
+    cfg.max_length = 64
+    assert describe_setting(cfg, "max_length") == "--max-length 64"
+    assert describe_setting(RunConfig(), "max_length") == "--max-length not set"
+
+
+def test_an_undefined_correlation_is_explained_not_nan(ctx, capsys, isolated_hf):
+    # Was: "[fp32] pearsonr nan, spearmanr nan": constant validation labels leave the correlations
+    # undefined, and nothing said so. results.json stays valid JSON: null, with the reason beside it.
+    from mixft.report import render_markdown
+
+    train = _file(ctx, "train.csv", _rows(["0.5", "1.5", "2.5", "3.5"] * 2))
+    dev = _file(ctx, "dev.csv", _rows(["3.0"] * 4))
+    args = file_args(ctx, train, "--validation-file", str(dev))
+    args.remove("--validation-split"), args.remove("0.25")
+    code = main(args)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    (line,) = [ln for ln in captured.out.splitlines() if ln.startswith("[fp32]")]
+    assert "nan" not in line
+    assert "pearsonr and spearmanr undefined: the labels are constant (all 3)" in line, line
+    text = (ctx.out / "results.json").read_text()
+    doc = json.loads(text, parse_constant=lambda name: pytest.fail(f"results.json holds {name}"))
+    evaluation = doc["runs"][0]["eval"]
+    assert evaluation["pearsonr"] is None and evaluation["spearmanr"] is None
+    assert evaluation["undefined"] == {"pearsonr": "the labels are constant (all 3)",
+                                       "spearmanr": "the labels are constant (all 3)"}
+    assert "Pearson r and Spearman ρ undefined: the labels are constant (all 3)" in render_markdown(doc)
+
+
+def test_undefined_reasons_name_the_constant_side():
+    from mixft.metrics.task import undefined_reasons
+
+    nan = float("nan")
+    assert undefined_reasons({"pearsonr": nan, "loss": 0.5}, [0.25, 0.25, 0.25], [1.0, 2.0, 3.0]) == {
+        "pearsonr": "the predictions are constant (all 0.25)"}
+    assert undefined_reasons({"spearmanr": nan}, [1.0, 1.0], [2.0, 2.0]) == {
+        "spearmanr": "the predictions are constant (all 1) and the labels are constant (all 2)"}
+    assert undefined_reasons({"pearsonr": nan}, [1.0], [2.0]) == {
+        "pearsonr": "1 evaluation example, two or more needed"}
+    assert undefined_reasons({"pearsonr": 0.5}, [1.0, 2.0], [1.0, 2.0]) == {}

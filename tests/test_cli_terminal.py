@@ -43,3 +43,27 @@ def test_no_progress_silences_the_libraries_bars(tmp_path, tiny_bert_dir):
     assert (out / "model" / "config.json").is_file()
     assert "%|" not in proc.stderr and "it/s]" not in proc.stderr, proc.stderr
     assert "TOKENIZERS_PARALLELISM" not in proc.stderr, proc.stderr  # the fork warning of DataLoader workers
+
+
+def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
+    # Was: "batch 1000 x 8 accumulation = 8000 effective" on 16 training rows: no step ever sees 8000.
+    from mixft.cli import main
+
+    out = tmp_path / "out"
+    code = main(["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
+                 "--batch-size", "1000", "--grad-accum", "8", "--epochs", "2", "--output-dir", str(out),
+                 "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  batch")]
+    assert "8000 effective" not in line
+    assert line.endswith("= 8000 asked, but the training data has 16 rows: each optimizer step sees all 16 "
+                         "(one step per epoch)"), line
+    assert json.loads((out / "results.json").read_text())["runs"][0]["steps"] == 2  # one per epoch, as said
+    # A batch the data fills is said as before; under a launcher the global batch is what counts.
+    from mixft.cli import batch_text
+
+    assert batch_text(4, 2, 16) == "4 x 2 accumulation = 8 effective"
+    assert batch_text(4, 4, 16) == "4 x 4 accumulation = 16 effective"
+    assert batch_text(4, 2, 16, processes=4).endswith("= 32 asked across 4 processes, but the training data has 16 "
+                                                      "rows: each optimizer step sees all 16 (one step per epoch)")
+    assert batch_text(4, 2, None) == "4 x 2 accumulation = 8 effective"  # a loader that cannot tell

@@ -243,3 +243,29 @@ def test_many_distinct_numbers_written_as_text_are_a_regression_target():
     # CSV cells are strings now: a 2000-value score column must still be a target, not "too many classes".
     info = _info([f"{i / 3:.4f}" for i in range(2 * MAX_CLASSES)])
     assert info.kind == "regression"
+
+
+# ------------------------------------------------------------------------------------ a saved model's labels
+
+
+def test_a_saved_models_labels_are_matched_by_name_in_any_order():
+    from mixft.data.labels import ModelLabels, labels_for_model
+
+    model = ModelLabels(("positive", "neutral", "negative"), "--model out/model")
+    words = labels_for_model(_ds(["negative", "positive", "neutral", "negative"]), "label", model, where=V)
+    assert words.names == model.names and words.encode(["negative", " positive", "neutral"]) == [2, 0, 1]
+    # A ClassLabel in another order: its ids become the model's, through the names.
+    other = ClassLabel(names=["negative", "neutral", "positive"])
+    stored = labels_for_model(_ds([0, 2, 1], other), "label", model, where=V)
+    assert stored.encode([0, 2, 1]) == [2, 0, 1]
+    # Numbers and true/false are named as training names them ("1", "true").
+    numbers = labels_for_model(_ds(["01", "0"]), "label", ModelLabels(("0", "1"), "m"), where=V)
+    assert numbers.encode(["1", "00"]) == [1, 0]
+    assert labels_for_model(_ds([True, False]), "label", ModelLabels(("false", "true"), "m"), where=V).encode(
+        [True, False]) == [1, 0]
+    with pytest.raises(UsageError, match=r"labels 'meh', 'so-so' in column 'label' are not among the labels "
+                                         r"--model out/model was fine-tuned for \(positive, neutral, negative\)"):
+        labels_for_model(_ds(["positive", "so-so", "meh"]), "label", model, where=V)
+    with pytest.raises(UsageError, match="is a regression model, but the labels in column 'label' are text"):
+        labels_for_model(_ds(["positive"]), "label", ModelLabels(None, "--model reg"), where=V)
+    assert labels_for_model(_ds([1.5, 2.0]), "label", ModelLabels(None, "m"), where=V).kind == "regression"

@@ -264,9 +264,9 @@ def test_resume_reads_results_once_and_checks_each_checkpoint_once(tmp_path, tin
         calls["results"] += 1
         return recorded_runs(out)
 
-    def counting_check_meta(ckpt, expected, path):
+    def counting_check_meta(ckpt, expected, path, **kwargs):
         calls["meta"].append(Path(path).name)
-        return check_meta(ckpt, expected, path)
+        return check_meta(ckpt, expected, path, **kwargs)
 
     def counting_verify(path):
         calls["crc"].append(Path(path).name)

@@ -102,3 +102,15 @@ def test_an_option_left_to_its_default_is_named_as_such(tmp_path):
     path = tiny_checkpoint(tmp_path / "ckpt.pt", {"max_length": None})
     with pytest.raises(CheckpointError, match=r"--max-length not set \(the default\), this run has 64"):
         check_meta(load_checkpoint(path), {"max_length": 64}, path)
+
+
+def test_a_recipe_default_in_a_resume_refusal_is_said_to_be_one(tmp_path):
+    # This run's 128 is bert-sst2's default, not a --max-length the user passed: the line says so.
+    path = tiny_checkpoint(tmp_path / "ckpt.pt", {"max_length": 64})
+    cfg = RunConfig(output_dir=str(tmp_path)).with_defaults({"max_length": 128})
+    with pytest.raises(CheckpointError, match=r"--max-length 64, this run has 128 \(the recipe's default; pass "
+                                              r"--max-length to set it\)"):
+        check_meta(load_checkpoint(path), {"max_length": 128}, path, cfg=cfg)
+    typed = RunConfig(output_dir=str(tmp_path), max_length=128).with_defaults({"max_length": 128})
+    with pytest.raises(CheckpointError, match=r"--max-length 64, this run has 128; rerun"):
+        check_meta(load_checkpoint(path), {"max_length": 128}, path, cfg=typed)

@@ -2,9 +2,10 @@
 
 Usage::
 
-    from mixft.data.labels import analyze_labels, check_eval_labels, label_key
+    from mixft.data.labels import ModelLabels, analyze_labels, check_eval_labels, label_key, labels_for_model
     info = analyze_labels(train_ds, "label", where="--train-file train.csv")
     check_eval_labels(eval_ds, "label", info, where="--validation-file dev.csv")
+    info = labels_for_model(eval_ds, "label", ModelLabels(("neg", "pos"), "--model out/model"), where="dev.csv")
     info.kind, info.id2label, info.encode(["Sports", "World"])   # "classification", {0: ...}, [1, 0]
     label_key(" 007 ")   # 7: mixft's one rule for what class a written label is
 
@@ -31,6 +32,12 @@ Rules (every violation is one UsageError line, raised before any tokenisation):
   target too large for the float32 squared-error loss, a single class in training, a
   constant regression target, a validation label never seen in training, more than
   MAX_CLASSES classes, regression asked of words or booleans.
+
+A saved, fine-tuned model (``--eval-only``) brings its own label space (:class:`ModelLabels`:
+its id2label names in id order). Evaluation data is then read against it by name
+(:func:`labels_for_model`): no training data is needed, the same names in any order (or
+stored as a ``ClassLabel`` in another order) get the model's ids, and a name the model was
+not fine-tuned for is one UsageError line naming it.
 """
 
 from __future__ import annotations
@@ -101,8 +108,8 @@ class LabelInfo:
         """Raw label values -> ids (int) for classification, floats for regression."""
         if self.kind == "regression":
             return [float(v) for v in values]  # float() itself ignores surrounding whitespace
-        if self.value_type == "classlabel":
-            return [int(v) for v in values]
+        if self.value_type == "classlabel":  # the ids of the data's ClassLabel -> this label space's
+            return [self.mapping[int(v)] for v in values]
         return [self.mapping[label_key(v)] for v in values]
 
 
@@ -436,3 +443,67 @@ def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str) -> None:
             f"{where}: validation label{'s' if len(unseen) > 1 else ''} {_show(unseen, 5)} never seen in training "
             f"(training labels: {_show(info.names, 10)})"
         )
+
+
+# ---------------------------------------------------------------------------------------
+# A saved model's labels (--eval-only)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelLabels:
+    """The label space a fine-tuned model predicts: its label names in id order (its
+    ``id2label``), or None for a regression model; ``source`` names the model in messages."""
+
+    names: tuple[str, ...] | None
+    source: str
+
+    @property
+    def kind(self) -> str:
+        return "regression" if self.names is None else "classification"
+
+
+def label_name(key) -> str:
+    """The name of a label read by :func:`label_key`, as :func:`analyze_labels` names classes
+    (and so as a model trained by mixft saved it): ``1`` -> ``"1"``, ``True`` -> ``"true"``."""
+    return str(key).lower() if isinstance(key, bool) else str(key)
+
+
+def labels_for_model(ds, column: str, model: ModelLabels, *, where: str) -> LabelInfo:
+    """The labels of ``ds`` (evaluation data) in ``model``'s label space, matched by name.
+
+    Every label is read by :func:`label_key` and named as training names it
+    (:func:`label_name`; a ``ClassLabel`` by its own names), then given the model's id for
+    that name: the same names in another order evaluate exactly as in the model's order.
+    Raises UsageError (one line) for a name the model lacks, and for text or true/false
+    labels given to a regression model.
+
+    Usage: ``info = labels_for_model(dev, "label", ModelLabels(("neg", "pos"), "--model out"), where="dev.csv")``
+    """
+    scan = _scan(ds, column)
+    _check_scan(scan, column, where)
+    kind = scan.kind
+    if model.names is None:
+        if kind not in ("int", "float"):
+            raise UsageError(f"{where}: {model.source} is a regression model, but the labels in column {column!r} "
+                             f"are {'text' if kind == 'string' else kind}; it needs numbers")
+        _refuse_too_large(scan, column, where)
+        return LabelInfo(kind="regression", value_type=kind)
+    if scan.keys is None:
+        _too_many_classes(column, where)
+    if kind == "classlabel":
+        data_names = ds.features[column].names
+        named = {key: str(data_names[key]) for key in scan.keys}
+    else:
+        named = {key: label_name(key) for key in scan.keys}
+    ids = {name: i for i, name in enumerate(model.names)}
+    unknown = {name for name in named.values() if name not in ids}
+    if unknown:
+        raise UsageError(
+            f"{where}: label{'s' if len(unknown) > 1 else ''} {_show(unknown, 5)} in column {column!r} "
+            f"{'are' if len(unknown) > 1 else 'is'} not among the labels {model.source} was fine-tuned for "
+            f"({', '.join(model.names[:10])}{', ...' if len(model.names) > 10 else ''}); evaluate it on data "
+            "with those labels"
+        )
+    value_type = "int" if kind == "float" else kind
+    return LabelInfo("classification", value_type, tuple(model.names), {key: ids[name] for key, name in named.items()})

@@ -83,13 +83,16 @@ def tokenize_dataset(ds, tokenizer, *, text_columns: tuple[str, ...], label_colu
     POSITIVE_INT.validate("max_length", max_length)
     datasets.disable_progress_bars()  # a bar per tokenisation pass is noise in the CLI output
     encode = _Encode(tokenizer, tuple(text_columns), label_column, labels, max_length, float_labels)
+    features = _features(tokenizer, tuple(text_columns), labels, float_labels)
+    if len(ds) == 0:  # map() skips an empty dataset and keeps its columns: give it the tokenised ones
+        return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
     in_memory = not ds.cache_files
     return ds.map(
         encode,
         batched=True,
         batch_size=_MAP_BATCH,
         remove_columns=ds.column_names,
-        features=_features(tokenizer, tuple(text_columns), labels, float_labels),
+        features=features,
         new_fingerprint=f"mixft-tokenize-{uuid.uuid4().hex}" if in_memory else None,
     )
 

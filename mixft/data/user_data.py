@@ -7,6 +7,7 @@ Usage::
     data = load_text_data(data_dir="glue/SST-2")        # train.tsv + dev.tsv (mixft.data.glue_dir)
     data = load_text_data(dataset="ag_news", validation_split=0.1, max_train_samples=5000)
     data = load_text_data(dataset="ag_news", stand_in=AG_NEWS)   # a recipe's offline fallback
+    data = load_text_data(validation_file="dev.csv", model_labels=ModelLabels(("neg", "pos"), "--model out/model"))
     data = load_glue_data("mrpc")
     data.train, data.eval          # datasets.Dataset (Arrow), the source's own columns
     data.task.kind, data.task.id2label, data.task.text_columns, data.description
@@ -28,7 +29,7 @@ import os
 from dataclasses import dataclass
 
 from mixft.data.columns import check_columns, check_text_columns, resolve_columns
-from mixft.data.labels import TASK_KINDS, LabelInfo, analyze_labels, check_eval_labels
+from mixft.data.labels import TASK_KINDS, LabelInfo, ModelLabels, analyze_labels, check_eval_labels, labels_for_model
 from mixft.errors import UsageError
 from mixft.options import FRACTION, POSITIVE_INT
 from mixft.log import logger
@@ -96,7 +97,10 @@ class TextData:
 
     @property
     def description(self) -> str:
-        """For run headers and results: ``"glue/mrpc (3668 train / 408 eval)"``."""
+        """For run headers and results: ``"glue/mrpc (3668 train / 408 eval)"``; ``"dev.csv (408 eval)"``
+        for evaluation data alone (a saved model's, ``model_labels``)."""
+        if len(self.train) == 0:
+            return f"{self.name} ({len(self.eval)} eval)"
         return f"{self.name} ({len(self.train)} train / {len(self.eval)} eval)"
 
 
@@ -106,16 +110,24 @@ class TextData:
 
 
 def _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
-                     validation_split, max_train_samples, max_eval_samples) -> None:
+                     validation_split, max_train_samples, max_eval_samples, evaluation_only: bool = False) -> None:
     if data_dir is not None:
         given = [flag for flag, value in (("--train-file", train_file), ("--dataset", dataset),
                                           ("--validation-split", validation_split)) if value is not None]
         if given:
             raise UsageError(f"--data-dir brings its own train.tsv and dev.tsv; drop {', '.join(given)}")
+    elif evaluation_only and train_file is None and dataset is None:
+        # A saved model is evaluated: its labels come from the model, no training data is needed.
+        if validation_file is None:
+            raise UsageError("pass --validation-file (the data to evaluate on), or --train-file with "
+                             "--validation-split, or --dataset NAME")
     elif (train_file is None) == (dataset is None):
         raise UsageError("pass either --train-file (with --validation-file or --validation-split) or --dataset NAME")
     if validation_file is not None and train_file is None:
-        raise UsageError("--validation-file needs --train-file")
+        if not evaluation_only:
+            raise UsageError("--validation-file needs --train-file")
+        if dataset is not None:  # its evaluation split would be read, the file silently not
+            raise UsageError("--validation-file and --dataset both name the data to evaluate on: pass one")
     if dataset is None and (dataset_config is not None or eval_split is not None):
         raise UsageError(f"--{'dataset-config' if dataset_config is not None else 'eval-split'} needs --dataset")
     if task_kind is not None and task_kind not in TASK_KINDS:
@@ -186,7 +198,7 @@ def _stand_in(stand_in, label: str, seed: int, train_size: int, eval_size: int):
     return splits, notice
 
 
-def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, label_column: str):
+def _carve(train, fraction: float, seed: int, where: str, kind: str, label_column: str):
     """A seeded hold-out of ``fraction`` of the rows; the same data, fraction and seed give the same rows.
 
     Classification data is split per class (stratified), so every class keeps its share in
@@ -200,7 +212,7 @@ def _carve(train, fraction: float, seed: int, where: str, labels: LabelInfo, lab
     # non-negative seed as it was and gives each negative one its own stream.
     rng = np.random.default_rng(seed % 2**64)
     column = train.select_columns([label_column]).with_format("arrow")[:].column(0)
-    if labels.kind == "classification":
+    if kind == "classification":
         codes = pc.dictionary_encode(column.combine_chunks()).indices.to_numpy(zero_copy_only=False)
         groups = [np.flatnonzero(codes == code) for code in np.unique(codes)]
     else:
@@ -263,6 +275,7 @@ def load_text_data(
     glue_task: str | None = None,
     dataset_shown: str | None = None,
     other_data: str | None = None,
+    model_labels: ModelLabels | None = None,
 ) -> TextData:
     """Read, check and cap the data of a text-classification or regression run.
 
@@ -282,10 +295,20 @@ def load_text_data(
     ``other_data`` the advice when it cannot be had (default: pass --train-file/--validation-file):
     a recipe that refuses those flags says what it accepts instead.
 
+    ``model_labels``: the data is for evaluating a saved model (``--eval-only``), whose label
+    space this is. ``validation_file`` alone is then enough (no ``train_file``); the
+    validation labels are read against the model's names (mixft.data.labels.labels_for_model:
+    by name, in any order), the task's labels are the model's, and ``train`` is empty (the
+    training data, when given, is read only for ``validation_split`` to hold out the same rows).
+
     Usage: ``data = load_text_data(train_file="train.csv", validation_split=0.1, seed=0)``
     """
+    evaluation_only = model_labels is not None
     _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
-                     validation_split, max_train_samples, max_eval_samples)
+                     validation_split, max_train_samples, max_eval_samples, evaluation_only)
+    if evaluation_only and task_kind is not None and task_kind != model_labels.kind:
+        raise UsageError(f"--task-kind {task_kind}: {model_labels.source} is a {model_labels.kind} model; drop "
+                         "--task-kind (a saved model's task is its own)")
     user_eval_split = eval_split is not None
     if dataset is not None and glue_task is None:
         glue_task = _glue_config(dataset, dataset_config)
@@ -301,6 +324,16 @@ def load_text_data(
             raise UsageError(f"GLUE {table.name} is single-text data (column {table.text_columns[0]!r}); "
                              f"--text-pair-column {text_pair_column} does not apply")
 
+    if evaluation_only and train_file is None and data_dir is None and dataset is None:  # evaluation data alone
+        from mixft.data.files import load_data_file
+
+        eval_ds = load_data_file(validation_file, "--validation-file")
+        eval_where = f"--validation-file {validation_file}"
+        columns = resolve_columns(eval_ds.column_names, where=eval_where, text_column=text_column,
+                                  text_pair_column=text_pair_column, label_column=label_column)
+        check_text_columns(eval_ds, columns, where=eval_where)
+        return _for_model(eval_ds, columns, model_labels, eval_where, max_eval_samples, glue_task,
+                          name=str(validation_file), source="files", notice=None)
     if train_file is not None:
         from mixft.data.files import load_data_file
 
@@ -338,12 +371,18 @@ def load_text_data(
                            text_pair_column=text_pair_column, label_column=label_column)
     # Checked whole, before any hold-out or cap, so a bad row is reported by its row in the file.
     check_text_columns(train, cols, where=where)
-    labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
     if eval_ds is not None:
         check_columns(eval_ds.column_names, cols, where=eval_where)
         check_text_columns(eval_ds, cols, where=eval_where)
+    if evaluation_only:  # the model's labels, not the training data's, say what each name means
+        if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
+            train, eval_ds = _carve(train, validation_split, seed, where, model_labels.kind, cols.label)
+            eval_where = f"{where} (rows held out by --validation-split {validation_split})"
+        return _for_model(eval_ds, cols, model_labels, eval_where, max_eval_samples, glue_task, name=name,
+                          source=source, notice=notice)
+    labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
     if eval_ds is None:
-        train, eval_ds = _carve(train, validation_split, seed, where, labels, cols.label)
+        train, eval_ds = _carve(train, validation_split, seed, where, labels.kind, cols.label)
         eval_where = f"{where} (rows held out by --validation-split {validation_split})"
     capped = max_train_samples is not None and max_train_samples < len(train)
     all_labels = labels
@@ -364,6 +403,16 @@ def load_text_data(
     task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
                     labels=labels, glue_task=glue_task)
     return TextData(train=train, eval=eval_ds, task=task, name=name, source=source, notice=notice)
+
+
+def _for_model(eval_ds, cols, model_labels: ModelLabels, eval_where: str, max_eval_samples: int | None,
+               glue_task: str | None, *, name: str, source: str, notice: str | None) -> TextData:
+    """Evaluation data for a saved model: its labels read against the model's, no training rows."""
+    eval_ds = _first(eval_ds, max_eval_samples)
+    labels = labels_for_model(eval_ds, cols.label, model_labels, where=eval_where)
+    task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
+                    labels=labels, glue_task=glue_task)
+    return TextData(train=eval_ds.select([]), eval=eval_ds, task=task, name=name, source=source, notice=notice)
 
 
 def _glue_config(dataset: str, config: str | None) -> str | None:
@@ -387,6 +436,7 @@ def load_glue_data(
     demo_eval_size: int = DEMO_EVAL_SIZE,
     shown: str | None = None,
     other_data: str | None = None,
+    model_labels: ModelLabels | None = None,
 ) -> TextData:
     """A GLUE task's train and official validation split (``validation_matched`` for MNLI).
 
@@ -397,6 +447,7 @@ def load_glue_data(
     mnli``) and advising ``other_data`` (default GLUE_OTHER_DATA: the GLUE recipes take no
     data files, so the advice names the recipe that does).
     ``data.task.glue_task`` names the task, so ``mixft.metrics.task`` picks its official metrics.
+    ``model_labels``: evaluating a saved model (see :func:`load_text_data`).
 
     Usage: ``data = load_glue_data("stsb"); data.task.kind  # "regression"``
     """
@@ -408,4 +459,5 @@ def load_glue_data(
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         hub_timeout=hub_timeout, stand_in=stand_in, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
         dataset_shown=shown or f"glue/{table.name}", other_data=other_data or GLUE_OTHER_DATA,
+        model_labels=model_labels,
     )

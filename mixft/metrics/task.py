@@ -8,6 +8,8 @@ Usage::
     metrics.compute(predictions=[1, 0, 1], references=[1, 1, 1])   # {"f1": 0.8, "accuracy": 0.666...}
 
 The trainer calls ``compute(predictions=..., references=...)`` and records every key.
+A metric that is undefined on the data (a correlation of constant predictions) is NaN;
+:func:`undefined_reasons` says why, in words the run's results carry (``eval.undefined``).
 """
 
 from __future__ import annotations
@@ -82,3 +84,32 @@ def task_metrics(kind: str, num_labels: int = 2, glue_task: str | None = None) -
     Usage: ``trainer_metric = task_metrics(data.task.kind, data.task.num_labels, data.task.glue_task)``
     """
     return TaskMetrics(metric_names(kind, num_labels, glue_task), average=f1_average(num_labels))
+
+
+#: Where an evaluation's metrics keep the reason each undefined (NaN) one has no value.
+UNDEFINED_KEY = "undefined"
+
+
+def undefined_reasons(metrics: dict, predictions, references) -> dict[str, str]:
+    """``{metric: why it is undefined}`` for each NaN in ``metrics`` (JSON has no NaN: results.json
+    stores null, and the reason beside it under ``eval.undefined``).
+
+    A correlation (Pearson, Spearman) needs both sides to vary: constant predictions (a
+    model that outputs one value, or fp16/bf16 rounding them all to one) or constant labels
+    leave it undefined, as does an evaluation set of fewer than two examples.
+
+    Usage: ``undefined_reasons({"pearsonr": float("nan")}, [0.5, 0.5], [1.0, 2.0])``
+    -> ``{"pearsonr": "the predictions are constant (all 0.5)"}``
+    """
+    missing = [name for name, value in metrics.items()
+               if isinstance(value, float) and value != value]  # NaN is the only value unequal to itself
+    if not missing:
+        return {}
+    predictions, references = list(predictions), list(references)
+    if len(predictions) < 2:
+        why = f"{len(predictions)} evaluation example{'' if len(predictions) == 1 else 's'}, two or more needed"
+    else:
+        constant = [f"the {what} are constant (all {values[0]:g})" for what, values in
+                    (("predictions", predictions), ("labels", references)) if len(set(values)) == 1]
+        why = " and ".join(constant) or "not a finite number on this data"
+    return {name: why for name in missing}

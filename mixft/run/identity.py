@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ..checkpoint import CheckpointError, load_checkpoint
-from ..config import RunConfig
+from ..config import RunConfig, is_recipe_default
 from ..interrupt import is_interrupted
 from ..options import flag_of
 from ..results import RunResult
@@ -162,12 +162,22 @@ def _shown(value: Any) -> str:
     return "not set (the default)" if value is None else repr(value)
 
 
-def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str | os.PathLike) -> None:
+def _shown_now(cfg: RunConfig | None, key: str, value: Any) -> str:
+    # This run's value, and whether the user gave it: a recipe default was never typed
+    # (mixft.config.is_recipe_default), so the message must not read as if it were.
+    if cfg is not None and is_recipe_default(cfg, key):
+        return f"{_shown(value)} (the recipe's default; pass {_flag(key)} to set it)"
+    return _shown(value)
+
+
+def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str | os.PathLike, *,
+               cfg: RunConfig | None = None) -> None:
     """Raise CheckpointError naming the first option whose value differs from ``expected``.
 
     Paths compare resolved; ``num_workers`` only as none vs some (see ``same_option``);
-    ``data_files`` (from ``run_meta``) must be unchanged on disk.
-    Usage: ``check_meta(load_checkpoint(path), run_meta(cfg, "bf16", 0), path)``
+    ``data_files`` (from ``run_meta``) must be unchanged on disk. ``cfg`` (the run's
+    options, optional) lets the message say when this run's value is the recipe's default.
+    Usage: ``check_meta(load_checkpoint(path), run_meta(cfg, "bf16", 0), path, cfg=cfg)``
     """
     meta = ckpt.get("meta", {})
     for key, want in expected.items():
@@ -181,7 +191,7 @@ def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str |
                    "(any count above 0 continues exactly from another above 0)" if key == "num_workers" else "")
             raise CheckpointError(
                 f"--resume: checkpoint {path} was written with {flag} {_shown(meta[key])}, this run has "
-                f"{_shown(want)}{why}; "
+                f"{_shown_now(cfg, key, want)}{why}; "
                 "rerun with the same options, or without --resume to start over"
             )
 
@@ -234,7 +244,7 @@ def plan_resume(cfg: RunConfig, precisions: Sequence[str]) -> ResumePlan:
             if not path.exists():
                 continue
             ckpt = load_checkpoint(path, mmap=True)  # CRC-checked; tensors stay on disk
-            check_meta(ckpt, run_meta(cfg, name, seed), path)
+            check_meta(ckpt, run_meta(cfg, name, seed), path, cfg=cfg)
             continued.add((name, seed))
     if not continued and not finished:
         first = out / checkpoint_name(precisions[0], cfg.seeds[0], single)
@@ -268,8 +278,8 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, Run
                 if option in stored and not same_option(option, stored[option], value):
                     raise CheckpointError(
                         f"--resume: {path} holds a {key[0]} seed {key[1]} run made with {_flag(option)} "
-                        f"{_shown(stored[option])}, this run has {_shown(value)}; rerun with the same options or another "
-                        "--output-dir"
+                        f"{_shown(stored[option])}, this run has {_shown_now(cfg, option, value)}; rerun with the same "
+                        "options or another --output-dir"
                     )
             known = {f.name for f in fields(RunResult)}
             done[key] = RunResult(**{k: v for k, v in run.items() if k in known})
@@ -293,7 +303,7 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
     # files it was trained on (a renamed label would swap the names silently).
     meta = run_meta(cfg, result.precision, result.seed)
     options = {k: v for k, v in meta.items() if k in TRAJECTORY_OPTIONS or k == "data_files"}
-    check_meta(ckpt, options, path)
+    check_meta(ckpt, options, path, cfg=cfg)
     step = ckpt["meta"].get("step")
     if step != result.steps:
         raise CheckpointError(f"--resume --save-model: {what} its checkpoint {path} is from step {step}, not its "

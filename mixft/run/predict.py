@@ -26,7 +26,7 @@ import torch
 from ..config import RunConfig
 from ..data.columns import Columns, check_text_columns
 from ..data.files import load_data_file
-from ..data.labels import LabelInfo, check_eval_labels
+from ..data.labels import LabelInfo, ModelLabels, check_eval_labels, labels_for_model
 from ..data.loaders import make_loader
 from ..data.tokenize import tokenize_dataset
 from ..errors import UsageError
@@ -72,7 +72,12 @@ def read_predict_file(cfg: RunConfig, prepared) -> PredictSource:
                          f"columns: {', '.join(repr(c) for c in ds.column_names)}")
     check_text_columns(ds, Columns(task.text_column, task.text_pair_column, task.label_column), where=where)
     has_labels = task.label_column in ds.column_names
-    if has_labels:
+    if has_labels and cfg.eval_only:
+        # A saved model's label space: the file's labels are matched to its names, as the validation data's are.
+        names = tuple(task.label_names) if task.kind == "classification" else None
+        label_column = task.label_column
+        labels = labels_for_model(ds, label_column, ModelLabels(names, f"--model {cfg.model}"), where=where)
+    elif has_labels:
         check_eval_labels(ds, task.label_column, task.labels, where=where)
         label_column, labels = task.label_column, task.labels
     else:

@@ -54,7 +54,9 @@ class RunObserver:
 
         ``steps``: optimizer steps planned for one run (None for a loader without a length).
         ``hardware``: ``mixft.hardware.describe_hardware``, with the cached probe under
-        ``"probe"`` when this machine has one for the recipe and model.
+        ``"probe"`` when this machine has one for the recipe and model. ``run_info`` is the
+        recipe's, plus ``"train_rows"``: the examples one epoch of training reads (None
+        when the loader cannot tell), against which the effective batch is capped.
         """
 
     def callbacks(self, cfg: RunConfig, precision: Precision, seed: int) -> Sequence[Callback]:
@@ -204,7 +206,16 @@ def _announce(observer: RunObserver, hardware: dict, cfg: RunConfig, device, pre
               trainer) -> None:
     """The run header (``observer.on_plan``), with this machine's cached probe."""
     _add_cached_probe(hardware, cfg, precisions, parts.run_info.get("model"), device)
-    observer.on_plan(cfg, device, precisions, parts.run_info, trainer.total_steps, hardware)
+    info = {**parts.run_info, "train_rows": _train_rows(parts.train_loader)}
+    observer.on_plan(cfg, device, precisions, info, trainer.total_steps, hardware)
+
+
+def _train_rows(loader) -> int | None:
+    """Examples one epoch of ``loader`` reads, in all processes (a DataLoader's dataset); None if unknown."""
+    try:
+        return len(loader.dataset)
+    except (AttributeError, TypeError):  # a plain iterable of batches: not counted (it may be a one-shot generator)
+        return None
 
 
 def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, seed: int, single: bool,
