@@ -10,6 +10,8 @@ before issue 22):
   instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
 * ``row_embedding_grad``: :mod:`mixft.embedding_grad`'s row gradients into a kept buffer
   instead of a vocabulary-sized dense zero tensor per step (bit-identical gradients);
+* ``norm_of_rows``: the gradient norm reads only the rows of those buffers a step wrote
+  (the same norm up to the order of the sum) instead of the whole vocabulary;
 * ``clip_when_over``: the trainer's clip skips its multiply by exactly 1.0 when the norm
   is under the limit, instead of ``clip_grads_with_norm_`` on every step.
 
@@ -47,7 +49,7 @@ from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
 from mixft.precision import resolve_device, resolve_precision  # noqa: E402
 from mixft.run.build import build_trainer  # noqa: E402
 
-SWITCHES = ("fast_dropout", "row_embedding_grad", "clip_when_over")
+SWITCHES = ("fast_dropout", "row_embedding_grad", "norm_of_rows", "clip_when_over")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -102,6 +104,8 @@ def timed_variant(bert, precision_name: str, left_out: frozenset[str], warmup: i
     for name in ("fast_dropout", "row_embedding_grad"):
         if name in left_out and name in trainer.cpu_swaps:
             trainer.cpu_swaps.pop(name).remove()
+    if "norm_of_rows" in left_out or "row_embedding_grad" in left_out:
+        trainer.grad_norm_views.clear()
     if "clip_when_over" in left_out:
         trainer._clip = _clip_every_step(trainer)
     trainer.fit()

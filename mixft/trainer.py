@@ -161,6 +161,9 @@ class Trainer:
         # Reversible swaps a builder made in the model (mixft.run.build: fast dropout, row
         # embedding gradients), by name, each with .remove().
         self.cpu_swaps: dict[str, Any] = {}
+        # parameter -> the part of its gradient that can be nonzero, for the norm (a builder's:
+        # mixft.embedding_grad gives the rows a step wrote of a vocabulary-sized gradient).
+        self.grad_norm_views: dict[torch.Tensor, Callable[[], torch.Tensor]] = {}
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(self.model.parameters())
         self.optimizers: list[torch.optim.Optimizer] = (
@@ -283,7 +286,7 @@ class Trainer:
 
         for opt in self.optimizers:  # every one: from here on .grad holds real values
             self.scaler.unscale_(opt)
-        norms = grad_norms(self.optimizers, self.device)  # unscaled, per optimizer
+        norms = grad_norms(self.optimizers, self.device, self.grad_norm_views)  # unscaled, per optimizer
         stepped = self._may_step(norms)  # per optimizer: an inf in one does not hold back another
         self._clip(norms, stepped)  # the *unscaled* gradients
         for opt, ok in zip(self.optimizers, stepped):
@@ -492,16 +495,21 @@ class Trainer:
 
 
 
-def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device) -> list[torch.Tensor]:
+def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device,
+               views: Mapping[torch.Tensor, Callable[[], torch.Tensor]] | None = None) -> list[torch.Tensor]:
     """Each optimizer's gradient 2-norm (0 when it has none yet), on the device, in fp32.
 
     Every parameter's norm comes from one ``torch._foreach_norm`` call over all the
     optimizers' gradients (fp32 accumulation, whatever the gradients' dtype); an
     optimizer's norm is the 2-norm of its parameters' norms, as ``get_total_norm``'s.
+    ``views`` maps a parameter to a function giving the part of its gradient that can be
+    nonzero (``Trainer.grad_norm_views``): the same norm up to the order of the sum.
 
     Usage: ``grad_norms(trainer.optimizers, trainer.device)`` after ``scaler.unscale_``
     """
-    grads = [[p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None] for opt in optimizers]
+    views = views or {}
+    grads = [[views[p]() if p in views else p.grad for group in opt.param_groups for p in group["params"]
+              if p.grad is not None] for opt in optimizers]
     every = [g for opt_grads in grads for g in opt_grads]
     per_param = torch._foreach_norm(every, 2.0, dtype=torch.float32) if every else []
     norms, start = [], 0

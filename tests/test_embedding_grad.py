@@ -158,3 +158,39 @@ def test_the_run_layer_gives_cpu_runs_row_gradients(tiny_bert_dir, tmp_path):
     trainer = build_trainer(parts, cfg, precision="fp32", device=device, seed=0)
     kinds = {type(m) for m in trainer.module.modules() if isinstance(m, nn.Embedding)}
     assert kinds == {RowGradEmbedding}
+    word = trainer.module.encoder.embeddings.word_embeddings.weight
+    assert word in trainer.grad_norm_views
+
+
+def test_the_norm_view_reads_only_the_rows_written_and_gives_the_same_norm():
+    torch.manual_seed(0)
+    model = TwoLookups()
+    handle = use_row_embedding_grad(model)
+    view = handle.norm_views()[model.table.weight]
+    gen = torch.Generator().manual_seed(3)
+    for step in range(3):
+        for _ in range(2):  # two micro-batches: rows written twice are read once
+            model(torch.randint(0, 20, (3, 4), generator=gen), torch.randint(0, 20, (3, 2), generator=gen)).sum().backward()
+        grad = model.table.weight.grad
+        rows = view()
+        nonzero = int((grad.abs().sum(1) > 0).sum())
+        assert nonzero <= rows.shape[0] <= 20  # the rows used, not the 50-row table
+        torch.testing.assert_close(torch.linalg.vector_norm(rows), torch.linalg.vector_norm(grad), rtol=1e-6, atol=0)
+        model.table.weight.grad = None
+
+
+def test_trainer_norms_with_views_match_the_dense_norms():
+    from mixft.trainer import grad_norms
+
+    torch.manual_seed(0)
+    dense, rows = TwoLookups(), None
+    rows = copy.deepcopy(dense)
+    handle = use_row_embedding_grad(rows)
+    a, b = torch.randint(0, 50, (4, 7)), torch.randint(0, 50, (4, 5))
+    for model in (dense, rows):
+        model(a, b).sum().backward()
+    opt_dense = torch.optim.SGD(dense.parameters(), lr=0.1)
+    opt_rows = torch.optim.SGD(rows.parameters(), lr=0.1)
+    expected = grad_norms([opt_dense], torch.device("cpu"))
+    got = grad_norms([opt_rows], torch.device("cpu"), handle.norm_views())
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-6, atol=0)

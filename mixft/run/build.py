@@ -64,5 +64,7 @@ def build_trainer(
         # The embeddings' gradients go into one kept buffer, row by row: the same bits as the
         # dense backward without a vocabulary-sized zero fill (and its page faults) per step.
         # DDP's reducer wants dense gradients; CUDA fills zeros in one fast kernel.
-        trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
+        rows = trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
+        # Their gradient norms from the rows a step wrote: equal up to the sum's order.
+        trainer.grad_norm_views.update(rows.norm_views())
     return trainer
