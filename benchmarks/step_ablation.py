@@ -10,8 +10,9 @@ before issue 22):
   instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
 * ``row_embedding_grad``: :mod:`mixft.embedding_grad`'s row gradients into a kept buffer
   instead of a vocabulary-sized dense zero tensor per step (bit-identical gradients);
-* ``norm_of_rows``: the gradient norm reads only the rows of those buffers a step wrote
-  (the same norm up to the order of the sum) instead of the whole vocabulary;
+* ``norm_of_rows``: the gradient norm and the clip read only the rows of those buffers a
+  step wrote (the same norm up to the order of the sum; the same clipped values) instead
+  of the whole vocabulary;
 * ``clip_when_over``: the trainer's clip skips its multiply by exactly 1.0 when the norm
   is under the limit, instead of ``clip_grads_with_norm_`` on every step.
 
@@ -105,16 +106,20 @@ def timed_variant(bert, precision_name: str, left_out: frozenset[str], warmup: i
         if name in left_out and name in trainer.cpu_swaps:
             trainer.cpu_swaps.pop(name).remove()
     if "norm_of_rows" in left_out or "row_embedding_grad" in left_out:
-        trainer.grad_norm_views.clear()
+        trainer.grad_rows.clear()
     if "clip_when_over" in left_out:
         trainer._clip = _clip_every_step(trainer)
     trainer.fit()
     return timer.step_times_s[warmup:]
 
 
-def run_ablation(time_variant, precisions: list[str], rounds: int) -> dict:
-    """``{"<precision>/<variant>": {"all": [...], "rounds": [[...], ...]}}`` from ``time_variant(p, left_out)``."""
+def run_ablation(time_variant, precisions: list[str], rounds: int, only: list[str] | None = None) -> dict:
+    """``{"<precision>/<variant>": {"all": [...], "rounds": [[...], ...]}}`` from ``time_variant(p, left_out)``.
+
+    ``only``: these variants (``all`` always among them), for a closer look at one switch."""
     names = variants()
+    if only:
+        names = {name: left for name, left in names.items() if name == "all" or name in only}
     order = [(p, v) for p in precisions for v in names]
     times = {f"{p}/{v}": {"all": [], "rounds": []} for p, v in order}
     for r in range(rounds):
@@ -134,7 +139,7 @@ def ablation_table(times: dict, precisions: list[str]) -> str:
     rows = []
     for precision in precisions:
         best = times[f"{precision}/all"]
-        for variant in variants():
+        for variant in [v for v in variants() if f"{precision}/{v}" in times]:
             t = times[f"{precision}/{variant}"]
             ms = [x * 1000 for x in t["all"]]
             if variant == "all":
@@ -156,6 +161,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant per round")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--precisions", default=",".join(PRECISIONS))
+    p.add_argument("--variants", help="comma-separated variants to run beside all (default: every one: "
+                   + ", ".join(variants()) + ")")
     p.add_argument("--max-grad-norm", type=float, help="the clip limit (default: the recipe's); a limit the "
                    "norm never reaches shows what clip_when_over saves on a step under it")
     p.add_argument("--json", help="also write the raw step times here")
@@ -163,6 +170,9 @@ def main(argv=None) -> int:
     if min(args.rounds, args.steps, args.batch_size) < 1 or args.warmup < 1:
         p.error("--rounds, --steps and --batch-size must be >= 1, --warmup >= 1 (the first step measures memory)")
     precisions = [name.strip() for name in args.precisions.split(",") if name.strip()]
+    only = [name.strip() for name in (args.variants or "").split(",") if name.strip()]
+    if set(only) - set(variants()):
+        p.error(f"unknown variant(s) {sorted(set(only) - set(variants()))}; choose from {', '.join(variants())}")
     bert = prepare_bert(BertSetup(train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size,
                                   device="cpu"))
     hw = describe_hardware(resolve_device("cpu"))
@@ -176,7 +186,7 @@ def main(argv=None) -> int:
           f"{torch.get_num_threads()} threads\n")
     times = run_ablation(lambda precision, left_out: timed_variant(bert, precision, left_out, args.warmup, args.steps,
                                                                        args.max_grad_norm),
-                         precisions, args.rounds)
+                         precisions, args.rounds, only)
     print(ablation_table(times, precisions))
     if args.json:
         result = {"hardware": hw, "args": vars(args), "batch_shape": shape, "switches": list(SWITCHES), "step_times_s": times}

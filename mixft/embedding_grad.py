@@ -110,17 +110,16 @@ class _KeptGradient:
         self.written += self.incoming
         self.incoming = []
 
-    def norm_view(self) -> torch.Tensor:
-        """The rows of the weight's gradient that can be nonzero (all of it when that is unknown).
+    def written_rows(self) -> torch.Tensor | None:
+        """The rows of the weight's gradient that can be nonzero (None: unknown, read it all).
 
-        Its 2-norm is the whole gradient's up to the order of the sum (the other rows are
-        zero): a few hundred rows to read instead of the vocabulary.
+        The norm of those rows is the whole gradient's up to the order of the sum, and
+        scaling them scales the gradient (the other rows are zero): a few hundred rows to
+        read instead of the vocabulary.
         """
-        grad = self.weight.grad
-        if grad is not self.buffer or not self.written:
-            return grad
-        rows = self.written[0] if len(self.written) == 1 else torch.unique(torch.cat(self.written))
-        return grad.index_select(0, rows)
+        if self.weight.grad is not self.buffer or not self.written:
+            return None
+        return self.written[0] if len(self.written) == 1 else torch.unique(torch.cat(self.written))
 
     def remove(self) -> None:
         for hook in self.hooks:
@@ -139,10 +138,10 @@ class RowGradHandle:
     def active(self) -> bool:
         return bool(self.modules)
 
-    def norm_views(self) -> dict[torch.Tensor, object]:
+    def grad_rows(self) -> dict[torch.Tensor, object]:
         """``{weight: function}`` giving the rows of its gradient that can be nonzero, for
-        ``Trainer.grad_norm_views`` (the norm of a few hundred rows, not of the vocabulary)."""
-        return {kept.weight: kept.norm_view for kept in self._kept}
+        ``Trainer.grad_rows`` (norm and clip read a few hundred rows, not the vocabulary)."""
+        return {kept.weight: kept.written_rows for kept in self._kept}
 
     def remove(self) -> None:
         for module in self.modules:

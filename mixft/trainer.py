@@ -161,9 +161,10 @@ class Trainer:
         # Reversible swaps a builder made in the model (mixft.run.build: fast dropout, row
         # embedding gradients), by name, each with .remove().
         self.cpu_swaps: dict[str, Any] = {}
-        # parameter -> the part of its gradient that can be nonzero, for the norm (a builder's:
-        # mixft.embedding_grad gives the rows a step wrote of a vocabulary-sized gradient).
-        self.grad_norm_views: dict[torch.Tensor, Callable[[], torch.Tensor]] = {}
+        # parameter -> a function giving the rows of its gradient that can be nonzero (None:
+        # all); the norm and the clip read only those (a builder's: mixft.embedding_grad
+        # gives the rows a step wrote of a vocabulary-sized gradient).
+        self.grad_rows: dict[torch.Tensor, Callable[[], torch.Tensor | None]] = {}
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(self.model.parameters())
         self.optimizers: list[torch.optim.Optimizer] = (
@@ -286,7 +287,7 @@ class Trainer:
 
         for opt in self.optimizers:  # every one: from here on .grad holds real values
             self.scaler.unscale_(opt)
-        norms = grad_norms(self.optimizers, self.device, self.grad_norm_views)  # unscaled, per optimizer
+        norms = grad_norms(self.optimizers, self.device, self.grad_rows)  # unscaled, per optimizer
         stepped = self._may_step(norms)  # per optimizer: an inf in one does not hold back another
         self._clip(norms, stepped)  # the *unscaled* gradients
         for opt, ok in zip(self.optimizers, stepped):
@@ -353,7 +354,14 @@ class Trainer:
             # device sync, skip that pass over ~every weight's worth of memory.
             return
         params = [p for opt, ok in zip(self.optimizers, stepped) if ok for g in opt.param_groups for p in g["params"]]
-        torch.nn.utils.clip_grads_with_norm_(params, self.max_grad_norm, total)
+        rows = {p: self.grad_rows[p]() for p in params if p in self.grad_rows and p.grad is not None}
+        rows = {p: r for p, r in rows.items() if r is not None}
+        dense = [p for p in params if p not in rows]
+        torch.nn.utils.clip_grads_with_norm_(dense, self.max_grad_norm, total)
+        if rows:  # the same coefficient on the rows that can be nonzero (0 * c is 0 elsewhere)
+            coef = torch.clamp(self.max_grad_norm / (total + 1e-6), max=1.0)
+            for p, r in rows.items():
+                p.grad.index_copy_(0, r, p.grad.index_select(0, r).mul_(coef))
 
     def _scheduler_may_step(self, sched, stepped: list[bool]) -> bool:
         # Each scheduler follows its own optimizer; one that names none waits for all of them.
@@ -496,20 +504,26 @@ class Trainer:
 
 
 def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device,
-               views: Mapping[torch.Tensor, Callable[[], torch.Tensor]] | None = None) -> list[torch.Tensor]:
+               rows: Mapping[torch.Tensor, Callable[[], torch.Tensor | None]] | None = None) -> list[torch.Tensor]:
     """Each optimizer's gradient 2-norm (0 when it has none yet), on the device, in fp32.
 
     Every parameter's norm comes from one ``torch._foreach_norm`` call over all the
     optimizers' gradients (fp32 accumulation, whatever the gradients' dtype); an
     optimizer's norm is the 2-norm of its parameters' norms, as ``get_total_norm``'s.
-    ``views`` maps a parameter to a function giving the part of its gradient that can be
-    nonzero (``Trainer.grad_norm_views``): the same norm up to the order of the sum.
+    ``rows`` maps a parameter to a function giving the rows of its gradient that can be
+    nonzero (``Trainer.grad_rows``): only those are read, the same norm up to the order of
+    the sum.
 
     Usage: ``grad_norms(trainer.optimizers, trainer.device)`` after ``scaler.unscale_``
     """
-    views = views or {}
-    grads = [[views[p]() if p in views else p.grad for group in opt.param_groups for p in group["params"]
-              if p.grad is not None] for opt in optimizers]
+    rows = rows or {}
+
+    def readable(p: torch.Tensor) -> torch.Tensor:
+        r = rows[p]() if p in rows else None
+        return p.grad if r is None else p.grad.index_select(0, r)
+
+    grads = [[readable(p) for group in opt.param_groups for p in group["params"] if p.grad is not None]
+             for opt in optimizers]
     every = [g for opt_grads in grads for g in opt_grads]
     per_param = torch._foreach_norm(every, 2.0, dtype=torch.float32) if every else []
     norms, start = [], 0

@@ -159,20 +159,20 @@ def test_the_run_layer_gives_cpu_runs_row_gradients(tiny_bert_dir, tmp_path):
     kinds = {type(m) for m in trainer.module.modules() if isinstance(m, nn.Embedding)}
     assert kinds == {RowGradEmbedding}
     word = trainer.module.encoder.embeddings.word_embeddings.weight
-    assert word in trainer.grad_norm_views
+    assert word in trainer.grad_rows
 
 
 def test_the_norm_view_reads_only_the_rows_written_and_gives_the_same_norm():
     torch.manual_seed(0)
     model = TwoLookups()
     handle = use_row_embedding_grad(model)
-    view = handle.norm_views()[model.table.weight]
+    written = handle.grad_rows()[model.table.weight]
     gen = torch.Generator().manual_seed(3)
     for step in range(3):
         for _ in range(2):  # two micro-batches: rows written twice are read once
             model(torch.randint(0, 20, (3, 4), generator=gen), torch.randint(0, 20, (3, 2), generator=gen)).sum().backward()
         grad = model.table.weight.grad
-        rows = view()
+        rows = grad.index_select(0, written())
         nonzero = int((grad.abs().sum(1) > 0).sum())
         assert nonzero <= rows.shape[0] <= 20  # the rows used, not the 50-row table
         torch.testing.assert_close(torch.linalg.vector_norm(rows), torch.linalg.vector_norm(grad), rtol=1e-6, atol=0)
@@ -192,5 +192,26 @@ def test_trainer_norms_with_views_match_the_dense_norms():
     opt_dense = torch.optim.SGD(dense.parameters(), lr=0.1)
     opt_rows = torch.optim.SGD(rows.parameters(), lr=0.1)
     expected = grad_norms([opt_dense], torch.device("cpu"))
-    got = grad_norms([opt_rows], torch.device("cpu"), handle.norm_views())
+    got = grad_norms([opt_rows], torch.device("cpu"), handle.grad_rows())
     torch.testing.assert_close(got[0], expected[0], rtol=1e-6, atol=0)
+
+
+def test_the_clip_scales_the_written_rows_exactly_as_the_whole_gradient():
+    from mixft.trainer import grad_norms
+
+    grads = []
+    for with_rows in (False, True):
+        torch.manual_seed(0)
+        model = TwoLookups()
+        handle = use_row_embedding_grad(model)
+        trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), [], max_grad_norm=0.01,
+                          device="cpu")
+        if with_rows:
+            trainer.grad_rows.update(handle.grad_rows())
+        model(torch.randint(0, 50, (4, 7), generator=torch.Generator().manual_seed(1)),
+              torch.randint(0, 50, (4, 5), generator=torch.Generator().manual_seed(2))).sum().backward()
+        norms = grad_norms(trainer.optimizers, trainer.device)  # the same norm for both: the clip alone differs
+        assert float(norms[0]) > 0.01  # clipping is on
+        trainer._clip(norms, [True])
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

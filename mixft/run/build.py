@@ -65,6 +65,6 @@ def build_trainer(
         # dense backward without a vocabulary-sized zero fill (and its page faults) per step.
         # DDP's reducer wants dense gradients; CUDA fills zeros in one fast kernel.
         rows = trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
-        # Their gradient norms from the rows a step wrote: equal up to the sum's order.
-        trainer.grad_norm_views.update(rows.norm_views())
+        # Their norm and clip read only the rows a step wrote (the norm: equal up to the sum's order).
+        trainer.grad_rows.update(rows.grad_rows())
     return trainer
