@@ -78,7 +78,7 @@ class _SameBatch:
 def _clip_every_step(trainer):
     """The trainer's clip as it was: torch's ``clip_grads_with_norm_`` every step, multiply by 1.0 included."""
 
-    def clip(norms, stepped):
+    def clip(norms, stepped, rows=None):
         live = [norm for norm, ok in zip(norms, stepped) if ok]
         if trainer.max_grad_norm is None or not live:
             return

@@ -287,9 +287,10 @@ class Trainer:
 
         for opt in self.optimizers:  # every one: from here on .grad holds real values
             self.scaler.unscale_(opt)
-        norms = grad_norms(self.optimizers, self.device, self.grad_rows)  # unscaled, per optimizer
+        rows = self._grad_rows_to_trust()
+        norms = grad_norms(self.optimizers, self.device, rows)  # unscaled, per optimizer
         stepped = self._may_step(norms)  # per optimizer: an inf in one does not hold back another
-        self._clip(norms, stepped)  # the *unscaled* gradients
+        self._clip(norms, stepped, rows)  # the *unscaled* gradients
         for opt, ok in zip(self.optimizers, stepped):
             if ok:
                 self.scaler.step(opt)  # the scaler re-checks its own inf record; a no-op wrapper without one
@@ -338,7 +339,18 @@ class Trainer:
             return [True] * len(norms)
         return torch.isfinite(torch.stack(norms)).tolist()
 
-    def _clip(self, norms: list[torch.Tensor], stepped: list[bool]) -> None:
+    def _grad_rows_to_trust(self) -> Mapping[torch.Tensor, Callable[[], torch.Tensor | None]]:
+        """``grad_rows``, unless a callback's ``on_before_optimizer_step`` may have written a
+        gradient outside the rows its backward wrote (an injected inf, gradient noise): then
+        every gradient is read whole, so the finite check and the clip see all of it."""
+        for cb in self.callbacks:
+            hook = getattr(type(cb), "on_before_optimizer_step", None)
+            if hook is not None and hook is not Callback.on_before_optimizer_step:
+                return {}
+        return self.grad_rows
+
+    def _clip(self, norms: list[torch.Tensor], stepped: list[bool],
+              rows: Mapping[torch.Tensor, Callable[[], torch.Tensor | None]] | None = None) -> None:
         """Clip the gradients of the optimizers that step to ``max_grad_norm``, by their joint norm.
 
         An optimizer with inf/NaN gradients is skipped this step, and its norm is left out:
@@ -354,7 +366,8 @@ class Trainer:
             # device sync, skip that pass over ~every weight's worth of memory.
             return
         params = [p for opt, ok in zip(self.optimizers, stepped) if ok for g in opt.param_groups for p in g["params"]]
-        rows = {p: self.grad_rows[p]() for p in params if p in self.grad_rows and p.grad is not None}
+        rows = rows or {}
+        rows = {p: rows[p]() for p in params if p in rows and p.grad is not None}
         rows = {p: r for p, r in rows.items() if r is not None}
         dense = [p for p in params if p not in rows]
         torch.nn.utils.clip_grads_with_norm_(dense, self.max_grad_norm, total)

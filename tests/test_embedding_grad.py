@@ -212,6 +212,25 @@ def test_the_clip_scales_the_written_rows_exactly_as_the_whole_gradient():
               torch.randint(0, 50, (4, 5), generator=torch.Generator().manual_seed(2))).sum().backward()
         norms = grad_norms(trainer.optimizers, trainer.device)  # the same norm for both: the clip alone differs
         assert float(norms[0]) > 0.01  # clipping is on
-        trainer._clip(norms, [True])
+        trainer._clip(norms, [True], trainer.grad_rows)
         grads.append([p.grad.clone() for p in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_a_callback_that_writes_gradients_makes_the_trainer_read_them_whole():
+    from mixft.callbacks import Callback
+
+    class PoisonUnwrittenRow(Callback):
+        def on_before_optimizer_step(self, trainer):
+            trainer.module.table.weight.grad[49, 0] = float("nan")  # a row no batch below uses
+
+    torch.manual_seed(0)
+    model = TwoLookups()
+    handle = use_row_embedding_grad(model)
+    batches = [{"a": torch.randint(1, 6, (4, 7)), "b": torch.randint(1, 6, (4, 5)), "labels": torch.zeros(4, 1)}]
+    trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), batches, device="cpu",
+                      callbacks=[PoisonUnwrittenRow()], skip_nonfinite_steps=True)
+    trainer.grad_rows.update(handle.grad_rows())
+    result = trainer.fit()
+    assert result.skipped_steps == 1  # the NaN was seen, although its row was never written
+    assert torch.isfinite(model.table.weight).all()
