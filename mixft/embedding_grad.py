@@ -12,7 +12,9 @@ The values are bit-identical to torch's dense backward: each lookup's backward s
 tokens' gradient rows per vocabulary row in token order, starting from zero (what
 ``embedding_dense_backward`` does on the CPU); autograd adds two lookups' coalesced sums row
 by row and accumulates later micro-batches into the buffer, as it would the dense tensors. The optimizer,
-clipping, the finite check and the scaler see an ordinary dense ``.grad``.
+clipping, the finite check and the scaler see an ordinary dense ``.grad``. The rows a step
+wrote (``RowGradHandle.grad_rows``) let the norm and the clip read a few hundred rows; a
+dense gradient reaching the weight (used outside the module too) makes them read it whole.
 
 What it covers: exact ``nn.Embedding`` modules whose weight is trained, sits on the CPU and
 is not shared with another module (a tied output layer adds a dense gradient: left alone),
@@ -84,6 +86,7 @@ class _KeptGradient:
         self.buffer: torch.Tensor | None = None
         self.written: list[torch.Tensor] = []  # row ids with values in the buffer
         self.incoming: list[torch.Tensor] = []  # row ids of this backward, not yet in the buffer
+        self.dense_seen = False  # a dense gradient reached the weight: any row may be nonzero
         self.hooks = [weight.register_hook(self.before_accumulate),
                       weight.register_post_accumulate_grad_hook(self.after_accumulate)]
 
@@ -92,6 +95,8 @@ class _KeptGradient:
         # row by row (Sa + Sb, as it would add the dense ones).
         if grad.is_sparse:
             self.incoming.append(grad._indices()[0])
+        else:  # the weight was also used outside this module (e.g. as an output layer's matrix)
+            self.dense_seen = True
         return None
 
     def after_accumulate(self, weight: nn.Parameter) -> None:
@@ -101,9 +106,11 @@ class _KeptGradient:
             # rows the last step wrote (every other row is still zero).
             if self.buffer is None:
                 self.buffer = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+            elif self.dense_seen:
+                self.buffer.zero_()
             elif self.written:
                 self.buffer.index_fill_(0, torch.cat(self.written), 0.0)
-            self.written = []
+            self.written, self.dense_seen = [], False
             self.buffer.index_add_(0, grad._indices()[0], grad._values())  # 0 + sum: the sum's bits
             weight.grad = self.buffer
         # A later backward of the same step was added into the buffer by autograd (dense += sparse).
@@ -117,7 +124,7 @@ class _KeptGradient:
         scaling them scales the gradient (the other rows are zero): a few hundred rows to
         read instead of the vocabulary.
         """
-        if self.weight.grad is not self.buffer or not self.written:
+        if self.weight.grad is not self.buffer or not self.written or self.dense_seen:
             return None
         return self.written[0] if len(self.written) == 1 else torch.unique(torch.cat(self.written))
 

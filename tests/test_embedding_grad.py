@@ -234,3 +234,33 @@ def test_a_callback_that_writes_gradients_makes_the_trainer_read_them_whole():
     result = trainer.fit()
     assert result.skipped_steps == 1  # the NaN was seen, although its row was never written
     assert torch.isfinite(model.table.weight).all()
+
+
+def test_a_weight_also_used_densely_is_read_whole_and_cleaned_whole():
+    class AlsoOutput(nn.Module):
+        """Uses its table as an output matrix in some forwards (a dense gradient for every row)."""
+
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(30, 4)
+
+        def forward(self, ids, project=False):
+            h = self.table(ids).mean(1)
+            return h @ self.table.weight.t() if project else h
+
+    torch.manual_seed(0)
+    dense, rows = AlsoOutput(), None
+    rows = copy.deepcopy(dense)
+    handle = use_row_embedding_grad(rows)
+    written = handle.grad_rows()[rows.table.weight]
+    ids = torch.tensor([[1, 2]])
+    for model in (dense, rows):
+        model(ids).sum().backward()
+        model(ids, project=True).sum().backward()  # second micro-batch: dense into every row
+    assert written() is None  # unknown rows: norm and clip read it whole
+    assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)
+    for model in (dense, rows):
+        model.table.weight.grad = None
+        model(torch.tensor([[3]])).sum().backward()
+    assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)  # cleaned whole, not by rows
+    assert written().tolist() == [3]
