@@ -17,6 +17,8 @@ _EXPORTS = {
     "Callback": "mixft.callbacks",
     "StepInfo": "mixft.callbacks",
     "StopTraining": "mixft.callbacks",
+    "use_fast_dropout": "mixft.dropout",
+    "use_row_embedding_grad": "mixft.embedding_grad",
     # results
     "RunResult": "mixft.results",
     "results_frame": "mixft.results",
