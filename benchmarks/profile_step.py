@@ -26,25 +26,13 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 import torch  # noqa: E402
 
+from benchmarks.timing import SameBatch  # noqa: E402
 from mixft.config import RunConfig  # noqa: E402
 from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
 from mixft.measure import synchronize  # noqa: E402
 from mixft.precision import resolve_device, resolve_precision  # noqa: E402
 from mixft.registry import get_recipe  # noqa: E402
 from mixft.run.build import build_trainer  # noqa: E402
-
-
-class _OneBatch:
-    """A loader that yields the same batch ``steps`` times (same shapes for every precision)."""
-
-    def __init__(self, batch, steps: int):
-        self.batch, self.steps = batch, steps
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def __iter__(self):
-        return (self.batch for _ in range(self.steps))
 
 
 def profile_precision(recipe, cfg: RunConfig, prepared, name: str, device, steps: int, warmup: int):
@@ -55,19 +43,19 @@ def profile_precision(recipe, cfg: RunConfig, prepared, name: str, device, steps
     parts = recipe.build(cfg, prepared, precision, device, seed=0)
     batch = next(iter(parts.train_loader))
     parts.eval_loader = None
-    parts.train_loader = _OneBatch(batch, warmup)
+    parts.train_loader = SameBatch(batch, warmup)
     trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=0)
     trainer.fit()  # warm-up: allocator, kernels, optimizer state
     times = []
     for _ in range(steps):
-        trainer.train_loader, trainer.epochs, trainer.state.epoch = _OneBatch(batch, 1), 1, 0
+        trainer.train_loader, trainer.epochs, trainer.state.epoch = SameBatch(batch, 1), 1, 0
         synchronize(device)
         t0 = time.perf_counter()
         trainer.fit()
         synchronize(device)
         times.append(time.perf_counter() - t0)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    trainer.train_loader, trainer.state.epoch = _OneBatch(batch, steps), 0
+    trainer.train_loader, trainer.state.epoch = SameBatch(batch, steps), 0
     with profile(activities=activities) as prof:
         trainer.fit()
     attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"

@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 import torch  # noqa: E402
 
 from benchmarks.bert import BertSetup, prepare_bert  # noqa: E402
-from benchmarks.timing import StepTimer, markdown_table, rotated  # noqa: E402
+from benchmarks.timing import SameBatch, StepTimer, markdown_table, rotated  # noqa: E402
 from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
 from mixft.precision import resolve_device, resolve_precision  # noqa: E402
 from mixft.run.build import build_trainer  # noqa: E402
@@ -60,19 +60,6 @@ def variants() -> dict[str, frozenset[str]]:
     out.update({f"-{name}": frozenset({name}) for name in SWITCHES})
     out["none"] = frozenset(SWITCHES)
     return out
-
-
-class _SameBatch:
-    """A loader yielding one batch ``steps`` times."""
-
-    def __init__(self, batch, steps: int):
-        self.batch, self.steps = batch, steps
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def __iter__(self):
-        return (self.batch for _ in range(self.steps))
 
 
 def _clip_every_step(trainer):
@@ -97,7 +84,7 @@ def timed_variant(bert, precision_name: str, left_out: frozenset[str], warmup: i
     parts = bert.recipe.build(bert.cfg, bert.prepared, precision, device, seed=0)
     batch = next(iter(parts.train_loader))
     timer = StepTimer()
-    parts = dataclasses.replace(parts, train_loader=_SameBatch(batch, warmup + steps), eval_loader=None)
+    parts = dataclasses.replace(parts, train_loader=SameBatch(batch, warmup + steps), eval_loader=None)
     cfg = dataclasses.replace(bert.cfg, epochs=1, max_steps=None, eval_steps=0)
     if max_grad_norm is not None:
         cfg = dataclasses.replace(cfg, max_grad_norm=max_grad_norm)

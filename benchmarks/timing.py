@@ -180,6 +180,22 @@ class StepTimer(Callback):
         }
 
 
+class SameBatch:
+    """A loader yielding one batch ``steps`` times: every variant or precision computes the same shapes.
+
+    Usage: ``trainer.train_loader = SameBatch(next(iter(parts.train_loader)), 10)``
+    """
+
+    def __init__(self, batch, steps: int):
+        self.batch, self.steps = batch, steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        return (self.batch for _ in range(self.steps))
+
+
 def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
     """``items`` started at position ``round_index``: over the rounds no item always runs
     first (or right after the same neighbour), so drifting load falls on all alike."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
@@ -14,6 +13,7 @@ from mixft.data.synthetic.stand_ins import MRPC
 from mixft.data.tokenize import tokenize_text_data
 from mixft.data.user_data import load_text_data
 from mixft.errors import UsageError
+from tests.data_files import write_csv
 
 pytestmark = pytest.mark.usefixtures("isolated_hf")
 
@@ -34,11 +34,7 @@ def topic_files(tmp_path):
     rows[5] = ("word " * 500, "World")  # far past max_length: truncated, not an error
     paths = []
     for name, part in (("train.csv", rows), ("dev.csv", rows[:9])):
-        with open(tmp_path / name, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["text", "label"])
-            writer.writerows(part)
-        paths.append(tmp_path / name)
+        paths.append(write_csv(tmp_path / name, ["text", "label"], part))
     return paths
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 import time
 
@@ -13,16 +12,13 @@ from mixft.data.glue import GLUE_TASKS, glue_task
 from mixft.data.synthetic.stand_ins import SST2, stand_in_for
 from mixft.data.user_data import load_glue_data, load_text_data
 from mixft.errors import UsageError
+from tests.data_files import write_csv
 
 pytestmark = pytest.mark.usefixtures("isolated_hf")  # private caches, a hub that refuses connections
 
 
 def _csv(path, rows, header=("text", "label")):
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return path
+    return write_csv(path, header, rows)
 
 
 @pytest.fixture

@@ -22,17 +22,10 @@ import torch
 from conftest import without_timings
 from mixft.checkpoint import Checkpointer, load_checkpoint
 from mixft.cli import build_parser, main
+from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
 NAMES = ("negative", "positive")
-
-
-def write_csv(path: Path, header: list[str], rows: list[tuple]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -8,24 +8,16 @@ overwritten).
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 
 from mixft.cli import main
+from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
 NAMES = {0: "negative", 1: "neutral", 2: "positive"}  # string labels, as a user's CSV has them
-
-
-def write_csv(path: Path, header: list[str], rows: list[tuple]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
