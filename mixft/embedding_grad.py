@@ -84,8 +84,8 @@ class _KeptGradient:
     def __init__(self, weight: nn.Parameter):
         self.weight = weight
         self.buffer: torch.Tensor | None = None
-        self.written: list[torch.Tensor] = []  # row ids with values in the buffer
-        self.incoming: list[torch.Tensor] = []  # row ids of this backward, not yet in the buffer
+        self.written: torch.Tensor | None = None  # distinct row ids with values in the buffer
+        self.incoming: torch.Tensor | None = None  # row ids of this backward, not yet in the buffer
         self.dense_seen = False  # a dense gradient reached the weight: any row may be nonzero
         self.hooks = [weight.register_hook(self.before_accumulate),
                       weight.register_post_accumulate_grad_hook(self.after_accumulate)]
@@ -94,7 +94,7 @@ class _KeptGradient:
         # Two lookups in one forward arrive merged: autograd adds coalesced sparse gradients
         # row by row (Sa + Sb, as it would add the dense ones).
         if grad.is_sparse:
-            self.incoming.append(grad._indices()[0])
+            self.incoming = grad._indices()[0]
         else:  # the weight was also used outside this module (e.g. as an output layer's matrix)
             self.dense_seen = True
         return None
@@ -108,14 +108,17 @@ class _KeptGradient:
                 self.buffer = torch.zeros_like(weight, memory_format=torch.contiguous_format)
             elif self.dense_seen:
                 self.buffer.zero_()
-            elif self.written:
-                self.buffer.index_fill_(0, torch.cat(self.written), 0.0)
-            self.written, self.dense_seen = [], False
+            elif self.written is not None:
+                self.buffer.index_fill_(0, self.written, 0.0)
+            self.written, self.dense_seen = None, False
             self.buffer.index_add_(0, grad._indices()[0], grad._values())  # 0 + sum: the sum's bits
             weight.grad = self.buffer
         # A later backward of the same step was added into the buffer by autograd (dense += sparse).
-        self.written += self.incoming
-        self.incoming = []
+        # Kept distinct, so the record stays as small as the rows used, however long .grad lives
+        # (a loop that zeroes it in place instead of setting it to None).
+        if self.incoming is not None:
+            self.written = self.incoming if self.written is None else torch.unique(torch.cat([self.written, self.incoming]))
+            self.incoming = None
 
     def written_rows(self) -> torch.Tensor | None:
         """The rows of the weight's gradient that can be nonzero (None: unknown, read it all).
@@ -124,9 +127,9 @@ class _KeptGradient:
         scaling them scales the gradient (the other rows are zero): a few hundred rows to
         read instead of the vocabulary.
         """
-        if self.weight.grad is not self.buffer or not self.written or self.dense_seen:
+        if self.weight.grad is not self.buffer or self.written is None or self.dense_seen:
             return None
-        return self.written[0] if len(self.written) == 1 else torch.unique(torch.cat(self.written))
+        return self.written
 
     def remove(self) -> None:
         for hook in self.hooks:

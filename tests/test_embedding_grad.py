@@ -265,3 +265,21 @@ def test_a_weight_also_used_densely_is_read_whole_and_cleaned_whole():
     assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)  # cleaned whole, not by rows
     assert written().tolist() == [3]
 
+
+def test_a_loop_that_zeroes_in_place_keeps_exact_gradients_and_a_bounded_record():
+    torch.manual_seed(0)
+    dense = TwoLookups()
+    rows = copy.deepcopy(dense)
+    handle = use_row_embedding_grad(rows)
+    written = handle.grad_rows()[rows.table.weight]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (dense, rows)]
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(30):
+        a, b = torch.randint(0, 8, (3, 4), generator=gen), torch.randint(0, 8, (3, 2), generator=gen)
+        for model, opt in zip((dense, rows), opts):
+            opt.zero_grad(set_to_none=False)  # .grad is never None: the buffer lives on
+            model(a, b).sum().backward()
+            opt.step()
+        assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)
+        assert written().numel() <= 8
+        assert len(handle._kept[0].written) <= 8  # ids 0-7 only: the record does not grow with the steps
