@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+
+# trackio reads TRACKIO_DIR once, when it is first imported: point it at a folder of this
+# session's before any test imports it, so no test writes into the user's trackio store.
+os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="mixft-tests-trackio-")
+atexit.register(shutil.rmtree, os.environ["TRACKIO_DIR"], ignore_errors=True)
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 

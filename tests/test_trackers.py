@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
-import sys
+import os
 
 import pytest
 import torch
@@ -132,8 +133,11 @@ def test_report_to_parsing():
 
 
 def test_missing_package_names_the_extra(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    # Both states are simulated, whatever this environment has installed: tensorboard
+    # "present", mlflow "absent".
+    present = importlib.machinery.ModuleSpec("tensorboard", None)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: {"tensorboard": present, "mlflow": None}[name])
     assert check_trackers("tensorboard") == ["tensorboard"]
     with pytest.raises(UsageError) as e:
         check_trackers("tensorboard,mlflow")
@@ -146,7 +150,6 @@ def test_flat_params():
 
 
 def test_mlflow_run_holds_the_metrics_and_params(tmp_path):
-    pytest.importorskip("mlflow")
     from mlflow import MlflowClient
 
     tracker = MLflowTracker(tmp_path / "mlruns", "fp32-seed0", experiment="demo", hardware=HARDWARE, every=4)
@@ -162,14 +165,12 @@ def test_mlflow_run_holds_the_metrics_and_params(tmp_path):
     assert sorted(m.step for m in evals) == [6, 12]
 
 
-def test_trackio_run_holds_the_metrics(tmp_path, monkeypatch):
-    if "trackio" not in sys.modules:
-        monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))  # read once, at trackio's import
-    trackio = pytest.importorskip("trackio")
+def test_trackio_run_holds_the_metrics():
+    import trackio
     from trackio.sqlite_storage import SQLiteStorage
 
-    if not str(trackio.utils.TRACKIO_DIR).startswith(str(tmp_path)):
-        pytest.skip("trackio was imported before this test, with another TRACKIO_DIR")
+    # conftest points TRACKIO_DIR (read once, at trackio's import) at the session's temporary folder.
+    assert str(trackio.utils.TRACKIO_DIR) == os.environ["TRACKIO_DIR"]
     tracker = TrackioTracker("mixft-test", "bf16-seed0", hardware=HARDWARE, every=4)
     _, result = tiny_run([tracker], precision="bf16", epochs=1)
     logs = [row for row in SQLiteStorage.get_logs("mixft-test", "bf16-seed0") if "train/loss" in row]
