@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         from .steps import run_step_benchmark, steps_table
 
         report = run_step_benchmark(setup, steps=steps, warmup=warmup, rounds=args.rounds,
-                                    precisions=precisions)
+                                    precisions=precisions, peak_n=args.peak_size)
         doc["steps"] = report.to_dict()
         print("## (b) bert-sst2 step time, fp32 vs AMP\n")
         print(steps_table(report) + "\n", flush=True)

@@ -71,8 +71,12 @@ class StepReport:
 
 
 def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, precisions: list[str] | None = None,
-                       rounds: int = 1) -> StepReport:
-    """Median step time of bert-sst2 per precision (default: fp32 and the device's AMP)."""
+                       rounds: int = 1, peak_n: int | None = None) -> StepReport:
+    """Median step time of bert-sst2 per precision (default: fp32 and the device's AMP).
+
+    ``peak_n``: the size of the square matmul that measures each precision's peak rate
+    (default 8192 on CUDA, 2048 on CPU; a CPU that emulates bf16 takes minutes at 2048).
+    """
     if steps < 1 or warmup < 0 or rounds < 1:
         raise ValueError(f"need steps >= 1, warmup >= 0, rounds >= 1; got {steps}, {warmup}, {rounds}")
     dev = resolve_device(setup.device)
@@ -116,7 +120,8 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
         precision = resolve_precision(name, dev)
         achieved = sum(bert_matmul_flops(config, shapes) for shapes in merged.step_shapes) / sum(merged.step_times_s)
         with configure_matmul(precision, dev):  # TF32 on or off, as the run had it
-            peak = matmul_peak(dev, precision.autocast_dtype or torch.float32, 8192 if dev.type == "cuda" else 2048)
+            peak = matmul_peak(dev, precision.autocast_dtype or torch.float32,
+                               peak_n or (8192 if dev.type == "cuda" else 2048))
         report.rows.append(StepRow(
             precision=precision.name, warmup_steps=warmup, rounds=rounds,
             min_step_s=min(merged.step_times_s), peak_memory_bytes=max(known) if known else None,

@@ -83,7 +83,7 @@ def test_matmul_peak_counts_2n3_flops_per_repeat():
 
 # ----------------------------------------------------------------------------------- BERT
 def test_step_benchmark_ratio_is_of_the_medians(tiny_bert):
-    report = run_step_benchmark(tiny_bert, steps=2, warmup=1, rounds=2)
+    report = run_step_benchmark(tiny_bert, steps=2, warmup=1, rounds=2, peak_n=64)
     fp32, bf16 = report.rows
     assert (fp32.precision, bf16.precision) == ("fp32", "bf16")
     for r in report.rows:
@@ -116,7 +116,7 @@ def test_bert_matmul_flops_match_torch_flop_counter(tiny_bert):
 
 
 def test_step_benchmark_reports_matmul_efficiency(tiny_bert):
-    report = run_step_benchmark(tiny_bert, steps=2, warmup=1, precisions=["fp32"])
+    report = run_step_benchmark(tiny_bert, steps=2, warmup=1, precisions=["fp32"], peak_n=64)
     (row,) = report.rows
     assert row.matmul_flops_per_s > 0 and row.matmul_peak_flops_per_s > 0
     assert row.fraction_of_peak == pytest.approx(row.matmul_flops_per_s / row.matmul_peak_flops_per_s)
