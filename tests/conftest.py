@@ -8,8 +8,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
-import torch
+# Under pytest-xdist each worker is one of several torch processes on the same cores: one
+# thread each (set before torch starts its pool; inherited by the CLI processes a test
+# starts), or they oversubscribe the cores and every test slows down many times over.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402  (after the thread setting above)
+import torch  # noqa: E402
 
 # trackio reads TRACKIO_DIR once, when it is first imported: point it at a folder of this
 # session's before any test imports it, so no test writes into the user's trackio store.
