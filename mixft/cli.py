@@ -220,7 +220,7 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     if hardware.get("probe"):
         say(f"  speed      {probe_line(ProbeResult.from_dict(hardware['probe']))}")
     else:
-        say("  speed      not probed on this machine yet (--probe measures it in ~30 s)")
+        say("  speed      not probed on this machine yet (--probe measures it in under a minute)")
     chosen = " (--amp)" if list(cfg.precisions) == ["amp"] else ""  # why: the notice above and results.json
     say(f"  precision  {', '.join(p.name for p in precisions)}{chosen}"
         + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))

@@ -208,7 +208,9 @@ def native_text(native: dict[str, Any] | None, name: str) -> str:
     if native.get("via") == "CUDA":
         return f"{'yes' if value else 'no'} (compute capability {native.get('compute_capability')})"
     cap = native.get("cpu_capability")
-    return f"yes (oneDNN; CPU capability {cap})" if value else f"no (emulated: CPU capability {cap}, oneDNN has no bf16 here)"
+    if value:
+        return f"yes (oneDNN; CPU capability {cap})"
+    return f"no (emulated: CPU capability {cap}, oneDNN has no bf16 here)"
 
 
 def native_line(native: dict[str, Any] | None) -> str:

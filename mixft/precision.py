@@ -185,8 +185,9 @@ def choose_precision(requested: str, device_type: str, native: Mapping[str, Any]
     if ratio is not None and ratio < 1.0 and not comparing:  # a comparison measures exactly this: no advice
         faster = max(ratios.items(), key=lambda item: item[1], default=("fp32", 1.0))
         faster_name = faster[0] if faster[1] > 1.0 and faster[0] != name else "fp32"
-        notice = f"{measured} on this {_where(device_type)}; {option} keeps {name} as asked; --precision {faster_name} would be faster"
-        return PrecisionChoice(name, f"{reason}; {measured}", f"notice: {notice}")
+        notice = (f"notice: {measured} on this {_where(device_type)}; {option} keeps {name} as asked; "
+                  f"--precision {faster_name} would be faster")
+        return PrecisionChoice(name, f"{reason}; {measured}", notice)
     if name == "fp16" and device_type == "cpu":
         notice = precision_notice(PRECISIONS["fp16"], torch.device("cpu"), measured=ratio is not None)
         return PrecisionChoice(name, reason + (f"; {measured}" if measured else ""), notice)
@@ -202,7 +203,8 @@ def _amp_choice(device_type: str, native: Mapping[str, Any], ratios: Mapping[str
     ratio = ratios.get(mixed)
     measured = _measured(mixed, ratio, probe_date)
     if device_type == "cuda":
-        bf16 = "bf16 is native here too: --precision bf16 uses it" if native.get("bf16") else "this GPU has no native bf16"
+        bf16 = ("bf16 is native here too: --precision bf16 uses it" if native.get("bf16")
+                else "this GPU has no native bf16")
         reason = f"--amp uses fp16 on CUDA (with loss scaling; {bf16})"
         if ratio is not None and ratio < 1.0:
             reason = f"{reason}, but {measured}: --precision fp32 would be faster"
