@@ -100,3 +100,18 @@ def test_compare_without_native_bf16_still_runs_bf16_after_one_notice(machine, t
     runs, _ = _runs(out)
     assert [(r["precision"], r["precision_requested"]) for r in runs] == [("fp32", "fp32"), ("bf16", "bf16")]
     assert runs[0]["precision_reason"] == "fp32 as asked (--compare fp32,bf16)"
+
+
+def test_resume_of_an_amp_run_finds_it_under_the_precision_amp_chose(machine, tiny_bert_dir, tiny_data_dir, tmp_path,
+                                                                     capsys):
+    # The output directory and --resume are checked for the chosen precision (fp32 here), not for bf16.
+    machine(AVX2)
+    out = tmp_path / "r"
+    assert _run(tiny_bert_dir, tiny_data_dir, out, "--amp", "--max-steps", "2") == 0
+    (first,), _ = _runs(out)
+    capsys.readouterr()
+    assert _run(tiny_bert_dir, tiny_data_dir, out, "--amp", "--max-steps", "2", "--resume") == 0
+    captured = capsys.readouterr()
+    assert "error" not in captured.err
+    (kept,), _ = _runs(out)
+    assert kept == first  # the finished fp32 run is kept as it was
