@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     # RunConfig.precisions, spelled three ways.
     prec = p.add_mutually_exclusive_group()
     prec.add_argument("--amp", action="store_true",
-                      help="the device's best mixed precision (fp16 on CUDA, bf16 on CPU) (default off)")
+                      help="automatic mixed precision: fp16 on CUDA; on a CPU bf16 where torch says it is native "
+                           "and no probe measured it slower, else fp32 with a notice (default off)")
     prec.add_argument("--precision", choices=list(PRECISIONS), help="one precision (default fp32)")
     prec.add_argument(
         "--compare", nargs="?", const="default", metavar="LIST",
@@ -199,7 +200,7 @@ def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, process
 
 
 def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
-    from .hardware import hardware_line
+    from .hardware import hardware_line, native_line
     from .probe_result import ProbeResult, probe_line
 
     say("mixft run")
@@ -214,11 +215,15 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
                f"{', '.join(lora['target_modules'])}; the head in full)") if lora else ""
         say(f"  params     {params['trainable']:,} trainable / {params['total']:,} total{how}")
     say(f"  device     {device}: {hardware_line(hardware)}")
+    if "native" in hardware:  # torch's own check: is there a hardware path for bf16/fp16 here
+        say(f"  native     {native_line(hardware['native'])}")
     if hardware.get("probe"):
         say(f"  speed      {probe_line(ProbeResult.from_dict(hardware['probe']))}")
     else:
-        say("  speed      not probed on this machine yet (--probe measures it in ~30 s)")
-    say(f"  precision  {', '.join(p.name for p in precisions)}" + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))
+        say("  speed      not probed on this machine yet (--probe measures it in under a minute)")
+    chosen = " (--amp)" if list(cfg.precisions) == ["amp"] else ""  # why: the notice above and results.json
+    say(f"  precision  {', '.join(p.name for p in precisions)}{chosen}"
+        + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))
     if cfg.eval_only:  # nothing trains: no batch arithmetic or budget to announce
         say(f"  evaluate   --eval-only: no training; evaluation batches of {cfg.batch_size * 2}")
         say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")

@@ -9,6 +9,15 @@ produced it, flags included as context::
     hardware_line(hw)
     # 'Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores, flags: avx512_bf16 (no amx_bf16, no avx512_fp16)'
 
+Whether the device runs bf16 and fp16 natively is a different kind of fact: torch's own
+answer (``native_precisions``: oneDNN's check and the CPU capability ATen dispatches to,
+or the GPU's), recorded as ``hardware["native"]`` and shown in every run header::
+
+    native_line(describe_hardware("cpu")["native"])
+    # 'bf16: yes (oneDNN; CPU capability AVX512), fp16: yes'
+
+It says whether a hardware path exists, never how fast it is: that is measured.
+
 The description is plain JSON-ready data (results.json ``hardware``). Reading it costs
 one small file read and never starts a CUDA context on a CPU run.
 """
@@ -75,11 +84,52 @@ def describe_cpu(cpuinfo_path: str | os.PathLike = CPUINFO) -> dict[str, Any]:
     return {"model": model, "cores": os.cpu_count(), "flags": parsed["flags"], "source": source}
 
 
+def native_precisions(device) -> dict[str, Any]:
+    """Whether ``device`` (a ``torch.device``) runs bf16 and fp16 natively, as torch itself says.
+
+    The one place mixft reads these facts (tests simulate a machine by replacing this
+    function). CPU: oneDNN's own checks (``torch.ops.mkldnn._is_mkldnn_bf16_supported``,
+    ``_is_mkldnn_fp16_supported``: is there an instruction-set path for the dtype) and the
+    capability ATen's kernels dispatch to (``torch.backends.cpu.get_cpu_capability``);
+    without them autocast still runs the dtype, emulated. CUDA: ``is_bf16_supported(
+    including_emulation=False)`` and the compute capability. A fact torch cannot give is None.
+
+    Returns ``{"bf16": bool | None, "fp16": bool | None, "via": "oneDNN" | "CUDA" | None,
+    "cpu_capability": str | None, "compute_capability": str | None}``.
+
+    Usage: ``native_precisions(torch.device("cpu"))["bf16"]``
+    """
+    import torch
+
+    facts: dict[str, Any] = {"bf16": None, "fp16": None, "via": None, "cpu_capability": None,
+                             "compute_capability": None}
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        facts.update(via="CUDA", compute_capability=f"{major}.{minor}",
+                     bf16=bool(torch.cuda.is_bf16_supported(including_emulation=False)),
+                     fp16=(major, minor) >= (5, 3))  # half-precision arithmetic arrived with sm_53
+        return facts
+    if device.type != "cpu":
+        return facts
+    try:
+        facts["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        pass
+    try:  # private ops: a build without oneDNN lacks them (then: unknown, not "no")
+        facts["bf16"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        facts["fp16"] = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+        facts["via"] = "oneDNN"
+    except (AttributeError, RuntimeError):
+        pass
+    return facts
+
+
 def describe_hardware(device=None, *, cpuinfo_path: str | os.PathLike = CPUINFO) -> dict[str, Any]:
     """The machine behind ``device`` ("cpu", "cuda", "auto", a ``torch.device``; None: "auto").
 
     Returns ``{"device", "cpu": describe_cpu(), "gpu": None | {name, compute_capability,
-    tf32, bf16, memory_bytes}, "torch", "torch_threads", "cuda", "python", "os"}``.
+    tf32, bf16, memory_bytes}, "native": native_precisions(), "torch", "torch_threads",
+    "cuda", "python", "os"}``.
 
     Usage: ``hardware_line(describe_hardware("cpu"))``
     """
@@ -102,6 +152,7 @@ def describe_hardware(device=None, *, cpuinfo_path: str | os.PathLike = CPUINFO)
         "device": str(dev),
         "cpu": describe_cpu(cpuinfo_path),
         "gpu": gpu,
+        "native": native_precisions(dev),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda,
@@ -141,6 +192,35 @@ def hardware_line(hw: dict[str, Any]) -> str:
     return f"{gpu['name']} ({', '.join(features)}); host: {cpu_line}"
 
 
+def native_text(native: dict[str, Any] | None, name: str) -> str:
+    """Whether ``name`` ("bf16", "fp16") is native, with torch's evidence, for headers and tables:
+    ``"yes (oneDNN; CPU capability AVX512)"``, ``"no (emulated: CPU capability AVX2, oneDNN has
+    no bf16 here)"``, ``"yes (compute capability 8.0)"``; ``"unknown"`` where torch could not say.
+
+    Usage: ``native_text(hw["native"], "bf16")``
+    """
+    native = native or {}
+    value = native.get(name)
+    if value is None:
+        return "unknown (this torch build cannot tell)" if native else "unknown"
+    if name != "bf16":
+        return "yes" if value else "no (emulated)"
+    if native.get("via") == "CUDA":
+        return f"{'yes' if value else 'no'} (compute capability {native.get('compute_capability')})"
+    cap = native.get("cpu_capability")
+    if value:
+        return f"yes (oneDNN; CPU capability {cap})"
+    return f"no (emulated: CPU capability {cap}, oneDNN has no bf16 here)"
+
+
+def native_line(native: dict[str, Any] | None) -> str:
+    """The run header's ``native`` line: ``"bf16: yes (oneDNN; CPU capability AVX512), fp16: yes"``.
+
+    Usage: ``native_line(describe_hardware("cpu")["native"])``
+    """
+    return f"bf16: {native_text(native, 'bf16')}, fp16: {native_text(native, 'fp16')}"
+
+
 def device_note(hw: dict[str, Any]) -> str | None:
     """The machine in a few words, as context beside a measured figure: ``"this CPU has no AMX"``,
     a GPU's name. A fact about the machine, never a reason given for a speed.
@@ -158,12 +238,16 @@ def device_note(hw: dict[str, Any]) -> str | None:
 
 def hardware_key(hw: dict[str, Any]) -> dict[str, Any]:
     """What must match for a measurement on one machine to stand for another: CPU model and
-    flags, GPU name, torch version and device type (core counts and threads may differ)."""
+    flags, GPU name, torch version, device type, and torch's native bf16/fp16 and CPU
+    capability (ATEN_CPU_CAPABILITY or ONEDNN_MAX_CPU_ISA change which kernels run on the
+    same CPU). Core counts and threads may differ."""
     gpu = hw.get("gpu")
+    native = hw.get("native") or {}
     return {
         "device": str(hw["device"]).split(":", 1)[0],
         "cpu_model": hw["cpu"]["model"],
         "cpu_flags": dict(sorted(hw["cpu"]["flags"].items())),
         "gpu": gpu["name"] if gpu else None,
         "torch": hw["torch"],
+        "native": {k: native.get(k) for k in ("bf16", "fp16", "cpu_capability")},
     }

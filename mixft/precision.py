@@ -7,7 +7,11 @@
 | fp16 | float16        | on         | CUDA; on CPU it runs, at a speed that depends on the CPU |
 | bf16 | bfloat16       | off        | CUDA Ampere+, CPU                                  |
 
-``--amp`` means the device's best mixed precision: fp16 on CUDA, bf16 on CPU.
+``amp`` names the device's mixed precision: fp16 on CUDA, bf16 on CPU (what ``--compare``
+and ``--probe`` try). Whether an ``--amp`` *run* uses it is the policy of
+``choose_precision``, decided once per run from facts it is handed (torch's native
+bf16/fp16 check, a probe cached for this machine), never from a rule about CPU flags:
+on a CPU, bf16 only where torch says it is native and no probe measured it slower.
 Nothing else in mixft turns a string into a dtype; unsupported combinations raise
 ``UsageError`` here, at start-up, never mid-run.
 
@@ -15,13 +19,16 @@ Usage::
 
     device = resolve_device("auto")
     precision = resolve_precision("amp", device)   # Precision(name='bf16', ...) on CPU
+    choice = choose_precision("amp", "cpu", {"bf16": False, "cpu_capability": "AVX2", "via": "oneDNN"})
+    choice.precision, choice.notice   # 'fp32', 'notice: --amp chose fp32: this CPU has no native bf16 ...'
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
@@ -54,9 +61,9 @@ PRECISIONS: dict[str, Precision] = {
     "bf16": Precision("bf16", torch.bfloat16, grad_scaler=False),
 }
 
-# What --amp means on each device type.
+# The mixed precision of each device type: what "amp" names, and what an --amp run uses
+# where choose_precision finds it native and not measured slower.
 AMP_DEFAULT = {"cuda": "fp16", "cpu": "bf16"}
-
 
 
 def resolve_device(name: str | torch.device = "auto") -> torch.device:
@@ -130,6 +137,112 @@ def precision_notice(precision: Precision, device: torch.device, *, measured: bo
             "until measured: --probe measures it (about 30 s), --compare fp32,fp16 trains both"
         )
     return None
+
+
+class PrecisionChoice(NamedTuple):
+    """What one run trains in and why: results.json's ``precision`` and ``precision_reason``."""
+
+    precision: str  # the precision the run uses
+    reason: str  # one sentence: why this one
+    notice: str | None = None  # the one line to show before any work; None: nothing to warn about
+
+
+def choose_precision(requested: str, device_type: str, native: Mapping[str, Any] | None = None, *,
+                     probe_ratios: Mapping[str, float] | None = None, probe_date: str | None = None,
+                     option: str | None = None, comparing: bool = False) -> PrecisionChoice:
+    """The precision a run of ``requested`` ("amp" or a name) uses, with its reason: the ``--amp`` policy.
+
+    Pure: every fact is an argument. ``native``: torch's native bf16/fp16 check
+    (``mixft.hardware.native_precisions``: ``{"bf16", "fp16", "via", "cpu_capability",
+    "compute_capability"}``). ``probe_ratios``: a probe of this machine cached for this
+    recipe and model, ``{precision: fp32 step time / its step time}`` (None: never probed),
+    measured on ``probe_date``. ``option``: how the user asked ("--amp", "--precision bf16",
+    "--compare fp32,bf16"), for the words. ``comparing``: part of a ``--compare``.
+
+    ``--amp`` (not comparing): on CUDA fp16 (with a GradScaler). On a CPU bf16 only where
+    torch says it is native and no cached probe measured it slower than fp32 per training
+    step; otherwise fp32, with a notice saying why and that ``--precision bf16`` forces it.
+    A name, and "amp" in a comparison (the device's mixed precision), is honoured as asked;
+    the notice then says where it runs emulated or measured slower.
+
+    Usage: ``choose_precision("amp", "cpu", hw["native"], probe_ratios={"bf16": 0.6}, probe_date="2026-11-25")``
+    """
+    native = native or {}
+    ratios = dict(probe_ratios or {})
+    if requested == "amp" and not comparing:
+        return _amp_choice(device_type, native, ratios, probe_date)
+    name = AMP_DEFAULT.get(device_type, requested) if requested == "amp" else requested
+    option = option or f"--precision {name}"
+    reason = f"{name} as asked ({option})"
+    ratio = ratios.get(name) if name != "fp32" else None
+    measured = _measured(name, ratio, probe_date)
+    if device_type == "cpu" and name in ("bf16", "fp16") and native.get(name) is False:
+        lacks = f"this CPU has no native {name} ({_evidence(native, name)})"
+        also = f" and {measured}" if measured else ""
+        notice = (f"notice: {lacks}: {option} runs it emulated, as asked{also}; the estimate after the first "
+                  "steps says how long it takes")
+        return PrecisionChoice(name, f"{reason}; {lacks}, so it runs emulated{also}", notice)
+    if ratio is not None and ratio < 1.0 and not comparing:  # a comparison measures exactly this: no advice
+        faster = max(ratios.items(), key=lambda item: item[1], default=("fp32", 1.0))
+        faster_name = faster[0] if faster[1] > 1.0 and faster[0] != name else "fp32"
+        notice = (f"notice: {measured} on this {_where(device_type)}; {option} keeps {name} as asked; "
+                  f"--precision {faster_name} would be faster")
+        return PrecisionChoice(name, f"{reason}; {measured}", notice)
+    if name == "fp16" and device_type == "cpu":
+        notice = precision_notice(PRECISIONS["fp16"], torch.device("cpu"), measured=ratio is not None)
+        return PrecisionChoice(name, reason + (f"; {measured}" if measured else ""), notice)
+    return PrecisionChoice(name, reason + (f"; {measured}" if measured else ""))
+
+
+def _amp_choice(device_type: str, native: Mapping[str, Any], ratios: Mapping[str, float],
+                probe_date: str | None) -> PrecisionChoice:
+    """``--amp``'s policy (see ``choose_precision``)."""
+    mixed = AMP_DEFAULT.get(device_type)
+    if mixed is None:
+        raise UsageError(f"--amp: no mixed precision is defined for device type {device_type!r}")
+    ratio = ratios.get(mixed)
+    measured = _measured(mixed, ratio, probe_date)
+    if device_type == "cuda":
+        bf16 = ("bf16 is native here too: --precision bf16 uses it" if native.get("bf16")
+                else "this GPU has no native bf16")
+        reason = f"--amp uses fp16 on CUDA (with loss scaling; {bf16})"
+        if ratio is not None and ratio < 1.0:
+            reason = f"{reason}, but {measured}: --precision fp32 would be faster"
+            return PrecisionChoice("fp16", reason, f"notice: {reason}")
+        return PrecisionChoice("fp16", reason + (f"; {measured}" if measured else ""))
+    if native.get(mixed) is not True:
+        lacks = (f"this CPU has no native {mixed} ({_evidence(native, mixed)})" if native.get(mixed) is False
+                 else f"torch cannot tell whether this CPU has native {mixed} ({_evidence(native, mixed)})")
+        emulated = f", so {mixed} would run emulated" if native.get(mixed) is False else ""
+        why = f" and {measured}" if measured else emulated
+        reason = f"--amp chose fp32: {lacks}{why}; --precision {mixed} forces {mixed}"
+        return PrecisionChoice("fp32", reason, f"notice: {reason}")
+    if ratio is not None and ratio < 1.0:
+        reason = f"--amp chose fp32: {measured} on this CPU; --precision {mixed} forces {mixed}"
+        return PrecisionChoice("fp32", reason, f"notice: {reason}")
+    reason = f"--amp chose {mixed}: this CPU runs {mixed} natively ({_evidence(native, mixed)})"
+    return PrecisionChoice(mixed, reason + (f" and {measured}" if measured else ""))
+
+
+def _measured(name: str, ratio: float | None, date: str | None) -> str | None:
+    """``"the probe of 2026-11-25 measured bf16 at 0.05x fp32 per training step"``; None: not measured."""
+    if ratio is None:
+        return None
+    return f"the probe of {date or 'an unknown date'} measured {name} at {ratio:.2f}x fp32 per training step"
+
+
+def _evidence(native: Mapping[str, Any], name: str) -> str:
+    """torch's words for ``name``'s hardware path: ``"torch: CPU capability AVX2, oneDNN has no bf16 here"``."""
+    if native.get("via") == "CUDA":
+        return f"torch: compute capability {native.get('compute_capability')}"
+    if native.get(name) is None:
+        return "no oneDNN check in this torch build"
+    has = "has" if native.get(name) else "has no"
+    return f"torch: CPU capability {native.get('cpu_capability')}, oneDNN {has} {name} here"
+
+
+def _where(device_type: str) -> str:
+    return "GPU" if device_type == "cuda" else "CPU"
 
 
 @contextlib.contextmanager

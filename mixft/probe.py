@@ -10,7 +10,9 @@ instead of assuming it. For one recipe, ``probe``:
    precision on the SAME batch with the same initial weights: one warm-up step each, then
    rounds of one device-synchronised step per precision in a rotating order (so the load
    of a shared machine falls on all alike), 3-5 rounds as the time budget allows; the
-   step time is the median;
+   step time is the median. Each precision has an equal share of the budget (its warm-up
+   included): one that spends it (bf16 emulated on a CPU without a hardware path, ~10-25x
+   fp32) stops after its first timed step, which is enough to show the gap;
 3. times the matmuls of the model's own ``nn.Linear`` layers (the shapes its first
    training forward fed them) per precision: GFLOP/s and the ratio to fp32;
 4. recommends the fastest precision (fp32 when AMP measured slower), with its ratio.
@@ -19,16 +21,16 @@ Precisions: fp32, tf32 on an Ampere+ GPU, the device's AMP precisions, and on a 
 as well when its estimated cost (fp32 step time over its matmul ratio) fits the budget.
 
 Results are cached per machine (``mixft.probe_result.cached_probe``), keyed by CPU model
-and flags, GPU, torch version, recipe and model, so ``--amp`` can warn where AMP measured
-slower (``amp_notice``) without measuring again. What a probe found, how it is kept and
-how it is told (table, report section, header line, notice) live in mixft/probe_result.py.
+and flags, torch's native bf16/fp16, GPU, torch version, recipe and model, so an ``--amp``
+run can choose fp32 where AMP measured slower (``mixft.precision.choose_precision``)
+without measuring again. What a probe found, how it is kept and how it is told (table,
+report section, header line) live in mixft/probe_result.py.
 
 Usage::
 
     result = probe(RunConfig(recipe="bert-sst2"))   # ~25 s on a 2-core CPU
     print(render_probe_table(result))
     probe_line(result)   # 'probe: bf16 step 0.41x fp32, matmul 0.38x (this CPU has no AMX); fastest: fp32'
-    amp_notice(cached_probe("bert-sst2", result.model, device="cpu"), "bf16")
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from .callbacks import Callback
 
 DEFAULT_BUDGET_S = 30.0
 WARMUP_STEPS = 1  # the first step pays for kernel selection/JIT and optimizer state
-MIN_TIMED_STEPS = 3  # a median needs at least three
+MIN_TIMED_STEPS = 3  # a median needs at least three (where the precision's share of the budget allows)
 MAX_TIMED_STEPS = 5
 MATMUL_REPEATS = 3
 # Kept back from the budget when deciding whether another step still fits: what follows
@@ -85,9 +87,12 @@ def probe(
     ``device``: None takes ``cfg.device``. ``precisions``: names to time (fp32, the
     baseline, is always added); None: fp32, tf32 on Ampere+ and the device's AMP
     precisions, plus fp16 on a CPU if it fits the budget. Every precision but that optional
-    fp16 gets a warm-up and at least three timed steps, whatever the budget;
-    ``time_budget_s`` (counted from the call, data and model loading included) decides
-    whether the optional one runs and whether there is time for up to five steps.
+    fp16 gets a warm-up and at least one timed step, whatever the budget; each has an equal
+    share of ``time_budget_s`` for its steps (warm-up included), and takes a second and
+    third step only while they fit in it, so an emulated precision ~25x slower than fp32
+    costs about two of its steps, not five. ``time_budget_s`` (counted from the call, data
+    and model loading included) also decides whether the optional one runs and whether
+    there is time for up to five steps.
     ``save`` writes the result to the per-machine cache (``cache_dir``, default
     ``default_cache_dir()``). The process's RNG and matmul settings are left as they were.
 
@@ -109,6 +114,7 @@ def probe(
     required, optional = _plan_precisions(precisions, dev)
     hw = describe_hardware(dev)
     deadline = start + float(time_budget_s) - RESERVE_S
+    share = float(time_budget_s) / len(required)  # each precision's steps, warm-up included
 
     with _isolated_global_state(dev):
         prepared = recipe.prepare(cfg)
@@ -128,10 +134,10 @@ def probe(
 
         # Timed steps in rounds, one step per precision per round in a rotating order, so
         # the load of a shared machine falls on every precision alike.
-        _round(steppers, 0, deadline)
+        _round(steppers, 0, deadline, share)
         for precision in optional:  # only if a warm-up and the minimum of steps fit
             estimate = (WARMUP_STEPS + MIN_TIMED_STEPS) * _estimated_step_s(fp32, rows["fp32"], rows[precision.name])
-            if time.perf_counter() + estimate > deadline:
+            if time.perf_counter() + estimate > deadline or estimate > share:
                 rows[precision.name].skipped = (
                     f"about {estimate:.0f} s for a warm-up and {MIN_TIMED_STEPS} steps (fp32's step time over the "
                     f"matmul ratio): over the {time_budget_s:g} s budget")
@@ -140,11 +146,15 @@ def probe(
             stepper.run(WARMUP_STEPS)
             steppers.append(stepper)
         r = 1
-        while _round(steppers, r, deadline):
+        while _round(steppers, r, deadline, share):
             r += 1
         for stepper in steppers:
             logger.debug("probe %s step times (s): %s", stepper.precision.name, [round(t, 4) for t in stepper.times])
-            rows[stepper.precision.name] = replace(rows[stepper.precision.name], **stepper.figures())
+            figures = stepper.figures()
+            if 0 < len(stepper.timed) < MIN_TIMED_STEPS:
+                figures["note"] = (f"{len(stepper.timed)} timed step{'s' if len(stepper.timed) > 1 else ''}: its steps "
+                                   f"took {sum(stepper.times):.0f} s of its {share:.0f} s share of the budget")
+            rows[stepper.precision.name] = replace(rows[stepper.precision.name], **figures)
 
     ordered = [rows[p.name] for p in [*required, *optional]]
     _fill_ratios(ordered)
@@ -316,15 +326,18 @@ class _Stepper:
                 "warmup_steps": min(WARMUP_STEPS, len(self.times))}
 
 
-def _round(steppers: list[_Stepper], index: int, deadline: float) -> bool:
-    """One timed step for each precision that needs one (below the minimum) or has time for
-    one (below the maximum, its last step fits before ``deadline``); False when none stepped."""
+def _round(steppers: list[_Stepper], index: int, deadline: float, share: float) -> bool:
+    """One timed step for each precision that has none yet, or that has room for one: below
+    the maximum, another step like its last fits in its ``share`` of the budget, and (past
+    the minimum) before ``deadline``. False when none stepped."""
     k = index % len(steppers)
     stepped = False
     for stepper in steppers[k:] + steppers[:k]:
         done = len(stepper.timed)
         if done >= MAX_TIMED_STEPS:
             continue
+        if done and sum(stepper.times) + stepper.times[-1] > share:
+            continue  # its share is spent (an emulated precision): the steps so far show the gap
         if done >= MIN_TIMED_STEPS and time.perf_counter() + stepper.times[-1] > deadline:
             continue
         stepper.run(1)

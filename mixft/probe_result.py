@@ -2,15 +2,16 @@
 
 ``mixft.probe.probe`` measures; this module holds what it measured (``ProbeResult``, one
 ``PrecisionProbe`` per precision), keeps it per machine (``save_probe`` / ``cached_probe``,
-keyed by CPU model and flags, GPU, torch version, recipe and model), and says it: a
-terminal table, a report.md section, one line for every run's header, and the ``--amp``
-notice where AMP measured slower. Nothing here imports torch: a report or a run header can
-show a probe without loading it.
+keyed by CPU model and flags, torch's native bf16/fp16, GPU, torch version, recipe and
+model), and says it: a terminal table, a report.md section and one line for every run's
+header. What a run does with it (``--amp`` falls back to fp32 where bf16 measured slower)
+is ``mixft.precision.choose_precision``'s policy. Nothing here imports torch: a report or
+a run header can show a probe without loading it.
 
 Usage::
 
     result = cached_probe("bert-sst2", model_description, device="cpu")
-    if result: print(probe_line(result)); print(amp_notice(result, "bf16") or "")
+    if result: print(probe_line(result))
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class PrecisionProbe:
     matmul_flops_per_s: float | None = None  # over the recipe's Linear shapes
     matmul_ratio_vs_fp32: float | None = None
     skipped: str | None = None  # why the steps were not timed (over the budget)
+    note: str | None = None  # why fewer steps than usual were timed (a slow precision spent its share of the budget)
 
     @property
     def timed_steps(self) -> int:
@@ -78,6 +80,11 @@ class ProbeResult:
     def row(self, precision: str) -> PrecisionProbe | None:
         """The figures of ``precision``, or None when it was not probed."""
         return next((r for r in self.rows if r.precision == precision), None)
+
+    def step_ratios(self) -> dict[str, float]:
+        """``{precision: fp32 step time / its step time}`` for every timed precision (what
+        ``mixft.precision.choose_precision`` is handed). Usage: ``result.step_ratios()["bf16"]``"""
+        return {r.precision: r.speedup_vs_fp32 for r in self.rows if r.speedup_vs_fp32}
 
     @property
     def key(self) -> str:
@@ -133,7 +140,7 @@ def cached_probe(recipe: str, model: str, *, device=None, hardware: Mapping[str,
     """The cached probe of ``recipe`` with ``model`` (a run's ``run_info["model"]``) on this
     machine, or None: never probed here, or on other hardware, another torch, an older format.
 
-    Usage: ``amp_notice(cached_probe("bert-sst2", parts.run_info["model"], device=device), "bf16")``
+    Usage: ``cached_probe("bert-sst2", parts.run_info["model"], device=device)``
     """
     hw = dict(hardware) if hardware is not None else describe_hardware(device)
     path = probe_cache_path(hw, recipe, model, cache_dir)
@@ -151,35 +158,6 @@ def cached_probe(recipe: str, model: str, *, device=None, hardware: Mapping[str,
 
 
 # ------------------------------------------------------------------------------ telling
-def amp_notice(result: ProbeResult | None, precision_name: str, *, option: str = "--amp") -> str | None:
-    """One line when ``precision_name`` measured slower than fp32 in ``result``; else None.
-
-    Only says so: the precision the user chose is kept. ``option`` is how they chose it.
-
-    Usage: ``notice = amp_notice(cached_probe(...), "bf16")``
-    """
-    if result is None or precision_name == "fp32":
-        return None
-    row = result.row(precision_name)
-    if row is None or not row.speedup_vs_fp32 or row.speedup_vs_fp32 >= 1.0:
-        return None
-    where = "GPU" if result.device.startswith("cuda") else "CPU"
-    note = _short_note(result.hardware)
-    date = result.measured_at[:10]
-    faster = result.recommended if result.recommended != precision_name else "fp32"
-    return (f"notice: on this {where} {precision_name} measured {row.speedup_vs_fp32:.2f}x fp32 per training step "
-            f"(probe of {date}{', ' + note if note else ''}); {option} keeps {precision_name} as asked; "
-            f"--precision {faster} would be faster")
-
-
-def _short_note(hw: Mapping[str, Any]) -> str | None:
-    """``"no AMX"`` / ``"with AMX"`` on a CPU, the GPU's name on a GPU, None when unknown."""
-    if hw.get("gpu"):
-        return hw["gpu"]["name"]
-    amx = hw["cpu"]["flags"].get("amx_bf16")
-    return None if amx is None else ("with AMX" if amx else "no AMX")
-
-
 def probe_line(result: ProbeResult) -> str:
     """One line for every run's header.
 
@@ -218,7 +196,23 @@ _HEADERS = ["precision", "step (ms)", "step vs fp32", "matmul GFLOP/s", "matmul 
 
 
 def _skipped_notes(result: ProbeResult) -> list[str]:
-    return [f"{r.precision} not timed: {r.skipped}" for r in result.rows if r.skipped and not r.step_times_s]
+    """Why a precision was not timed, or timed on fewer steps; where torch has no hardware path for it."""
+    notes = [f"{r.precision} not timed: {r.skipped}" for r in result.rows if r.skipped and not r.step_times_s]
+    notes += [f"{r.precision}: {r.note}" for r in result.rows if r.note and r.step_times_s]
+    return notes + _native_notes(result)
+
+
+def _native_notes(result: ProbeResult) -> list[str]:
+    """``"bf16: no hardware path on this CPU (CPU capability AVX2, oneDNN has no bf16 here): torch emulates it"``."""
+    native = result.hardware.get("native") or {}
+    where = "GPU" if result.device.startswith("cuda") else "CPU"
+    notes = []
+    for r in result.rows:
+        if r.precision in ("bf16", "fp16") and native.get(r.precision) is False:
+            why = (f"compute capability {native.get('compute_capability')}" if native.get("via") == "CUDA"
+                   else f"CPU capability {native.get('cpu_capability')}, oneDNN has no {r.precision} here")
+            notes.append(f"{r.precision}: no hardware path on this {where} ({why}): torch emulates it")
+    return notes
 
 
 def _when(result: ProbeResult) -> str:

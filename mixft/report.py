@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from .atomic import write_text
-from .hardware import CPU_FLAGS, hardware_line
+from .hardware import CPU_FLAGS, hardware_line, native_line
 from .log import logger
 from .report_best import best_model_notes
 from .run.outdir import REPORT_NAME
@@ -471,6 +471,8 @@ def render_hardware(hw: dict | None, rows: Sequence[dict] = (), baseline: str = 
     flags = cpu.get("flags") if isinstance(cpu.get("flags"), dict) else {}
     lines.append("- CPU flags (context for the figures, not a forecast of them): "
                  + " · ".join(f"`{f}` {_yes_no(flags.get(f))}" for f in CPU_FLAGS))
+    if isinstance(hw.get("native"), dict):  # torch's own check: is there a hardware path (not how fast it is)
+        lines.append(f"- Native in torch's check: {native_line(hw['native'])}")
     gpu = hw.get("gpu")
     if isinstance(gpu, dict):
         mem = number(gpu.get("memory_bytes"))

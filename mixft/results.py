@@ -9,7 +9,10 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
      "runs": [run, ...]}
 
     run = {
-      "precision": "bf16",                 # policy name: fp32 | tf32 | fp16 | bf16
+      "precision": "bf16",                 # policy name: fp32 | tf32 | fp16 | bf16 (the one used)
+      "precision_requested": "amp",        # as asked: "amp" | a name; null in runs made before it existed
+      "precision_reason": "--amp chose bf16: this CPU runs bf16 natively (...)",  # one sentence: why the
+                                           # precision used is this one (mixft.precision.choose_precision)
       "autocast_dtype": "bfloat16",        # null for fp32/tf32
       "grad_scaler": false,
       "seed": 0,
@@ -122,6 +125,9 @@ class RunResult:
     eval_predictions: list | None = None
     eval_labels: list | None = None
     agreement_vs_fp32: dict[str, Any] | None = None
+    # What the user asked ("amp" or a name) and why the run used ``precision`` (mixft.precision.choose_precision).
+    precision_requested: str | None = None
+    precision_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -17,6 +17,8 @@ from mixft.hardware import (
     flags_text,
     hardware_key,
     hardware_line,
+    native_line,
+    native_precisions,
     parse_cpuinfo,
 )
 
@@ -106,6 +108,43 @@ def test_describe_hardware_cpu(tmp_path):
     assert hw["cpu"]["flags"]["avx512_bf16"] is True
 
 
+def test_native_precisions_are_torchs_own_answers_on_this_cpu():
+    facts = native_precisions(torch.device("cpu"))
+    assert facts == {
+        "bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+        "fp16": torch.ops.mkldnn._is_mkldnn_fp16_supported(),
+        "via": "oneDNN",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "compute_capability": None,
+    }
+    assert describe_hardware("cpu")["native"] == facts  # results.json's hardware carries them
+
+
+def test_native_precisions_is_the_one_place_describe_hardware_asks(monkeypatch):
+    import mixft.hardware
+
+    fake = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
+    monkeypatch.setattr(mixft.hardware, "native_precisions", lambda device: fake)
+    assert describe_hardware("cpu")["native"] == fake
+
+
+@pytest.mark.parametrize("native,line", [
+    ({"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512"},
+     "bf16: yes (oneDNN; CPU capability AVX512), fp16: yes"),
+    ({"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2"},
+     "bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), fp16: no (emulated)"),
+    ({"bf16": None, "fp16": None, "via": None, "cpu_capability": "AVX2"},
+     "bf16: unknown (this torch build cannot tell), fp16: unknown (this torch build cannot tell)"),
+    ({"bf16": True, "fp16": True, "via": "CUDA", "compute_capability": "8.0"},
+     "bf16: yes (compute capability 8.0), fp16: yes"),
+    ({"bf16": False, "fp16": True, "via": "CUDA", "compute_capability": "7.5"},
+     "bf16: no (compute capability 7.5), fp16: yes"),
+    (None, "bf16: unknown, fp16: unknown"),  # results.json written before the facts were recorded
+])
+def test_native_line(native, line):
+    assert native_line(native) == line
+
+
 def test_describe_hardware_refuses_an_absent_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -121,6 +160,8 @@ def test_describe_hardware_gpu():
     assert hw["gpu"]["compute_capability"] == f"{major}.{minor}"
     assert hw["gpu"]["tf32"] == (major >= 8)
     assert hw["gpu"]["name"] in hardware_line(hw)
+    assert hw["native"]["bf16"] == torch.cuda.is_bf16_supported(including_emulation=False)
+    assert hw["native"]["compute_capability"] == f"{major}.{minor}"
 
 
 def _hw(flags: dict, model: str = "Intel(R) Xeon(R) Processor @ 2.50GHz", cores: int = 2, gpu=None, torch_version="2.13.0+cpu"):
@@ -163,6 +204,10 @@ def test_hardware_key_tells_flags_and_torch_apart_but_not_core_counts():
     assert hardware_key(base) != hardware_key(_hw({**base["cpu"]["flags"], "amx_bf16": True}))
     assert hardware_key(base) != hardware_key(_hw(base["cpu"]["flags"], torch_version="2.14.0+cpu"))
     assert hardware_key(base) != hardware_key(_hw(base["cpu"]["flags"], model="AMD EPYC 9654"))
+    # The same CPU under ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 runs other kernels: another key.
+    native = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512"}
+    capped = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2"}
+    assert hardware_key({**base, "native": native}) != hardware_key({**base, "native": capped})
 
 
 def test_importing_mixft_hardware_does_not_import_torch():

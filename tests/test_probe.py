@@ -1,4 +1,4 @@
-"""mixft.probe and mixft.probe_result: the real probe on a tiny BERT, the recommendation and notice, the cache, the renderers."""
+"""mixft.probe and mixft.probe_result: the real probe on a tiny BERT, the recommendation, what --amp makes of it, the cache, the renderers."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from conftest import make_data_dir
 from mixft.config import RunConfig
 from mixft.errors import UsageError
 from mixft.hardware import CPU_FLAGS
+from mixft.precision import choose_precision
 from mixft.probe import MAX_TIMED_STEPS, MIN_TIMED_STEPS, WARMUP_STEPS, probe, recommend
 from mixft.probe_result import (
     PrecisionProbe,
     ProbeResult,
-    amp_notice,
     cached_probe,
     default_cache_dir,
     probe_cache_path,
@@ -60,34 +60,52 @@ def fake_result(bf16_step_s: float, *, flags=NO_AMX, torch_version="2.13.0+cpu")
     )
 
 
+NATIVE_BF16 = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
+
+
+def amp_with(result: ProbeResult, requested: str = "amp", option: str | None = None):
+    """What a run of ``requested`` makes of ``result`` on a CPU with native bf16 (mixft.run.runner does the same)."""
+    return choose_precision(requested, "cpu", NATIVE_BF16, probe_ratios=result.step_ratios(),
+                            probe_date=result.measured_at[:10], option=option)
+
+
 # ------------------------------------------------------------------- recommendation
-def test_slower_amp_recommends_fp32_and_the_notice_gives_the_ratio():
+def test_slower_amp_recommends_fp32_and_amp_chooses_fp32_citing_the_ratio():
     result = fake_result(bf16_step_s=0.5 / 0.62)
     bf16 = result.row("bf16")
     assert bf16.speedup_vs_fp32 == pytest.approx(0.62)
     assert bf16.matmul_ratio_vs_fp32 == pytest.approx(26 / 50)
     assert result.recommended == "fp32"
     assert "bf16 measured 0.62x fp32" in result.reason
-    assert amp_notice(result, "bf16") == (
-        "notice: on this CPU bf16 measured 0.62x fp32 per training step (probe of 2026-11-22, no AMX); "
-        "--amp keeps bf16 as asked; --precision fp32 would be faster"
+    assert result.step_ratios() == {"fp32": 1.0, "bf16": pytest.approx(0.62)}
+    # Was: "--amp keeps bf16 as asked". --amp now chooses fp32 and says why, with the figure and its date.
+    choice = amp_with(result)
+    assert choice.precision == "fp32"
+    assert choice.notice == (
+        "notice: --amp chose fp32: the probe of 2026-11-22 measured bf16 at 0.62x fp32 per training step on this "
+        "CPU; --precision bf16 forces bf16"
     )
-    assert "--precision bf16 keeps bf16" in amp_notice(result, "bf16", option="--precision bf16")
+    # Asked by name, bf16 is kept, and the notice says what would be faster.
+    asked = amp_with(result, "bf16", option="--precision bf16")
+    assert asked.precision == "bf16"
+    assert asked.notice.endswith("--precision bf16 keeps bf16 as asked; --precision fp32 would be faster")
 
 
-def test_faster_amp_is_recommended_and_no_notice():
+def test_faster_amp_is_recommended_and_amp_keeps_it_without_a_notice():
     result = fake_result(bf16_step_s=0.5 / 1.6, flags=dict.fromkeys(CPU_FLAGS, True))
     assert result.recommended == "bf16"
     assert result.reason == "bf16: 1.60x fp32 per training step"
-    assert amp_notice(result, "bf16") is None
+    choice = amp_with(result)
+    assert choice.precision == "bf16" and choice.notice is None
+    assert "measured bf16 at 1.60x fp32" in choice.reason
 
 
-def test_notice_only_for_a_measured_slower_amp_precision():
+def test_only_a_measured_slower_precision_changes_anything():
     result = fake_result(bf16_step_s=1.0)
-    assert amp_notice(result, "fp32") is None
-    assert amp_notice(result, "fp16") is None  # not timed: nothing measured to warn about
-    assert amp_notice(None, "bf16") is None  # never probed here
-    assert "with AMX" in amp_notice(fake_result(1.0, flags=dict.fromkeys(CPU_FLAGS, True)), "bf16")
+    assert amp_with(result, "fp32").notice is None
+    fp16 = amp_with(result, "fp16")  # not timed: nothing measured to warn about, but its speed is unknown
+    assert fp16.precision == "fp16" and "not known until measured" in fp16.notice
+    assert choose_precision("amp", "cpu", NATIVE_BF16).precision == "bf16"  # never probed here
 
 
 def test_ratios_within_noise_are_called_about_the_same():
@@ -264,8 +282,9 @@ def test_tiny_probe_is_cached_and_leaves_global_state(tiny_probe, tiny_cfg):
 def test_tiny_probe_over_budget_still_times_fp32_and_amp_but_skips_optional(tiny_cfg):
     result = probe(tiny_cfg, time_budget_s=0.001, save=False)
     assert [r.precision for r in result.rows] == ["fp32", "bf16", "fp16"]
-    for name in ("fp32", "bf16"):
-        assert result.row(name).timed_steps == MIN_TIMED_STEPS
+    for name in ("fp32", "bf16"):  # a warm-up and one timed step each, whatever the budget
+        assert result.row(name).timed_steps == 1 and result.row(name).step_s > 0
+        assert "share of the budget" in result.row(name).note
     fp16 = result.row("fp16")
     assert fp16.step_times_s == [] and fp16.step_s is None and "budget" in fp16.skipped
     assert fp16.matmul_flops_per_s > 0  # the matmul figure is cheap and always there
@@ -274,3 +293,33 @@ def test_tiny_probe_over_budget_still_times_fp32_and_amp_but_skips_optional(tiny
 def test_explicit_precisions_always_include_the_fp32_baseline(tiny_cfg):
     result = probe(tiny_cfg, precisions=["amp"], time_budget_s=0.001, save=False)
     assert [r.precision for r in result.rows] == ["fp32", "bf16"]
+
+
+def test_a_slow_precision_stops_once_its_share_of_the_budget_is_spent(tiny_cfg, monkeypatch):
+    # bf16 emulated on an AVX2-only CPU runs ~25x fp32: simulated here by adding 20 s to each
+    # of its recorded step times (no real wait). A 30 s budget gives each of fp32 and bf16 a
+    # 15 s share: bf16's warm-up and first timed step spend it, fp32 goes on to its minimum.
+    import mixft.hardware
+    from mixft import probe as probe_module
+
+    real_run = probe_module._Stepper.run
+
+    def slow_bf16(self, steps):
+        before = len(self.times)
+        real_run(self, steps)
+        if self.precision.name == "bf16":
+            self.clock.times[before:] = [t + 20.0 for t in self.clock.times[before:]]
+
+    monkeypatch.setattr(probe_module._Stepper, "run", slow_bf16)
+    monkeypatch.setattr(mixft.hardware, "native_precisions", lambda device: {
+        "bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None})
+    result = probe(tiny_cfg, precisions=["bf16"], time_budget_s=30, save=False)
+    bf16, fp32 = result.row("bf16"), result.row("fp32")
+    assert bf16.warmup_steps == 1 and bf16.timed_steps == 1  # two steps, not six: enough to show the gap
+    assert bf16.speedup_vs_fp32 < 0.1 and result.recommended == "fp32"
+    assert bf16.note == f"1 timed step: its steps took {sum(bf16.step_times_s):.0f} s of its 15 s share of the budget"
+    assert fp32.timed_steps >= MIN_TIMED_STEPS and fp32.note is None
+    table = render_probe_table(result)
+    assert "bf16: 1 timed step: its steps took" in table
+    assert "bf16: no hardware path on this CPU (CPU capability AVX2, oneDNN has no bf16 here): torch emulates it" in table
+    assert "no hardware path" in probe_markdown(result)

@@ -24,8 +24,9 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_d
     assert {"amx_bf16", "avx512_bf16", "avx512_fp16"} <= set(doc["hardware"]["cpu"]["flags"])
     assert "probe" in (tmp_path / "p" / "probe.md").read_text().lower()
 
-    # Pretend this machine measured bf16 at half the fp32 rate: an --amp run says so, in one
-    # line, and still trains in bf16 (the user's choice is never changed).
+    # Pretend this machine measured bf16 at half the fp32 rate: an --amp run then trains in
+    # fp32 and says why in one line, citing the probe's figure and date; --precision bf16
+    # keeps bf16 as asked and says what would be faster.
     (cached,) = (tmp_path / "cache").rglob("*.json")
     data = json.loads(cached.read_text())
     for row in data["rows"]:
@@ -35,11 +36,25 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_d
     code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "r") + ["--amp", "--max-steps", "1"])
     captured = capsys.readouterr()
     assert code == 0
-    notices = [line for line in captured.err.splitlines() if "measured 0.50x fp32" in line]
-    assert len(notices) == 1 and "--amp keeps bf16" in notices[0], captured.err
+    notices = [line for line in captured.err.splitlines() if "measured bf16 at 0.50x fp32" in line]
+    date = data["measured_at"][:10]
+    assert notices == [f"notice: --amp chose fp32: the probe of {date} measured bf16 at 0.50x fp32 per training "
+                       "step on this CPU; --precision bf16 forces bf16"], captured.err
     assert "  speed      probe: bf16 step 0.50x fp32" in captured.out
+    assert "  precision  fp32 (--amp)" in captured.out
     run = json.loads((tmp_path / "r" / "results.json").read_text())
-    assert run["runs"][0]["precision"] == "bf16" and run["hardware"]["probe"] is not None
+    assert run["hardware"]["probe"] is not None
+    assert (run["runs"][0]["precision"], run["runs"][0]["precision_requested"]) == ("fp32", "amp")
+    assert run["runs"][0]["precision_reason"] == notices[0].removeprefix("notice: ")
+
+    code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "b") + ["--precision", "bf16", "--max-steps", "1"])
+    captured = capsys.readouterr()
+    assert code == 0
+    notices = [line for line in captured.err.splitlines() if "measured bf16 at 0.50x fp32" in line]
+    assert len(notices) == 1 and notices[0].endswith("--precision bf16 keeps bf16 as asked; --precision fp32 would "
+                                                     "be faster"), captured.err
+    run = json.loads((tmp_path / "b" / "results.json").read_text())["runs"][0]
+    assert (run["precision"], run["precision_requested"]) == ("bf16", "bf16")
 
 
 def test_an_unprobed_machine_says_how_to_probe(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch):

@@ -593,6 +593,16 @@ def test_hardware_section_names_machine_and_flags_as_context(doc, amx):
         assert rule not in text
 
 
+def test_hardware_section_shows_torchs_native_check_when_recorded(doc):
+    hw = cpu_hardware(False)
+    doc["hardware"] = hw
+    assert "Native in torch's check" not in section(render_markdown(doc), "## Hardware")  # older records: nothing
+    doc["hardware"] = {**hw, "native": {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2"}}
+    text = section(render_markdown(doc), "## Hardware")
+    assert ("- Native in torch's check: bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), "
+            "fp16: no (emulated)") in text
+
+
 def _times(doc: dict, precision: str, seconds: float) -> None:
     for r in runs_of(doc, precision):
         r["train_time_s"] = seconds

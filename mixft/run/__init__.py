@@ -3,7 +3,7 @@
     outdir     the output directory: every file name in it, its checks, its lock, reading results.json
     identity   which run is which (trajectory options, data fingerprints) and the ``--resume`` plan
     build      a Trainer from a recipe's parts and a RunConfig
-    runner     plan -> prepare -> build, train, record each (precision, seed) run
+    runner     plan -> prepare -> choose precisions -> build, train, record each (precision, seed) run
 
 The names below are imported on first use (``mixft.run.outdir`` stays free of torch, so
 the reports can read the file names). ``mixft.run`` is also what ``mixft.run(cfg)`` calls:

@@ -2,8 +2,11 @@
 
 The run layer's conductor: ``plan`` checks everything cheap (recipe, options, device,
 output directory, the ``--resume`` plan of ``mixft.run.identity``) before any work;
-``run`` prepares the data once, then builds (``mixft.run.build``), trains and records
-each (precision, seed) run, following that plan. File names come from ``mixft.run.outdir``.
+``run`` checks the options, prepares the data once, chooses each run's precision once
+(``choose_precisions``: the ``--amp`` policy of ``mixft.precision`` handed this machine's
+facts), checks the output directory and ``--resume`` for those precisions, then builds
+(``mixft.run.build``), trains and records each (precision, seed) run. File names come
+from ``mixft.run.outdir``.
 This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it too::
 
     results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))
@@ -28,7 +31,7 @@ from ..errors import UsageError
 from ..faults import CollapseDetector, InjectNonFinite
 from ..hardware import describe_hardware
 from ..log import logger
-from ..precision import Precision, precision_notice, resolve_device, resolve_precision
+from ..precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
 from ..registry import get_recipe
 from ..results import RunResult, write_results
 from ..callbacks import Callback
@@ -84,8 +87,16 @@ class Plan(NamedTuple):
 def plan(cfg: RunConfig) -> Plan:
     """Validate everything cheap before any work, ``--resume``'s files included; returns the ``Plan``.
 
+    "amp" stands for the device's mixed precision here (what ``--probe`` measures); ``run``
+    decides what an ``--amp`` run trains in once the model is known (``choose_precisions``).
     Usage: ``recipe, cfg, device, precisions, resume_plan = plan(RunConfig(recipe="bert-sst2"))``
     """
+    recipe, cfg, device, precisions = _check_options(cfg)
+    return Plan(recipe, cfg, device, precisions, _check_outputs(cfg, [p.name for p in precisions]))
+
+
+def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[Precision]]:
+    """Recipe, options, device and precision names (each valid on the device): no file is read."""
     recipe = get_recipe(cfg.recipe)
     if (cfg.save_model or cfg.eval_only) and not hasattr(recipe, "save_model"):
         raise UsageError(f"recipe {cfg.recipe} has no saved-model format: --save-model and --eval-only need one")
@@ -100,12 +111,16 @@ def plan(cfg: RunConfig) -> Plan:
     names = [p.name for p in precisions]
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
+    return recipe, cfg, device, precisions
+
+
+def _check_outputs(cfg: RunConfig, names: list[str]) -> ResumePlan:
+    """The output directory can take these runs' files; ``--resume``'s checkpoints are intact and match."""
     if distributed.is_main_process():
         files, dirs = planned_entries(names, cfg.seeds, cfg.save_model, cfg.predict_file)
         check_output_dir(Path(cfg.output_dir), files=files, dirs=dirs)
     # --resume: checkpoints intact and from these options, or UsageError. Read once, here.
-    resume_plan = plan_resume(cfg, names)
-    return Plan(recipe, cfg, device, precisions, resume_plan)
+    return plan_resume(cfg, names)
 
 
 def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
@@ -114,17 +129,22 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     Usage: ``results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"]))``
     """
     observer = observer or RunObserver()
-    recipe, cfg, device, precisions, resume_plan = plan(cfg)
+    recipe, cfg, device, _ = _check_options(cfg)
     # Data and model errors surface here, still before training. Notices (offline
     # fallbacks, precisions) are shown only once everything resolved, so an error stays one line.
     prepared = recipe.prepare(cfg)
+    # The facts the precision policy is handed, gathered once: torch's native bf16/fp16 and
+    # the probe cached for this machine, recipe and model (results.json's "hardware").
+    hardware = describe_hardware(device)
+    probe = _cached_probe(cfg, prepared, device, hardware)
+    choices = choose_precisions(cfg, device, hardware, probe)
+    precisions = [resolve_precision(choice.precision, device) for choice in choices]
+    # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
+    resume_plan = _check_outputs(cfg, [p.name for p in precisions])
     for notice in getattr(prepared, "notices", ()):
         logger.warning(notice)
-    measured = _has_cached_probe(cfg, prepared, device)  # then the header says what the probe measured
-    for precision in precisions:
-        notice = precision_notice(precision, device, measured=measured)
-        if notice:
-            logger.warning(notice)
+    for notice in dict.fromkeys(choice.notice for choice in choices if choice.notice):
+        logger.warning(notice)
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
     if cfg.predict_file and distributed.world_size() > 1:
@@ -145,20 +165,38 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
                                             dirs=dirs)
             if notice:
                 logger.warning(notice)
-        return _train_all(recipe, cfg, prepared, device, precisions, resume_plan, observer, predict_source,
-                          preflight=checked)
+        return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), resume_plan, observer,
+                          hardware, predict_source, preflight=checked)
 
 
-def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], resume_plan: ResumePlan,
-               observer: RunObserver, predict_source=None, preflight: dict | None = None) -> list[RunResult]:
+def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> list[PrecisionChoice]:
+    """What each precision of ``cfg`` trains in and why: ``mixft.precision.choose_precision`` handed
+    this machine's facts (``hardware["native"]``, the cached ``probe`` or None).
+
+    Usage: ``choose_precisions(RunConfig(recipe="bert-sst2", precisions=["amp"]), device, describe_hardware(device))``
+    """
+    comparing = len(cfg.precisions) > 1
+    ratios = probe.step_ratios() if probe else None
+    date = probe.measured_at[:10] if probe else None
+    choices = []
+    for name in cfg.precisions:
+        option = f"--compare {','.join(cfg.precisions)}" if comparing else ("--amp" if name == "amp" else None)
+        choices.append(choose_precision(name, device.type, hardware.get("native"), probe_ratios=ratios,
+                                        probe_date=date, option=option, comparing=comparing))
+    return choices
+
+
+def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precision, PrecisionChoice]],
+               resume_plan: ResumePlan, observer: RunObserver, hardware: dict, predict_source=None,
+               preflight: dict | None = None) -> list[RunResult]:
     out = Path(cfg.output_dir)
-    hardware = describe_hardware(device)  # results.json's "hardware": which machine measured this
+    precisions = [precision for precision, _ in runs]
     results: list[RunResult] = []
     total = len(precisions) * len(cfg.seeds)
     single = total == 1
     planned = False
     for seed in cfg.seeds:
-        for precision in precisions:
+        for (precision, choice), requested in zip(runs, cfg.precisions):
             # --resume: runs that already ended keep their results; the others continue from
             # their checkpoint (or start, if they never got one), as plan() decided.
             kept = resume_plan.kept(precision.name, seed)
@@ -179,6 +217,7 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
             announce = None if planned else functools.partial(_announce, observer, hardware, cfg, device, precisions)
             result = _train_one(recipe, cfg, prepared, device, precision, seed, single, resume_plan, observer,
                                 on_built=announce, predict_source=predict_source)
+            result.precision_requested, result.precision_reason = requested, choice.reason
             planned = True
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
@@ -205,7 +244,6 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, precisions: list[Precis
 def _announce(observer: RunObserver, hardware: dict, cfg: RunConfig, device, precisions: list[Precision], parts,
               trainer) -> None:
     """The run header (``observer.on_plan``), with this machine's cached probe."""
-    _add_cached_probe(hardware, cfg, precisions, parts.run_info.get("model"), device)
     info = {**parts.run_info, "train_rows": _train_rows(parts.train_loader)}
     observer.on_plan(cfg, device, precisions, info, trainer.total_steps, hardware)
 
@@ -288,31 +326,16 @@ def _memory_errors_explained(cfg: RunConfig, device):
                          "effective batch") from None
 
 
-def _has_cached_probe(cfg: RunConfig, prepared, device) -> bool:
-    """Whether this machine has a cached probe for the recipe and model (the header shows it)."""
+def _cached_probe(cfg: RunConfig, prepared, device, hardware: dict):
+    """This machine's cached probe of the recipe and model, or None; kept in ``hardware["probe"]``
+    (results.json, the header's speed line)."""
     from ..probe_result import cached_probe
 
     model = getattr(prepared, "model_description", None) or str(cfg.model)
-    return cached_probe(cfg.recipe, model, device=device) is not None
-
-
-def _add_cached_probe(hardware: dict, cfg: RunConfig, precisions: list[Precision], model: str | None, device) -> None:
-    """Put this machine's cached probe (if any) into ``hardware``; say when AMP measured slower.
-
-    The notice only informs: the precision the user chose is kept.
-    """
-    from ..probe_result import amp_notice, cached_probe
-
-    result = cached_probe(cfg.recipe, model or str(cfg.model), device=device, hardware=hardware)
-    if result is None:
-        return
-    hardware["probe"] = result.to_dict()
-    if len(precisions) > 1:
-        return  # a comparison measures exactly this: no advice against it
-    option = "--amp" if "amp" in cfg.precisions else f"--precision {precisions[0].name}"
-    notice = amp_notice(result, precisions[0].name, option=option)
-    if notice:
-        logger.warning(notice)
+    result = cached_probe(cfg.recipe, model, device=device, hardware=hardware)
+    if result is not None:
+        hardware["probe"] = result.to_dict()
+    return result
 
 
 def run_probe(cfg: RunConfig):
