@@ -43,6 +43,7 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -73,7 +74,7 @@ from .bert import (
 )
 from .timing import TimedRegion, markdown_table, mib, ratio, rotated
 
-FRAMEWORKS = ("mixft", "hf-trainer", "accelerate")
+FRAMEWORKS = ("mixft", "hf-trainer", "hf-trainer-random", "accelerate")
 
 
 @dataclass
@@ -219,7 +220,9 @@ def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, devi
     return f"LengthGroupedBatchSampler, pad {pad}, {_optimizer_words(trainer.optimizer)}", train
 
 
-def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
+def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int,
+              sampling: str = "group_by_length"):
+    """``sampling``: ``"group_by_length"`` (Trainer's fastest here) or ``"random"`` (its default)."""
     from transformers import PrinterCallback, TrainingArguments
     from transformers import Trainer as HFTrainer
 
@@ -237,7 +240,7 @@ def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device,
         max_grad_norm=cfg.clip_norm or 0.0,
         bf16=precision.autocast_dtype == torch.bfloat16,
         fp16=precision.autocast_dtype == torch.float16,
-        train_sampling_strategy="group_by_length",
+        train_sampling_strategy=sampling,
         eval_strategy="no",
         save_strategy="no",
         logging_strategy="no",
@@ -266,7 +269,7 @@ def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device,
 
     flag = {torch.bfloat16: "bf16=True", torch.float16: "fp16=True"}.get(precision.autocast_dtype, "no AMP flag")
     pad = pad_description(parts.train_loader)
-    return f"{flag}, group_by_length, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)", train
+    return f"{flag}, {sampling}, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)", train
 
 
 def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
@@ -313,7 +316,8 @@ def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision,
             f"recipe's {_optimizer_words(optimizer)}"), train
 
 
-_SETUP = {"mixft": _setup_mixft, "hf-trainer": _setup_hf, "accelerate": _setup_accelerate}
+_SETUP = {"mixft": _setup_mixft, "hf-trainer": _setup_hf,
+          "hf-trainer-random": functools.partial(_setup_hf, sampling="random"), "accelerate": _setup_accelerate}
 
 
 # ----------------------------------------------------------------------------- driver
