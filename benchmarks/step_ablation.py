@@ -10,6 +10,8 @@ before issue 22):
   instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
 * ``row_embedding_grad``: :mod:`mixft.embedding_grad`'s row gradients into a kept buffer
   instead of a vocabulary-sized dense zero tensor per step (bit-identical gradients);
+* ``clean_by_rows``: the kept buffer is cleaned only in the rows the last step wrote while
+  nothing but backward and mixft wrote into it (its ``_version``), instead of whole every step;
 * ``norm_of_rows``: the gradient norm and the clip read only the rows of those buffers a
   step wrote (the same norm up to the order of the sum; the same clipped values) instead
   of the whole vocabulary;
@@ -50,7 +52,7 @@ from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
 from mixft.precision import resolve_device, resolve_precision  # noqa: E402
 from mixft.run.build import build_trainer  # noqa: E402
 
-SWITCHES = ("fast_dropout", "row_embedding_grad", "norm_of_rows", "clip_when_over")
+SWITCHES = ("fast_dropout", "row_embedding_grad", "clean_by_rows", "norm_of_rows", "clip_when_over")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -96,7 +98,13 @@ def timed_variant(bert, precision_name: str, left_out: frozenset[str], warmup: i
         trainer.grad_rows.clear()
     if "clip_when_over" in left_out:
         trainer._clip = _clip_every_step(trainer)
-    trainer.fit()
+    from mixft.embedding_grad import _KeptGradient
+
+    _KeptGradient.clean_by_rows = "clean_by_rows" not in left_out
+    try:
+        trainer.fit()
+    finally:
+        _KeptGradient.clean_by_rows = True
     return timer.step_times_s[warmup:]
 
 

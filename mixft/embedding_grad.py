@@ -31,6 +31,8 @@ Usage::
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 
@@ -79,7 +81,19 @@ class RowGradEmbedding(nn.Embedding):
 
 
 class _KeptGradient:
-    """The weight's dense gradient buffer and the rows written into it since it was last cleaned."""
+    """The weight's dense gradient buffer: reused by the first backward after ``.grad = None``.
+
+    What the dense path guarantees, kept: after ``.grad = None`` the next backward's gradient
+    is that backward's sum and nothing else, and a tensor taken from ``.grad`` earlier is
+    never written again. So the buffer is reused only when no one else holds it (the tensor
+    or a view of its memory: else a fresh one is allocated, as the dense backward does), and
+    it is cleaned before the sum goes in: only the rows the last step wrote when nothing but
+    mixft wrote into it since (its ``_version``, torch's count of in-place writes, is still
+    the one mixft last recorded), otherwise whole. ``clean_by_rows = False`` cleans it whole
+    every time (the step ablation's variant).
+    """
+
+    clean_by_rows = True
 
     def __init__(self, weight: nn.Parameter):
         self.weight = weight
@@ -87,8 +101,15 @@ class _KeptGradient:
         self.written: torch.Tensor | None = None  # distinct row ids with values in the buffer
         self.incoming: torch.Tensor | None = None  # row ids of this backward, not yet in the buffer
         self.dense_seen = False  # a dense gradient reached the weight: any row may be nonzero
+        # buffer._version after the last write mixft knows to keep every row outside `written` zero;
+        # None: something else may have written anywhere (the rows are unknown).
+        self.clean_version: int | None = None
         self.hooks = [weight.register_hook(self.before_accumulate),
                       weight.register_post_accumulate_grad_hook(self.after_accumulate)]
+
+    def untouched(self) -> bool:
+        """Whether only backward and mixft's row-preserving writes reached the buffer since its last check."""
+        return self.buffer is not None and self.clean_version is not None and self.buffer._version == self.clean_version
 
     def before_accumulate(self, grad: torch.Tensor):
         # Two lookups in one forward arrive merged: autograd adds coalesced sparse gradients
@@ -97,44 +118,77 @@ class _KeptGradient:
             self.incoming = grad._indices()[0]
         else:  # the weight was also used outside this module (e.g. as an output layer's matrix)
             self.dense_seen = True
+        if self.weight.grad is self.buffer and not self.untouched():
+            self.clean_version = None  # written between two backwards of one step: rows unknown
         return None
 
     def after_accumulate(self, weight: nn.Parameter) -> None:
         grad = weight.grad
         if grad is not None and grad.is_sparse:
-            # First backward since .grad was set to None: reuse the buffer, cleaned of the
-            # rows the last step wrote (every other row is still zero).
-            if self.buffer is None:
-                self.buffer = torch.zeros_like(weight, memory_format=torch.contiguous_format)
-            elif self.dense_seen:
-                self.buffer.zero_()
-            elif self.written is not None:
-                self.buffer.index_fill_(0, self.written, 0.0)
-            self.written, self.dense_seen = None, False
-            self.buffer.index_add_(0, grad._indices()[0], grad._values())  # 0 + sum: the sum's bits
-            weight.grad = self.buffer
+            # First backward since .grad was set to None: a clean buffer, then 0 + sum: the sum's bits.
+            buffer = self._clean_buffer()
+            buffer.index_add_(0, grad._indices()[0], grad._values())
+            weight.grad = buffer
+            self.written, self.dense_seen, self.clean_version = None, False, buffer._version
+        elif grad is not self.buffer:  # a gradient mixft did not make (set by hand): not ours to track
+            self.incoming = None
+            return
         # A later backward of the same step was added into the buffer by autograd (dense += sparse).
         # Kept distinct, so the record stays as small as the rows used, however long .grad lives
         # (a loop that zeroes it in place instead of setting it to None).
         if self.incoming is not None:
             self.written = self.incoming if self.written is None else torch.unique(torch.cat([self.written, self.incoming]))
             self.incoming = None
+        if self.dense_seen:
+            self.clean_version = None
+        elif self.clean_version is not None:
+            self.clean_version = self.buffer._version  # this accumulation was backward's own
+
+    def _clean_buffer(self) -> torch.Tensor:
+        if self.buffer is None or _held_elsewhere(self.buffer):
+            # First use, or someone kept the old gradient (or a view of it): the dense path would
+            # leave it as it is and hand out a new tensor, and so does this.
+            self.buffer, self.written = torch.zeros_like(self.weight, memory_format=torch.contiguous_format), None
+        elif self.clean_by_rows and self.untouched() and self.written is not None:
+            self.buffer.index_fill_(0, self.written, 0.0)  # every other row is still zero
+        elif self.clean_by_rows and self.untouched():
+            pass  # nothing was written since it was zero
+        else:
+            self.buffer.zero_()
+        return self.buffer
 
     def written_rows(self) -> torch.Tensor | None:
         """The rows of the weight's gradient that can be nonzero (None: unknown, read it all).
 
-        The norm of those rows is the whole gradient's up to the order of the sum, and
-        scaling them scales the gradient (the other rows are zero): a few hundred rows to
-        read instead of the vocabulary.
+        Known only while the buffer is the weight's gradient and nothing but backward and
+        mixft wrote into it. The norm of those rows is the whole gradient's up to the order
+        of the sum, and scaling them scales the gradient (the other rows are zero).
         """
-        if self.weight.grad is not self.buffer or self.written is None or self.dense_seen:
+        if self.weight.grad is not self.buffer or self.written is None or self.dense_seen or not self.untouched():
             return None
         return self.written
+
+    def kept_zero(self) -> None:
+        """Say that the writes since the last check kept every row outside the written ones zero
+        (the trainer's unscale and clip: a finite scale times zero is zero)."""
+        if self.clean_version is not None and self.buffer is not None:
+            self.clean_version = self.buffer._version
 
     def remove(self) -> None:
         for hook in self.hooks:
             hook.remove()
         self.hooks = []
+
+
+def _held_elsewhere(tensor: torch.Tensor) -> bool:
+    # Two references are ours (the attribute, getrefcount's argument); a view or .data of the
+    # tensor holds its storage (ours + the temporary storage object below are two).
+    if sys.getrefcount(tensor) > 3:
+        return True
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is None:  # cannot tell: assume it is held, and allocate (the dense path's cost)
+        return True
+    return use_count(tensor.untyped_storage()._cdata) > 2
 
 
 class RowGradHandle:
