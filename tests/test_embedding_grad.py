@@ -159,85 +159,11 @@ def test_the_run_layer_gives_cpu_runs_row_gradients(tiny_bert_dir, tmp_path):
     trainer = build_trainer(parts, cfg, precision="fp32", device=device, seed=0)
     kinds = {type(m) for m in trainer.module.modules() if isinstance(m, nn.Embedding)}
     assert kinds == {RowGradEmbedding}
-    word = trainer.module.encoder.embeddings.word_embeddings.weight
-    assert word in trainer.grad_rows
+    assert trainer.cpu_swaps["row_embedding_grad"].modules == [
+        m for m in trainer.module.modules() if isinstance(m, nn.Embedding)]
 
 
-def test_the_norm_view_reads_only_the_rows_written_and_gives_the_same_norm():
-    torch.manual_seed(0)
-    model = TwoLookups()
-    handle = use_row_embedding_grad(model)
-    written = handle.grad_rows()[model.table.weight]
-    gen = torch.Generator().manual_seed(3)
-    for step in range(3):
-        for _ in range(2):  # two micro-batches: rows written twice are read once
-            model(torch.randint(0, 20, (3, 4), generator=gen), torch.randint(0, 20, (3, 2), generator=gen)).sum().backward()
-        grad = model.table.weight.grad
-        rows = grad.index_select(0, written())
-        nonzero = int((grad.abs().sum(1) > 0).sum())
-        assert nonzero <= rows.shape[0] <= 20  # the rows used, not the 50-row table
-        torch.testing.assert_close(torch.linalg.vector_norm(rows), torch.linalg.vector_norm(grad), rtol=1e-6, atol=0)
-        model.table.weight.grad = None
-
-
-def test_trainer_norms_with_views_match_the_dense_norms():
-    from mixft.trainer import grad_norms
-
-    torch.manual_seed(0)
-    dense, rows = TwoLookups(), None
-    rows = copy.deepcopy(dense)
-    handle = use_row_embedding_grad(rows)
-    a, b = torch.randint(0, 50, (4, 7)), torch.randint(0, 50, (4, 5))
-    for model in (dense, rows):
-        model(a, b).sum().backward()
-    opt_dense = torch.optim.SGD(dense.parameters(), lr=0.1)
-    opt_rows = torch.optim.SGD(rows.parameters(), lr=0.1)
-    expected = grad_norms([opt_dense], torch.device("cpu"))
-    got = grad_norms([opt_rows], torch.device("cpu"), {w: written() for w, written in handle.grad_rows().items()})
-    torch.testing.assert_close(got[0], expected[0], rtol=1e-6, atol=0)
-
-
-def test_the_clip_scales_the_written_rows_exactly_as_the_whole_gradient():
-    from mixft.trainer import grad_norms
-
-    grads = []
-    for with_rows in (False, True):
-        torch.manual_seed(0)
-        model = TwoLookups()
-        handle = use_row_embedding_grad(model)
-        trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), [], max_grad_norm=0.01,
-                          device="cpu")
-        if with_rows:
-            trainer.grad_rows.update(handle.grad_rows())
-        model(torch.randint(0, 50, (4, 7), generator=torch.Generator().manual_seed(1)),
-              torch.randint(0, 50, (4, 5), generator=torch.Generator().manual_seed(2))).sum().backward()
-        norms = grad_norms(trainer.optimizers, trainer.device)  # the same norm for both: the clip alone differs
-        assert float(norms[0]) > 0.01  # clipping is on
-        trainer._clip(norms, [True], trainer._written_rows())
-        grads.append([p.grad.clone() for p in model.parameters()])
-    assert all(torch.equal(a, b) for a, b in zip(*grads))
-
-
-def test_a_callback_that_writes_gradients_makes_the_trainer_read_them_whole():
-    from mixft.callbacks import Callback
-
-    class PoisonUnwrittenRow(Callback):
-        def on_before_optimizer_step(self, trainer):
-            trainer.module.table.weight.grad[49, 0] = float("nan")  # a row no batch below uses
-
-    torch.manual_seed(0)
-    model = TwoLookups()
-    handle = use_row_embedding_grad(model)
-    batches = [{"a": torch.randint(1, 6, (4, 7)), "b": torch.randint(1, 6, (4, 5)), "labels": torch.zeros(4, 1)}]
-    trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), batches, device="cpu",
-                      callbacks=[PoisonUnwrittenRow()], skip_nonfinite_steps=True)
-    trainer.grad_rows.update(handle.grad_rows())
-    result = trainer.fit()
-    assert result.skipped_steps == 1  # the NaN was seen, although its row was never written
-    assert torch.isfinite(model.table.weight).all()
-
-
-def test_a_weight_also_used_densely_is_read_whole_and_cleaned_whole():
+def test_a_weight_also_used_densely_gets_the_dense_gradients():
     class AlsoOutput(nn.Module):
         """Uses its table as an output matrix in some forwards (a dense gradient for every row)."""
 
@@ -250,42 +176,34 @@ def test_a_weight_also_used_densely_is_read_whole_and_cleaned_whole():
             return h @ self.table.weight.t() if project else h
 
     torch.manual_seed(0)
-    dense, rows = AlsoOutput(), None
+    dense = AlsoOutput()
     rows = copy.deepcopy(dense)
-    handle = use_row_embedding_grad(rows)
-    written = handle.grad_rows()[rows.table.weight]
+    use_row_embedding_grad(rows)
     ids = torch.tensor([[1, 2]])
     for model in (dense, rows):
         model(ids).sum().backward()
         model(ids, project=True).sum().backward()  # second micro-batch: dense into every row
-    assert written() is None  # unknown rows: norm and clip read it whole
     assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)
     for model in (dense, rows):
         model.table.weight.grad = None
         model(torch.tensor([[3]])).sum().backward()
-    assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)  # cleaned whole, not by rows
-    assert written().tolist() == [3]
+    assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)  # nothing left from the dense one
 
 
-def test_a_loop_that_zeroes_in_place_keeps_exact_gradients_and_a_bounded_record():
+def test_a_loop_that_zeroes_in_place_keeps_exact_gradients():
     torch.manual_seed(0)
     dense = TwoLookups()
     rows = copy.deepcopy(dense)
-    handle = use_row_embedding_grad(rows)
-    written = handle.grad_rows()[rows.table.weight]
+    use_row_embedding_grad(rows)
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (dense, rows)]
     gen = torch.Generator().manual_seed(4)
-    for step in range(30):
+    for _ in range(30):
         a, b = torch.randint(0, 8, (3, 4), generator=gen), torch.randint(0, 8, (3, 2), generator=gen)
         for model, opt in zip((dense, rows), opts):
             opt.zero_grad(set_to_none=False)  # .grad is never None: the buffer lives on
             model(a, b).sum().backward()
             opt.step()
         assert torch.equal(dense.table.weight.grad, rows.table.weight.grad)
-        # from the second step on, zero_grad(set_to_none=False) wrote into the buffer: its rows are
-        # unknown (the norm reads it whole); the record of rows written stays bounded all the same
-        assert (written() is None) == (step > 0)
-        assert len(handle._kept[0].written) <= 8  # ids 0-7 only: the record does not grow with the steps
 
 
 # ------------------------------------------------------------ writes outside backward: the dense path's semantics
@@ -319,9 +237,7 @@ def _train_dense_and_rows(make_callbacks, precision="fp32", steps=12, seed=0, mo
                           precision=precision, device="cpu", seed=seed, callbacks=callbacks,
                           max_grad_norm=max_grad_norm)
         if rows:
-            handle = use_row_embedding_grad(model)
-            assert handle.active
-            trainer.grad_rows.update(handle.grad_rows())
+            assert use_row_embedding_grad(model).active
         result = trainer.fit()
         out.append((result, [p.detach().clone() for p in model.parameters()], callbacks))
     return out
