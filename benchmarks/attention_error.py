@@ -43,8 +43,11 @@ def capture_attention_inputs(model_name: str, data_dir: str, batch_size: int) ->
     from transformers import AttentionInterface, AutoModel, AutoTokenizer
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.utils import logging as hf_logging
 
     from mixft.hub import resolve_model
+
+    hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar
 
     path = resolve_model(model_name).path
     sentences = _sentences(data_dir, batch_size)
