@@ -65,16 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
     bert.add_argument("--model", default="bert-base-uncased", help="offline: the shipped MiniLM stands in")
     bert.add_argument("--batch-size", type=positive_int, default=32)
     bert.add_argument("--max-length", type=positive_int, default=128)
+    bert.add_argument("--data-dir", help="GLUE-layout directory of real text (train.tsv, dev.tsv); default: the "
+                      "recipe's (GLUE SST-2 if cached, else mixft's generated set)")
+    bert.add_argument("--lr", type=float, help="peak learning rate (default 2e-5, the classic BERT value)")
     bert.add_argument("--train-samples", type=positive_int, help="peers: training examples")
     bert.add_argument("--eval-samples", type=positive_int, help="peers: evaluation examples")
     bert.add_argument("--epochs", type=positive_int, help="peers: epochs")
     bert.add_argument("--max-steps", type=positive_int, help="peers: stop each run after this many steps")
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="repeat every measurement (MLP, step time, peers) in a rotated order; report the median")
-    bert.add_argument("--frameworks", default="mixft,hf-trainer,accelerate", help="peers: which, comma-separated")
+    bert.add_argument("--frameworks", default="mixft,hf-trainer,hf-trainer-random,accelerate",
+                      help="peers: which, comma-separated (hf-trainer: Trainer with group_by_length, its fastest "
+                      "here; hf-trainer-random: with its default random sampling)")
     bert.add_argument("--precisions", default="fp32,amp",
                       help="step time and peers: precisions to compare (amp: the device's; default fp32,amp)")
     bert.add_argument("--seed", type=int, default=0)
+    bert.add_argument("--seeds", help="peers: seeds, comma-separated (each framework trains once per seed and "
+                      "round; accuracy is reported as mean ± std over them); default: --seed")
     p.add_argument("--threads", type=positive_int,
                    help="torch intra-op threads (default: torch's choice); recorded in the output")
     return p
@@ -122,6 +129,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 
     _check_out(args.out)
     frameworks = check_frameworks(args.frameworks)
+    seeds = _check_seeds(args.seeds) if args.seeds else None
+    if args.data_dir is not None and not all((Path(args.data_dir) / f).is_file() for f in ("train.tsv", "dev.tsv")):
+        raise UsageError(f"--data-dir {args.data_dir}: needs train.tsv and dev.tsv (GLUE layout)")
+    if args.lr is not None and not (args.lr > 0 and args.lr < float("inf")):
+        raise UsageError(f"--lr must be a positive finite number, got {args.lr}")
     dev = resolve_device(args.device)
     # Every precision is validated for this device now, not after the MLP has run.
     precisions = list(dict.fromkeys(
@@ -171,7 +183,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         save()
 
     setup = BertSetup(model=args.model, batch_size=args.batch_size, max_length=args.max_length,
-                      seed=args.seed, device=str(dev))
+                      seed=args.seed, device=str(dev), data_dir=args.data_dir,
+                      **({"lr": args.lr} if args.lr is not None else {}))
     if not args.no_steps:
         from .steps import run_step_benchmark, steps_table
 
@@ -192,8 +205,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                 p[key] = value
         peer_setup = BertSetup(**{**setup.__dict__, **p})
         report = run_peers(PeersConfig(setup=peer_setup, frameworks=frameworks, max_steps=args.max_steps,
-                                       precisions=precisions,
-                                       rounds=args.rounds))
+                                       precisions=precisions, rounds=args.rounds, seeds=seeds))
         doc["peers"] = report.to_dict()
         print("## mixft vs transformers.Trainer vs accelerate\n")
         print(peers_table(report) + "\n", flush=True)
@@ -215,6 +227,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     print(f"load average at the end: {_fmt_load(doc['load_avg_at_end'])}")
     save()
     return doc
+
+
+def _check_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds must list distinct integers, e.g. 0,1,2, got {text!r}")
+    return seeds
 
 
 def _check_precisions(text: str) -> list[str]:

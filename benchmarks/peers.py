@@ -5,8 +5,9 @@
 2. ``hf-trainer`` ``transformers.Trainer``: ``bf16=True`` / ``fp16=True`` (nothing for fp32),
                   ``optimizers=(the recipe's optimizer, the recipe's schedule)``, the recipe's
                   collator and tokenised examples, ``train_sampling_strategy="group_by_length"``
-                  (transformers 5's spelling of ``group_by_length=True``), no evaluation,
-                  ``report_to=[]``, ``save_strategy="no"``, ``use_cpu=True`` on CPU.
+                  (transformers 5's spelling of ``group_by_length=True``: its fastest setting
+                  here), no evaluation, ``report_to=[]``, ``save_strategy="no"``, ``use_cpu=True`` on CPU.
+   ``hf-trainer-random`` the same with Trainer's default sampling (``"random"``).
 3. ``accelerate`` a plain loop under ``Accelerator(mixed_precision="no" | "bf16" | "fp16")`` on
                   the recipe's train loader, optimizer and schedule: ``prepare`` -> forward ->
                   ``accelerator.backward`` -> ``clip_grad_norm_`` -> step -> schedule -> zero_grad.
@@ -31,8 +32,11 @@ differences show), and accuracy from one shared evaluator (the recipe's eval loa
 (> 1: mixft is faster).
 
 With ``rounds > 1`` every framework trains ``rounds`` times, in a rotated order each round
-(a shared, noisy machine then hurts every framework alike); the table shows the median
-round by time and the JSON keeps every round.
+(a shared, noisy machine then hurts every framework alike); with several ``seeds`` every
+round trains each framework once per seed (the order rotated again). The table shows the
+median run by time for speed and, for accuracy, the mean ± standard deviation over the
+seeds (one accuracy per seed: a seed's rounds train the same trajectory); the JSON keeps
+every run.
 
 Usage::
 
@@ -43,7 +47,9 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import statistics
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -73,7 +79,7 @@ from .bert import (
 )
 from .timing import TimedRegion, markdown_table, mib, ratio, rotated
 
-FRAMEWORKS = ("mixft", "hf-trainer", "accelerate")
+FRAMEWORKS = ("mixft", "hf-trainer", "hf-trainer-random", "accelerate")
 
 
 @dataclass
@@ -83,6 +89,7 @@ class PeersConfig:
     frameworks: list[str] = field(default_factory=lambda: list(FRAMEWORKS))
     max_steps: int | None = None  # optimizer steps per run; None: the epochs
     rounds: int = 1
+    seeds: list[int] | None = None  # None: [setup.seed]; accuracy is reported as mean ± std over them
 
 
 @dataclass
@@ -90,6 +97,7 @@ class PeerRun:
     framework: str
     precision: str
     round: int
+    seed: int
     settings: str  # what this framework ran with, in words
     initial_weights_identical: bool
     time_s: float
@@ -117,6 +125,7 @@ class PeersReport:
     max_steps: int | None
     lr: float
     rounds: int
+    seeds: list[int] = field(default_factory=lambda: [0])
     runs: list[PeerRun] = field(default_factory=list)
 
     def median_run(self, framework: str, precision: str) -> PeerRun:
@@ -127,20 +136,34 @@ class PeersReport:
             raise KeyError((framework, precision))
         return runs[(len(runs) - 1) // 2]
 
+    def accuracy_over_seeds(self, framework: str, precision: str) -> list[float]:
+        """One accuracy per seed (its first round's), in seed order."""
+        first: dict[int, float] = {}
+        for r in sorted(self.runs, key=lambda r: r.round):
+            if r.framework == framework and r.precision == precision:
+                first.setdefault(r.seed, r.accuracy)
+        return [first[seed] for seed in sorted(first)]
+
     def summary(self) -> list[dict[str, Any]]:
-        """One row per (precision, framework): the median round, mixft ÷ it, Δaccuracy."""
+        """One row per (precision, framework): the median run by time, mixft ÷ it, accuracy over seeds."""
         rows = []
         for precision in dict.fromkeys(r.precision for r in self.runs):
             frameworks = list(dict.fromkeys(r.framework for r in self.runs if r.precision == precision))
             ref = self.median_run("mixft", precision) if "mixft" in frameworks else None
+            ref_acc = self.accuracy_over_seeds("mixft", precision) if ref else None
             for fw in frameworks:
                 run = self.median_run(fw, precision)
                 times = [r.time_s for r in self.runs if r.framework == fw and r.precision == precision]
+                acc = self.accuracy_over_seeds(fw, precision)
+                mean = statistics.mean(acc)
                 rows.append({
                     **asdict(run),
                     "rounds_time_s": times,
+                    "accuracy_per_seed": acc,
+                    "accuracy_mean": mean,
+                    "accuracy_std": statistics.stdev(acc) if len(acc) > 1 else None,
                     "mixft_ratio": ratio(ref.samples_per_s, run.samples_per_s) if ref else None,
-                    "accuracy_gap_pts": (ref.accuracy - run.accuracy) * 100 if ref else None,
+                    "accuracy_gap_pts": (statistics.mean(ref_acc) - mean) * 100 if ref else None,
                     "padding_efficiency": run.real_tokens / run.padded_tokens if run.padded_tokens else None,
                 })
         return rows
@@ -219,7 +242,9 @@ def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, devi
     return f"LengthGroupedBatchSampler, pad {pad}, {_optimizer_words(trainer.optimizer)}", train
 
 
-def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
+def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int,
+              sampling: str = "group_by_length"):
+    """``sampling``: ``"group_by_length"`` (Trainer's fastest here) or ``"random"`` (its default)."""
     from transformers import PrinterCallback, TrainingArguments
     from transformers import Trainer as HFTrainer
 
@@ -237,7 +262,7 @@ def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device,
         max_grad_norm=cfg.clip_norm or 0.0,
         bf16=precision.autocast_dtype == torch.bfloat16,
         fp16=precision.autocast_dtype == torch.float16,
-        train_sampling_strategy="group_by_length",
+        train_sampling_strategy=sampling,
         eval_strategy="no",
         save_strategy="no",
         logging_strategy="no",
@@ -266,7 +291,7 @@ def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device,
 
     flag = {torch.bfloat16: "bf16=True", torch.float16: "fp16=True"}.get(precision.autocast_dtype, "no AMP flag")
     pad = pad_description(parts.train_loader)
-    return f"{flag}, group_by_length, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)", train
+    return f"{flag}, {sampling}, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)", train
 
 
 def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
@@ -313,7 +338,8 @@ def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision,
             f"recipe's {_optimizer_words(optimizer)}"), train
 
 
-_SETUP = {"mixft": _setup_mixft, "hf-trainer": _setup_hf, "accelerate": _setup_accelerate}
+_SETUP = {"mixft": _setup_mixft, "hf-trainer": _setup_hf,
+          "hf-trainer-random": functools.partial(_setup_hf, sampling="random"), "accelerate": _setup_accelerate}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -330,41 +356,49 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
     precisions = [resolve_precision(n, dev) for n in dict.fromkeys(names)]
     bert = prepare_bert(setup, device=str(dev), max_steps=cfg.max_steps)
     run_cfg = bert.cfg
+    seeds = list(cfg.seeds) if cfg.seeds else [setup.seed]
     report = PeersReport(
         device=str(dev), device_name=device_name(dev), model="", dataset="", batch_size=run_cfg.batch_size,
-        epochs=run_cfg.epochs, max_steps=cfg.max_steps, lr=run_cfg.lr, rounds=cfg.rounds,
+        epochs=run_cfg.epochs, max_steps=cfg.max_steps, lr=run_cfg.lr, rounds=cfg.rounds, seeds=seeds,
     )
-    reference: dict[str, torch.Tensor] | None = None
+    references: dict[int, dict[str, torch.Tensor]] = {}  # per seed: the first run's initial weights
     for precision in precisions:
         for rnd in range(cfg.rounds):
-            for fw in rotated(cfg.frameworks, rnd):
-                # A fresh recipe build per run: the same seed gives the same weights and data order.
-                parts = bert.recipe.build(run_cfg, bert.prepared, precision, dev, setup.seed)
-                report.model = report.model or parts.run_info.get("model", "")
-                report.dataset = report.dataset or parts.run_info.get("dataset", "")
-                model = parts.model
-                if reference is None:
-                    reference = state_fingerprint(model)
-                identical = same_state(model, reference)
-                _reset_accelerate_state()
-                logger.info("peers: %s %s round %d", fw, precision.name, rnd + 1)
-                settings, train = _SETUP[fw](run_cfg, parts, precision, dev, setup.seed)
-                with WorkCounter(model) as work, TimedRegion(dev) as region:
-                    extra = train()
-                counts = work.totals()
-                accuracy = evaluate_accuracy(model, parts.eval_loader, parts.predict_fn, precision, dev)
-                report.runs.append(PeerRun(
-                    framework=fw, precision=precision.name, round=rnd + 1, settings=settings,
-                    initial_weights_identical=identical, time_s=region.elapsed_s, samples=counts["samples"],
-                    real_tokens=counts["real_tokens"], padded_tokens=counts["padded_tokens"],
-                    samples_per_s=counts["samples"] / region.elapsed_s,
-                    tokens_per_s=counts["real_tokens"] / region.elapsed_s,
-                    peak_memory_bytes=region.peak_bytes, peak_memory_kind=region.memory_kind, accuracy=accuracy,
-                    torch_threads=torch.get_num_threads(), load_avg_1m=_load_avg(), extra=extra,
-                ))
-                del model, parts, train
+            for i, seed in enumerate(seeds):
+                for fw in rotated(cfg.frameworks, rnd * len(seeds) + i):
+                    # A fresh recipe build per run: the same seed gives the same weights and data order.
+                    parts = bert.recipe.build(run_cfg, bert.prepared, precision, dev, seed)
+                    report.model = report.model or parts.run_info.get("model", "")
+                    report.dataset = report.dataset or parts.run_info.get("dataset", "")
+                    model = parts.model
+                    reference = references.setdefault(seed, state_fingerprint(model))
+                    identical = same_state(model, reference)
+                    _reset_accelerate_state()
+                    logger.info("peers: %s %s round %d seed %d", fw, precision.name, rnd + 1, seed)
+                    report.runs.append(_one_run(fw, run_cfg, parts, precision, dev, seed, rnd, identical))
+                    del model, parts
         _reset_accelerate_state()
     return report
+
+
+def _one_run(fw: str, run_cfg: RunConfig, parts: TrainerParts, precision: Precision, dev, seed: int, rnd: int,
+             identical: bool) -> PeerRun:
+    """Train ``fw`` on ``parts`` (timed), then score it with the shared evaluator."""
+    model = parts.model
+    settings, train = _SETUP[fw](run_cfg, parts, precision, dev, seed)
+    with WorkCounter(model) as work, TimedRegion(dev) as region:
+        extra = train()
+    counts = work.totals()
+    accuracy = evaluate_accuracy(model, parts.eval_loader, parts.predict_fn, precision, dev)
+    return PeerRun(
+        framework=fw, precision=precision.name, round=rnd + 1, seed=seed, settings=settings,
+        initial_weights_identical=identical, time_s=region.elapsed_s, samples=counts["samples"],
+        real_tokens=counts["real_tokens"], padded_tokens=counts["padded_tokens"],
+        samples_per_s=counts["samples"] / region.elapsed_s,
+        tokens_per_s=counts["real_tokens"] / region.elapsed_s,
+        peak_memory_bytes=region.peak_bytes, peak_memory_kind=region.memory_kind, accuracy=accuracy,
+        torch_threads=torch.get_num_threads(), load_avg_1m=_load_avg(), extra=extra,
+    )
 
 
 def _load_avg() -> float | None:
@@ -372,6 +406,12 @@ def _load_avg() -> float | None:
         return os.getloadavg()[0]
     except OSError:
         return None
+
+
+def _accuracy_words(row: dict[str, Any]) -> str:
+    if row["accuracy_std"] is None:
+        return f"{row['accuracy_mean']:.4f}"
+    return f"{row['accuracy_mean']:.4f} ± {row['accuracy_std']:.4f} ({len(row['accuracy_per_seed'])} seeds)"
 
 
 def peers_table(report: PeersReport) -> str:
@@ -382,16 +422,20 @@ def peers_table(report: PeersReport) -> str:
     for r in report.summary():
         rows.append([
             r["precision"], r["framework"], f"{r['samples_per_s']:.1f}", f"{r['tokens_per_s']:.0f}",
-            f"{r['time_s']:.2f}" + (f" (rounds: {', '.join(f'{t:.1f}' for t in r['rounds_time_s'])})"
+            f"{r['time_s']:.2f}" + (f" (runs: {', '.join(f'{t:.1f}' for t in r['rounds_time_s'])})"
                                     if len(r["rounds_time_s"]) > 1 else ""),
-            f"{mib(r['peak_memory_bytes'])} ({r['peak_memory_kind']})", f"{r['accuracy']:.4f}",
+            f"{mib(r['peak_memory_bytes'])} ({r['peak_memory_kind']})", _accuracy_words(r),
             f"{r['mixft_ratio']:.2f}x" if r["mixft_ratio"] is not None else "n/a",
-            f"{r['accuracy_gap_pts']:+.1f}" if r["accuracy_gap_pts"] is not None else "n/a",
+            f"{r['accuracy_gap_pts']:+.2f}" if r["accuracy_gap_pts"] is not None else "n/a",
             f"{r['padding_efficiency']:.2f}" if r["padding_efficiency"] is not None else "n/a",
-            "yes" if r["initial_weights_identical"] else "NO", r["torch_threads"],
+            "yes" if all(x.initial_weights_identical for x in report.runs
+                         if x.framework == r["framework"] and x.precision == r["precision"]) else "NO",
+            r["torch_threads"],
             f"{r['load_avg_1m']:.1f}" if r["load_avg_1m"] is not None else "n/a", r["settings"],
         ])
     budget = f"{report.max_steps} steps" if report.max_steps else f"{report.epochs} epoch(s)"
+    seeds = ", ".join(str(s) for s in report.seeds)
     head = (f"mixft vs peers on {report.device_name} [{report.device}]: {report.model}, {report.dataset}, "
-            f"batch {report.batch_size}, {budget}, lr {report.lr:g}, {report.rounds} round(s) (median shown)")
+            f"batch {report.batch_size}, {budget}, lr {report.lr:g}, {report.rounds} round(s) x seeds {seeds} "
+            "(speed: the median run by time; accuracy: mean ± std over the seeds)")
     return head + "\n\n" + markdown_table(headers, rows)

@@ -79,10 +79,7 @@ class Callback:
     Usage: ``class LogLoss(Callback): def on_step_end(self, trainer, info): ...``
 
     ``on_before_optimizer_step`` runs when a window's gradients are accumulated and still
-    *scaled* (before ``unscale_``): the place to inspect or inject into raw gradients. A
-    callback that overrides it makes the trainer read every gradient whole for the norm, the
-    finite check and the clip (``Trainer.grad_rows`` is then not trusted: the callback may
-    write outside the rows a backward wrote).
+    *scaled* (before ``unscale_``): the place to inspect or inject into raw gradients.
     ``on_step_end`` gets a ``StepInfo`` whose tensors are still on the device: reading
     them (``.item()``) is a host sync, so do it only every N steps.
     ``on_evaluate`` runs after every evaluation during ``fit`` (each epoch's end and every

@@ -135,6 +135,16 @@ class RunConfig:
                                            "training labels (classification, for imbalanced data; the evaluation "
                                            "loss is weighted too)",
                                            check=choice(*CLASS_WEIGHTS), metavar="balanced", group=OPTIMISATION)
+    # Length grouping (mixft.data.batching): which sentences share a batch changes the trajectory, so
+    # both are part of a run's identity for --resume (mixft/run/identity.py).
+    group_by_length: bool = per_recipe(True, "batch sentences of similar length together (less padding, faster): "
+                                       "each group of --length-group-size batches drawn at random is sorted by "
+                                       "length and cut into batches; --no-group-by-length draws every batch at "
+                                       "random (docs/benchmarks.md measures both)", check=BOOL, negatable=True,
+                                       group=OPTIMISATION)
+    length_group_size: int = per_recipe(50, "batches per length group: larger groups pad less, smaller ones keep "
+                                        "batches closer to random", check=POSITIVE_INT, metavar="N",
+                                        group=OPTIMISATION)
     gradient_checkpointing: bool = per_recipe(False, "recompute each layer's activations in backward instead of "
                                               "keeping them: less memory, about one more forward of compute",
                                               check=BOOL, group=OPTIMISATION)
@@ -257,6 +267,9 @@ class RunConfig:
         if self.label_smoothing == 1:
             raise UsageError("--label-smoothing 1 makes every target uniform, leaving nothing to learn: "
                              "use a value below 1")
+        if not self.group_by_length and self.length_group_size != _default("length_group_size"):
+            raise UsageError("--length-group-size sizes the length groups of --group-by-length; with "
+                             "--no-group-by-length every batch is drawn at random: drop one of the two")
         if self.eval_only:  # nothing trains: a training option would be silently ignored
             for f in fields(self):
                 if f.metadata.get("group") == OPTIMISATION and getattr(self, f.name) != f.default:
@@ -295,6 +308,10 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _default(name: str):
+    return next(f.default for f in fields(RunConfig) if f.name == name)
 
 
 # ------------------------------------------------------------------ where a value came from

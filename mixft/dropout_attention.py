@@ -24,6 +24,8 @@ Usage::
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from mixft.dropout_kernel import fast_dropout
@@ -38,24 +40,47 @@ def attention_math(query, key, value, attention_mask, dropout: float, scaling: f
                    training: bool = True) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) -> fast_dropout -> @ v, in (batch, heads, q_len, head_dim).
 
-    ``attention_mask``: bool (True = attend, as sdpa takes it), additive float, or None;
-    ``is_causal`` (with no mask) applies the upper-left causal mask sdpa uses. Rows with no key to attend
-    come out 0, as sdpa's math kernel (``_safe_softmax``) gives them.
+    Computed as torch's CPU math kernel (``aten::_scaled_dot_product_attention_math``)
+    computes it, op for op, with :func:`fast_dropout` in place of ``aten::dropout``:
+
+    * under autocast the inputs are first cast to autocast's dtype (what autocast does to
+      sdpa's arguments), and the kernel's own ops then run outside autocast;
+    * bf16/fp16 inputs are computed in float32 (the kernel "keeps query, key, value in high
+      precision for accuracy") and the result cast back, so the probabilities, their
+      dropout and both matmuls are fp32, as in torch; computed in bf16 instead, the output's
+      error against float64 was several times torch's own (docs/benchmarks.md);
+    * the scale goes half on the query and half on the keys (``q * sqrt(s) @ (k^T * sqrt(s))``)
+      and a bool mask becomes an additive 0/-inf mask: the same roundings as torch's.
+
+    With torch's dropout in place of ``fast_dropout`` the result (and its gradients) are
+    bitwise torch's sdpa (tests/test_dropout.py). ``attention_mask``: bool (True = attend, as
+    sdpa takes it), additive float, or None; ``is_causal`` (with no mask) applies the
+    upper-left causal mask sdpa uses. Rows with no key to attend come out 0 (``_safe_softmax``).
 
     Usage: ``out = attention_math(q, k, v, None, 0.1, None, is_causal=False)``
     """
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
-    if is_causal:  # sdpa's rule: only without a mask
-        attention_mask = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
-        else:
+    if torch.is_autocast_enabled("cpu") and query.device.type == "cpu":
+        low = torch.get_autocast_dtype("cpu")
+        query, key, value = (t.to(low) if t.is_floating_point() else t for t in (query, key, value))
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.to(low)
+    origin = query.dtype
+    with torch.autocast(query.device.type, enabled=False):
+        if origin in (torch.float16, torch.bfloat16):
+            query, key, value = query.float(), key.float(), value.float()
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        root = math.sqrt(abs(scale))
+        scores = torch.matmul(query * (root if scale >= 0 else -root), key.transpose(-2, -1) * root)
+        if is_causal:  # sdpa's rule: only without a mask
+            attention_mask = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        if attention_mask is not None:
+            if attention_mask.dtype == torch.bool:  # sdpa's conversion: 0 where attended, -inf elsewhere
+                attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype,
+                                             device=query.device).masked_fill_(~attention_mask, float("-inf"))
             scores = scores + attention_mask
-    probs = torch._safe_softmax(scores, -1)  # what sdpa's math kernel uses: all-masked rows -> 0
-    probs = fast_dropout(probs, dropout, training)
-    return torch.matmul(probs, value)
+        probs = torch._safe_softmax(scores, -1)  # what sdpa's math kernel uses: all-masked rows -> 0
+        probs = fast_dropout(probs, dropout, training)
+        return torch.matmul(probs, value).to(origin)
 
 
 def fast_sdpa_attention_forward(module: torch.nn.Module, query, key, value, attention_mask,

@@ -2,19 +2,31 @@
 
 Why: an embedding's dense backward allocates a zero ``[num_embeddings, dim]`` tensor every
 step and adds the batch's rows into it. For a BERT vocabulary that is a 47 MB (MiniLM) to
-94 MB (BERT-base) fill per step, and glibc hands allocations that large back to the OS on
-free, so every step also pays the page faults of fresh memory: ~9-19 ms of a ~130 ms bf16
-step on a 2-core CPU, for a gradient whose rows are mostly zero (a batch touches a few
-hundred of 30,522). Here the gradient lives in one buffer for the whole run; a step writes
-the rows its batches used and, before the next step writes, zeroes only those rows.
+94 MB (BERT-base) block per step, and glibc hands allocations that large back to the OS on
+free, so every step also pays the page faults of fresh memory. Here the gradient lives in
+one buffer for the run: the first backward after ``.grad = None`` zeroes it (memory already
+mapped: no page faults) and adds the batch's rows into it.
 
-The values are bit-identical to torch's dense backward: each lookup's backward sums its
-tokens' gradient rows per vocabulary row in token order, starting from zero (what
-``embedding_dense_backward`` does on the CPU); autograd adds two lookups' coalesced sums row
-by row and accumulates later micro-batches into the buffer, as it would the dense tensors. The optimizer,
-clipping, the finite check and the scaler see an ordinary dense ``.grad``. The rows a step
-wrote (``RowGradHandle.grad_rows``) let the norm and the clip read a few hundred rows; a
-dense gradient reaching the weight (used outside the module too) makes them read it whole.
+The dense path's semantics are kept in every case:
+
+* the values are bit-identical to torch's dense backward: each lookup's backward sums its
+  tokens' gradient rows per vocabulary row in token order, starting from zero (what
+  ``embedding_dense_backward`` does on the CPU); autograd adds two lookups' coalesced sums
+  row by row and accumulates later micro-batches into the buffer, as it would the dense
+  tensors. The optimizer, clipping, the finite check and the scaler see an ordinary dense
+  ``.grad``;
+* after ``.grad = None`` the next backward's gradient is that backward's sum and nothing
+  else: the buffer is zeroed whole, so whatever was written into it outside backward (an
+  inf by a callback, gradient noise, through ``.data`` or numpy too) is gone, as it is with
+  a fresh tensor;
+* a gradient taken from ``.grad`` earlier is never written again: when anyone still holds
+  the buffer (the tensor, or a view of its memory) a fresh one is allocated instead, as the
+  dense backward would.
+
+(Issue 28: the buffer used to be cleaned only in the rows the last step wrote, so a value
+written elsewhere survived into every later step; cleaning by rows measured no faster than
+zeroing whole, and the gradient norm and clip reading only the written rows measured within
+the machine's noise: both removed. docs/benchmarks.md has the ablation.)
 
 What it covers: exact ``nn.Embedding`` modules whose weight is trained, sits on the CPU and
 is not shared with another module (a tied output layer adds a dense gradient: left alone),
@@ -30,6 +42,8 @@ Usage::
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 from torch import nn
@@ -79,62 +93,47 @@ class RowGradEmbedding(nn.Embedding):
 
 
 class _KeptGradient:
-    """The weight's dense gradient buffer and the rows written into it since it was last cleaned."""
+    """The weight's dense gradient buffer, zeroed and reused by the first backward after ``.grad = None``."""
 
     def __init__(self, weight: nn.Parameter):
         self.weight = weight
         self.buffer: torch.Tensor | None = None
-        self.written: torch.Tensor | None = None  # distinct row ids with values in the buffer
-        self.incoming: torch.Tensor | None = None  # row ids of this backward, not yet in the buffer
-        self.dense_seen = False  # a dense gradient reached the weight: any row may be nonzero
-        self.hooks = [weight.register_hook(self.before_accumulate),
-                      weight.register_post_accumulate_grad_hook(self.after_accumulate)]
-
-    def before_accumulate(self, grad: torch.Tensor):
-        # Two lookups in one forward arrive merged: autograd adds coalesced sparse gradients
-        # row by row (Sa + Sb, as it would add the dense ones).
-        if grad.is_sparse:
-            self.incoming = grad._indices()[0]
-        else:  # the weight was also used outside this module (e.g. as an output layer's matrix)
-            self.dense_seen = True
-        return None
+        self.hook = weight.register_post_accumulate_grad_hook(self.after_accumulate)
 
     def after_accumulate(self, weight: nn.Parameter) -> None:
+        # Two lookups in one forward arrive merged (autograd adds coalesced sparse gradients row
+        # by row, as it would the dense ones); a later micro-batch is added into the buffer by
+        # autograd itself (dense += sparse). Only a sparse .grad is the first backward's.
         grad = weight.grad
         if grad is not None and grad.is_sparse:
-            # First backward since .grad was set to None: reuse the buffer, cleaned of the
-            # rows the last step wrote (every other row is still zero).
-            if self.buffer is None:
-                self.buffer = torch.zeros_like(weight, memory_format=torch.contiguous_format)
-            elif self.dense_seen:
-                self.buffer.zero_()
-            elif self.written is not None:
-                self.buffer.index_fill_(0, self.written, 0.0)
-            self.written, self.dense_seen = None, False
-            self.buffer.index_add_(0, grad._indices()[0], grad._values())  # 0 + sum: the sum's bits
-            weight.grad = self.buffer
-        # A later backward of the same step was added into the buffer by autograd (dense += sparse).
-        # Kept distinct, so the record stays as small as the rows used, however long .grad lives
-        # (a loop that zeroes it in place instead of setting it to None).
-        if self.incoming is not None:
-            self.written = self.incoming if self.written is None else torch.unique(torch.cat([self.written, self.incoming]))
-            self.incoming = None
+            buffer = self._zeroed_buffer()
+            buffer.index_add_(0, grad._indices()[0], grad._values())  # 0 + sum: the sum's bits
+            weight.grad = buffer
 
-    def written_rows(self) -> torch.Tensor | None:
-        """The rows of the weight's gradient that can be nonzero (None: unknown, read it all).
-
-        The norm of those rows is the whole gradient's up to the order of the sum, and
-        scaling them scales the gradient (the other rows are zero): a few hundred rows to
-        read instead of the vocabulary.
-        """
-        if self.weight.grad is not self.buffer or self.written is None or self.dense_seen:
-            return None
-        return self.written
+    def _zeroed_buffer(self) -> torch.Tensor:
+        if self.buffer is None or _held_elsewhere(self.buffer):
+            # First use, or someone kept the old gradient (or a view of it): the dense path would
+            # leave it as it is and hand out a new tensor, and so does this.
+            self.buffer = torch.zeros_like(self.weight, memory_format=torch.contiguous_format)
+        else:
+            self.buffer.zero_()  # whole: anything written into it since is gone, as with a fresh tensor
+        return self.buffer
 
     def remove(self) -> None:
-        for hook in self.hooks:
-            hook.remove()
-        self.hooks = []
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
+
+
+def _held_elsewhere(tensor: torch.Tensor) -> bool:
+    # Three references are ours (the attribute, this argument, getrefcount's own); a view or
+    # .data of the tensor holds its storage (ours + the temporary storage object below: two).
+    if sys.getrefcount(tensor) > 3:
+        return True
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is None:  # cannot tell: assume it is held, and allocate (the dense path's cost)
+        return True
+    return use_count(tensor.untyped_storage()._cdata) > 2
 
 
 class RowGradHandle:
@@ -147,11 +146,6 @@ class RowGradHandle:
     @property
     def active(self) -> bool:
         return bool(self.modules)
-
-    def grad_rows(self) -> dict[torch.Tensor, object]:
-        """``{weight: function}`` giving the rows of its gradient that can be nonzero, for
-        ``Trainer.grad_rows`` (norm and clip read a few hundred rows, not the vocabulary)."""
-        return {kept.weight: kept.written_rows for kept in self._kept}
 
     def remove(self) -> None:
         for module in self.modules:

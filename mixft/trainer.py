@@ -161,10 +161,6 @@ class Trainer:
         # Reversible swaps a builder made in the model (mixft.run.build: fast dropout, row
         # embedding gradients), by name, each with .remove().
         self.cpu_swaps: dict[str, Any] = {}
-        # parameter -> a function giving the rows of its gradient that can be nonzero (None:
-        # all); the norm and the clip read only those (a builder's: mixft.embedding_grad
-        # gives the rows a step wrote of a vocabulary-sized gradient).
-        self.grad_rows: dict[torch.Tensor, Callable[[], torch.Tensor | None]] = {}
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(self.model.parameters())
         self.optimizers: list[torch.optim.Optimizer] = (
@@ -287,10 +283,9 @@ class Trainer:
 
         for opt in self.optimizers:  # every one: from here on .grad holds real values
             self.scaler.unscale_(opt)
-        rows = self._written_rows()  # once a step: norm and clip read the same rows
-        norms = grad_norms(self.optimizers, self.device, rows)  # unscaled, per optimizer
+        norms = grad_norms(self.optimizers, self.device)  # unscaled, per optimizer
         stepped = self._may_step(norms)  # per optimizer: an inf in one does not hold back another
-        self._clip(norms, stepped, rows)  # the *unscaled* gradients
+        self._clip(norms, stepped)  # the *unscaled* gradients
         for opt, ok in zip(self.optimizers, stepped):
             if ok:
                 self.scaler.step(opt)  # the scaler re-checks its own inf record; a no-op wrapper without one
@@ -339,20 +334,7 @@ class Trainer:
             return [True] * len(norms)
         return torch.isfinite(torch.stack(norms)).tolist()
 
-    def _written_rows(self) -> dict[torch.Tensor, torch.Tensor]:
-        """``{parameter: rows of its gradient that can be nonzero}`` this step, from ``grad_rows``
-        (parameters whose rows are unknown are left out: read whole). Empty when a callback's
-        ``on_before_optimizer_step`` may have written a gradient outside those rows (an
-        injected inf, gradient noise): the finite check and the clip must see all of it."""
-        for cb in self.callbacks:
-            hook = getattr(type(cb), "on_before_optimizer_step", None)
-            if hook is not None and hook is not Callback.on_before_optimizer_step:
-                return {}
-        rows = {p: written() for p, written in self.grad_rows.items() if p.grad is not None}
-        return {p: r for p, r in rows.items() if r is not None}
-
-    def _clip(self, norms: list[torch.Tensor], stepped: list[bool],
-              rows: Mapping[torch.Tensor, torch.Tensor] | None = None) -> None:
+    def _clip(self, norms: list[torch.Tensor], stepped: list[bool]) -> None:
         """Clip the gradients of the optimizers that step to ``max_grad_norm``, by their joint norm.
 
         An optimizer with inf/NaN gradients is skipped this step, and its norm is left out:
@@ -362,18 +344,8 @@ class Trainer:
         if self.max_grad_norm is None or not live:
             return
         total = torch.linalg.vector_norm(torch.stack(live))
-        # clip_grads_with_norm_'s own coefficient, clamped: the same bits on every gradient.
-        coef = torch.clamp(self.max_grad_norm / (total + 1e-6), max=1.0)
-        if self.device.type == "cpu" and bool(coef == 1.0):
-            # Under the limit every gradient would be multiplied by exactly 1.0: on the CPU,
-            # where reading the coefficient costs no device sync, skip that pass over memory.
-            return
         params = [p for opt, ok in zip(self.optimizers, stepped) if ok for g in opt.param_groups for p in g["params"]]
-        rows = rows or {}
-        torch.nn.utils.clip_grads_with_norm_([p for p in params if p not in rows], self.max_grad_norm, total)
-        for p in params:  # only the rows that can be nonzero (0 * coef is 0 elsewhere)
-            if p in rows:
-                p.grad.index_copy_(0, rows[p], p.grad.index_select(0, rows[p]).mul_(coef))
+        torch.nn.utils.clip_grads_with_norm_(params, self.max_grad_norm, total)
 
     def _scheduler_may_step(self, sched, stepped: list[bool]) -> bool:
         # Each scheduler follows its own optimizer; one that names none waits for all of them.
@@ -515,21 +487,17 @@ class Trainer:
 
 
 
-def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device,
-               rows: Mapping[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
+def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device) -> list[torch.Tensor]:
     """Each optimizer's gradient 2-norm (0 when it has none yet), on the device, in fp32.
 
     Every parameter's norm comes from one ``torch._foreach_norm`` call over all the
     optimizers' gradients (fp32 accumulation, whatever the gradients' dtype); an
     optimizer's norm is the 2-norm of its parameters' norms, as ``get_total_norm``'s.
-    ``rows`` maps a parameter to the rows of its gradient that can be nonzero (the step's,
-    from ``Trainer.grad_rows``): only those are read, the same norm up to the order of the sum.
 
     Usage: ``grad_norms(trainer.optimizers, trainer.device)`` after ``scaler.unscale_``
     """
-    rows = rows or {}
-    grads = [[p.grad.index_select(0, rows[p]) if p in rows else p.grad
-              for group in opt.param_groups for p in group["params"] if p.grad is not None] for opt in optimizers]
+    grads = [[p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
+             for opt in optimizers]
     every = [g for opt_grads in grads for g in opt_grads]
     per_param = torch._foreach_norm(every, 2.0, dtype=torch.float32) if every else []
     norms, start = [], 0

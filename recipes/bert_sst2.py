@@ -40,7 +40,7 @@ NAME = "bert-sst2"
 # The per-recipe options this recipe reads (mixft.config refuses the others).
 USES = frozenset({"model", "data_dir", "max_train_samples", "max_eval_samples", "max_length", "lr_scheduler",
                   "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
-                  "gradient_checkpointing"})
+                  "gradient_checkpointing", "group_by_length", "length_group_size"})
 # The default budget finishes in minutes on a 2-core CPU (see README). Its lr is 5e-5,
 # not the classic 2e-5: 126 steps at 2e-5 leave the shipped MiniLM underfit (measured
 # here, bf16, seed 0: accuracy 0.679 at 2e-5 vs 0.982 at 5e-5 on the generated set).
@@ -203,6 +203,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     train_loader = make_loader(
         prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
         pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
+        group_size=cfg.length_group_size if cfg.group_by_length else 1,  # 1: random batches
     )
     eval_loader = make_loader(
         prepared.eval, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,

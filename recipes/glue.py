@@ -16,6 +16,7 @@ from __future__ import annotations
 from mixft.config import RunConfig
 from mixft.errors import UsageError
 from recipes.text_classification import (  # noqa: F401
+    BATCHING_OPTIONS,
     DEFAULTS,
     LORA_OPTIONS,
     OPTIMISATION_OPTIONS,
@@ -28,7 +29,7 @@ from recipes.text_classification import (  # noqa: F401
 
 NAME = "glue"
 USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max_length", *LORA_OPTIONS,
-                  *OPTIMISATION_OPTIONS})
+                  *OPTIMISATION_OPTIONS, *BATCHING_OPTIONS})
 
 
 def prepare(cfg: RunConfig) -> Prepared:

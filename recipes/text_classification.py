@@ -48,11 +48,13 @@ from mixft.recipe import TrainerParts
 
 NAME = "text-classification"
 LORA_OPTIONS = ("lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+# Length-grouped batching (mixft.data.batching), read by make_loader below.
+BATCHING_OPTIONS = ("group_by_length", "length_group_size")
 OPTIMISATION_OPTIONS = ("lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing",
                         "class_weights", "gradient_checkpointing")
 USES = frozenset({"model", "train_file", "validation_file", "dataset", "dataset_config", "eval_split", "task_kind",
                   "text_column", "text_pair_column", "label_column", "validation_split", "max_train_samples",
-                  "max_eval_samples", "max_length", *LORA_OPTIONS, *OPTIMISATION_OPTIONS})
+                  "max_eval_samples", "max_length", *LORA_OPTIONS, *OPTIMISATION_OPTIONS, *BATCHING_OPTIONS})
 # Hugging Face's own defaults for fine-tuning (run_glue.py / TrainingArguments): 3 epochs at 5e-5.
 DEFAULTS = {
     "model": "bert-base-uncased",
@@ -242,7 +244,8 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     pad = pad_multiple(device)
     pin = device.type == "cuda"
     train_loader = make_loader(prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
-                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
+                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin,
+                               group_size=cfg.length_group_size if cfg.group_by_length else 1)
     eval_loader = make_loader(prepared.eval, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
     return TrainerParts(

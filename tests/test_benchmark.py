@@ -126,7 +126,7 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
     report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32", "bf16"], max_steps=2))
     rows = report.summary()
     assert [(r["precision"], r["framework"]) for r in rows] == [
-        (p, f) for p in ("fp32", "bf16") for f in ("mixft", "hf-trainer", "accelerate")]
+        (p, f) for p in ("fp32", "bf16") for f in ("mixft", "hf-trainer", "hf-trainer-random", "accelerate")]
     mixft = {r["precision"]: r for r in rows if r["framework"] == "mixft"}
     for r in rows:
         assert r["initial_weights_identical"] is True
@@ -143,8 +143,26 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
         assert r["extra"]["optimizer_groups"] == reference, (r["framework"], r["precision"])
     bf16_hf = next(r for r in rows if r["precision"] == "bf16" and r["framework"] == "hf-trainer")
     assert "bf16=True" in bf16_hf["settings"] and "group_by_length" in bf16_hf["settings"]
+    random_hf = next(r for r in rows if r["framework"] == "hf-trainer-random")
+    assert "random" in random_hf["settings"] and "group_by_length" not in random_hf["settings"]
     table = peers_table(report)
-    assert table.count("| yes |") == 6 and "hf-trainer" in table and "accelerate" in table
+    assert table.count("| yes |") == 8 and "hf-trainer" in table and "accelerate" in table
+
+
+def test_peers_report_accuracy_over_seeds_beside_speed(tiny_bert):
+    report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32"], frameworks=["mixft", "hf-trainer-random"],
+                                   max_steps=2, seeds=[0, 1]))
+    assert sorted((r.framework, r.seed) for r in report.runs) == [
+        ("hf-trainer-random", 0), ("hf-trainer-random", 1), ("mixft", 0), ("mixft", 1)]
+    rows = {r["framework"]: r for r in report.summary()}
+    for fw, row in rows.items():
+        per_seed = [r.accuracy for r in sorted(report.runs, key=lambda r: r.seed) if r.framework == fw]
+        assert row["accuracy_per_seed"] == per_seed
+        assert row["accuracy_mean"] == pytest.approx(sum(per_seed) / 2)
+        assert row["accuracy_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2 ** 0.5)
+    gap = rows["mixft"]["accuracy_mean"] - rows["hf-trainer-random"]["accuracy_mean"]
+    assert rows["hf-trainer-random"]["accuracy_gap_pts"] == pytest.approx(100 * gap)
+    assert "(2 seeds)" in peers_table(report) and "seeds 0, 1" in peers_table(report)
 
 
 def test_optimizer_groups_tell_a_peer_that_decays_every_parameter(tiny_bert):

@@ -21,7 +21,8 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     Each epoch: shuffle all indices with ``(seed, epoch)``, cut them into mega-batches of
     ``group_factor * batch_size``, sort each mega-batch by length, cut it into batches,
     and shuffle the batch order. ``set_epoch(e)`` makes the order a pure function of
-    (seed, e), which is what resuming a run relies on.
+    (seed, e), which is what resuming a run relies on. ``group_factor=1`` sorts only inside
+    each batch, so which examples share a batch is plain random sampling (no grouping).
 
     Under data parallelism each of ``num_replicas`` processes takes every
     ``num_replicas``-th batch of the same global order (rank ``rank`` starting at its

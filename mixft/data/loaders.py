@@ -48,20 +48,22 @@ def make_loader(
     pad_to_multiple_of: int | None = None,
     num_workers: int = 0,
     pin_memory: bool = False,
+    group_size: int = 50,
 ) -> DataLoader:
     """A DataLoader of length-grouped, dynamically padded batches (see LengthGroupedBatchSampler).
 
     ``examples``: a tokenised ``datasets.Dataset`` (from mixft.data.tokenize; its ``lengths``
     column drives the grouping and is not passed to the model) or a list of example dicts
     with ``input_ids``. From a Dataset the DataLoader fetches each batch with one Arrow read
-    (``Dataset.__getitems__``), not one per example.
+    (``Dataset.__getitems__``), not one per example. ``group_size``: batches per length
+    group when training (the sampler's ``group_factor``); 1 draws every batch at random.
 
     Usage: ``loader = make_loader(train, tokenizer, 32, shuffle=True, seed=0)``
     """
     from transformers import DataCollatorWithPadding
 
     lengths, rows = _lengths_and_rows(examples)
-    sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, shuffle=shuffle)
+    sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, group_factor=group_size, shuffle=shuffle)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
     return DataLoader(
         rows,

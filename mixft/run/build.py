@@ -61,10 +61,8 @@ def build_trainer(
         # the cheap way (CUDA keeps torch's fused kernel); the swap lives as long as the model.
         trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
     if trainer.device.type == "cpu" and not is_distributed():
-        # The embeddings' gradients go into one kept buffer, row by row: the same bits as the
-        # dense backward without a vocabulary-sized zero fill (and its page faults) per step.
-        # DDP's reducer wants dense gradients; CUDA fills zeros in one fast kernel.
-        rows = trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
-        # Their norm and clip read only the rows a step wrote (the norm: equal up to the sum's order).
-        trainer.grad_rows.update(rows.grad_rows())
+        # The embeddings' gradients go into one kept buffer, zeroed and refilled each step: the
+        # dense backward's bits without a vocabulary-sized allocation (and its page faults) per
+        # step. DDP's reducer wants dense gradients; CUDA allocates and fills in one fast kernel.
+        trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
     return trainer

@@ -45,6 +45,7 @@ TRAJECTORY_OPTIONS = (
     "fp32_modules", "init_loss_scale",
     "fast_dropout",  # its masks come from another random stream than torch's
     "lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
+    "group_by_length", "length_group_size",  # which sentences share a batch
     # Each evaluation draws from the RNG, the best model and early stopping decide the final weights.
     "eval_steps", "metric_for_best", "load_best", "early_stopping_patience",
 )
