@@ -18,10 +18,11 @@ How each figure is counted (printed with the figures):
   "rooms": a folder directly under ``mixft/`` is one room, each top-level module is its own room.
 - the config walk: ``scripts/finetune.py --recipe mlp-synthetic --amp --max-steps 2`` runs
   in-process under ``sys.setprofile`` until the first call of ``Trainer._train_window``.
-  A Python frame is ON the walk of (a) the precision option when one of its arguments (as
-  called) is named ``precision``/``precisions``/``amp``/``requested`` or holds a
-  ``Precision``/``PrecisionChoice`` object; of (b) the run config when one of its arguments
-  holds a ``RunConfig``. Only frames whose code lives in ``mixft/`` count. After every call
+  A Python frame is ON both walks while the option is still the command line: one of its
+  arguments (as called) is named ``argv`` or holds the parsed ``argparse.Namespace``. After
+  that it is ON the walk of (a) the precision option when one of its arguments is named
+  ``precision``/``precisions``/``amp``/``requested`` or holds a ``Precision``/``PrecisionChoice``
+  object; of (b) the run config when one of its arguments holds a ``RunConfig``. Only frames whose code lives in ``mixft/`` count. After every call
   and return event the module of the innermost on-walk frame is noted; consecutive repeats
   collapse, leaving the sequence of rooms a reader goes through. Reported: modules opened
   (distinct modules in the sequence), transitions (length - 1), comebacks (entries of a
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import runpy
 import sys
@@ -172,6 +174,8 @@ def _on_walk(frame, walk: str) -> bool:
     code = frame.f_code
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     values = [(n, frame.f_locals.get(n)) for n in names]
+    if any(n == "argv" or type(v).__name__ == "Namespace" for n, v in values):
+        return True  # the option as the CLI holds it, before it becomes a RunConfig
     if walk == "precision":
         return any(n in PRECISION_ARGS or type(v).__name__ in PRECISION_TYPES for n, v in values)
     return any(type(v).__name__ == "RunConfig" for _, v in values)
@@ -217,7 +221,8 @@ def trace_walks(argv: list[str]) -> dict[str, list[str]]:
     sys.argv = [str(ROOT / "scripts" / "finetune.py"), *argv]
     sys.setprofile(profiler)
     try:
-        runpy.run_path(sys.argv[0], run_name="__main__")
+        with contextlib.redirect_stdout(sys.stderr):  # the run's own lines stay apart from the figures
+            runpy.run_path(sys.argv[0], run_name="__main__")
     except SystemExit as stop:
         if stop.code not in (0, None):
             raise RuntimeError(f"the traced run failed (exit {stop.code})") from stop

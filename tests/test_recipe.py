@@ -1,4 +1,4 @@
-"""mixft.registry: recipes found through the "mixft.recipes" entry-point group, by name, and checked."""
+"""mixft.recipe: recipes found through the "mixft.recipes" entry-point group, by name, and checked."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from mixft.errors import UsageError
 from mixft.recipe import Recipe, SavesModel
-from mixft.registry import get_recipe, recipe_names
+from mixft.recipe import get_recipe, recipe_names
 
 BUILT_IN = ("bert-sst2", "glue", "mlp-synthetic", "text-classification")
 
@@ -83,7 +83,7 @@ def test_a_module_without_the_contract_is_refused_in_one_line(tmp_path, monkeypa
 
 
 def test_cli_help_lists_the_registered_recipes():
-    from mixft.cli import build_parser
+    from mixft.cli.main import build_parser
 
     # Compared without whitespace: argparse wraps help lines, at hyphens too ("bert-" / "sst2").
     help_text = "".join(build_parser().format_help().split())

@@ -1,6 +1,6 @@
 """Where did the inf/NaN come from? One forward pass with a hook on every module.
 
-When a run collapses (``mixft.faults.CollapseDetector``), ``diagnose`` re-runs the
+When a run collapses (``mixft.callbacks.faults.CollapseDetector``), ``diagnose`` re-runs the
 forward pass on a training batch under the run's autocast, records every module's
 output as it finishes (execution order), and reports the first module whose output
 holds an inf or NaN, how large the activations around it are compared with float16's
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .batch import floating_tensors, forward, split_batch
+from mixft.batch import floating_tensors, forward, split_batch
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504: anything larger becomes inf in fp16
 

@@ -1,7 +1,7 @@
 """Run named modules outside autocast, in float32: ``--fp32-modules NAME,...``.
 
-The fix for an fp16 overflow that starts in one module (what ``mixft.preflight`` or
-``mixft.diagnose`` points at) without giving up fp16 everywhere else: the same idea as
+The fix for an fp16 overflow that starts in one module (what ``mixft.amp.preflight`` or
+``mixft.amp.diagnose`` points at) without giving up fp16 everywhere else: the same idea as
 transformers' ``_keep_in_fp32_modules`` (T5 keeps its feed-forward ``wo`` in fp32), but
 for the computation rather than the stored weights. Inside a kept module autocast is
 off and half-precision floating inputs are cast to float32, so the module computes with
@@ -14,6 +14,8 @@ Usage::
     handle = keep_in_fp32(model, ["encoder.layer.3.output"])
     ...                     # train under torch.autocast as usual
     handle.remove()         # the model as it was
+
+Also here: fp32 islands for custom autograd functions (``stable_softplus``), see the last section.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import nn
 
-from .errors import UsageError
-from .options import NAMES
+from mixft.errors import UsageError
+from mixft.options import NAMES
 
 FLAG = "--fp32-modules"
 # Inputs in these dtypes are widened; float64 is left alone (it already has more range).
@@ -156,3 +158,45 @@ def _unknown(name: str, known: list[str]) -> str:
         top = sorted({n.split('.')[0] for n in known})[:6]
         hint = f"top-level modules: {', '.join(top)}" if top else "the model has no submodules"
     return f"{FLAG}: the model has no module named {name!r}; {hint}"
+
+
+# ------------------------------------------------------------------------------------------
+# fp32 islands for custom ops: custom_fwd/custom_bwd (was mixft/ops.py)
+#
+# Custom autograd functions under autocast: an fp32 island with ``custom_fwd``/``custom_bwd``.
+#
+# ``torch.amp.custom_fwd(cast_inputs=torch.float32)`` runs the forward with autocast off
+# and fp32 inputs, and ``custom_bwd`` runs the backward in the same autocast state as the
+# forward. Use this pattern for ops whose maths breaks in half precision (large exponents,
+# small differences). ``device_type`` is fixed when the function is defined, hence one
+# class per device type.
+#
+# Usage: ``y = stable_softplus(x)`` inside ``with trainer.autocast():``
+# ------------------------------------------------------------------------------------------
+
+def _make_softplus(device_type: str):
+    class StableSoftplus(torch.autograd.Function):
+        """softplus(x) = log(1 + exp(x)), computed in fp32 (exp overflows fp16 above ~11)."""
+
+        @staticmethod
+        @torch.amp.custom_fwd(device_type=device_type, cast_inputs=torch.float32)
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.nn.functional.softplus(x)
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type=device_type)
+        def backward(ctx, grad_out):
+            (x,) = ctx.saved_tensors
+            return grad_out * torch.sigmoid(x)
+
+    StableSoftplus.__name__ = f"StableSoftplus_{device_type}"
+    return StableSoftplus
+
+
+_FUNCTIONS = {"cpu": _make_softplus("cpu"), "cuda": _make_softplus("cuda")}
+
+
+def stable_softplus(x: torch.Tensor) -> torch.Tensor:
+    """Softplus in fp32 whatever the surrounding autocast dtype; gradients flow as usual."""
+    return _FUNCTIONS[x.device.type].apply(x)

@@ -31,7 +31,7 @@ from typing import Any
 
 # The CPU flags recorded beside every figure as context: AMX tiles for bf16 matmuls, AVX512
 # instructions for bf16 and fp16 arithmetic. They are what oneDNN can use, not a forecast:
-# how fast autocast runs is measured (mixft.probe, --compare).
+# how fast autocast runs is measured (mixft.runs.probe, --compare).
 CPU_FLAGS = ("amx_bf16", "avx512_bf16", "avx512_fp16")
 
 CPUINFO = "/proc/cpuinfo"
@@ -135,7 +135,7 @@ def describe_hardware(device=None, *, cpuinfo_path: str | os.PathLike = CPUINFO)
     """
     import torch
 
-    from .precision import resolve_device
+    from mixft.amp.precision import resolve_device
 
     dev = resolve_device("auto" if device is None else device)
     gpu = None

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .rng import capture_rng_state, restore_rng_state
+from mixft.rng import capture_rng_state, restore_rng_state
 
 __all__ = ["MEMORY_KEYS", "MemoryRecord", "SavedTensorMeter", "measure_step_memory", "memory_record",
            "optimizer_state_bytes", "tensor_bytes"]
@@ -54,7 +54,7 @@ class MemoryRecord:
     storages; ``saved_by_op``: ``[[op, bytes], ...]``, the top ops (torch-level function names
     such as ``linear``, ``layer_norm``) by bytes saved, largest first. ``device_figure``: CUDA
     max allocated or CPU peak RSS of the run (``device_figure_kind`` names which, as
-    ``mixft.measure.PeakMemory.kind``); None where the device cannot tell.
+    ``mixft.train.measure.PeakMemory.kind``); None where the device cannot tell.
     """
 
     parameters: int

@@ -32,8 +32,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .config import DEVICE_CHOICES
-from .errors import UsageError
+from mixft.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,9 @@ PRECISIONS: dict[str, Precision] = {
     "fp16": Precision("fp16", torch.float16, grad_scaler=True),
     "bf16": Precision("bf16", torch.bfloat16, grad_scaler=False),
 }
+
+# Where a run may train (``--device``; RunConfig.device): the precision policy knows these.
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 # The mixed precision of each device type: what "amp" names, and what an --amp run uses
 # where choose_precision finds it native and not measured slower.
@@ -153,7 +155,7 @@ def choose_precision(requested: str, device_type: str, native: Mapping[str, Any]
     """The precision a run of ``requested`` ("amp" or a name) uses, with its reason: the ``--amp`` policy.
 
     Pure: every fact is an argument. ``native``: torch's native bf16/fp16 check
-    (``mixft.hardware.native_precisions``: ``{"bf16", "fp16", "via", "cpu_capability",
+    (``mixft.amp.hardware.native_precisions``: ``{"bf16", "fp16", "via", "cpu_capability",
     "compute_capability"}``). ``probe_ratios``: a probe of this machine cached for this
     recipe and model, ``{precision: fp32 step time / its step time}`` (None: never probed),
     measured on ``probe_date``. ``option``: how the user asked ("--amp", "--precision bf16",

@@ -25,7 +25,7 @@ few training batches forward and backward in fp32 (autocast off) and records, pe
 Modules are ranked (overflowing activations first, the module where the overflow starts
 ahead of those that only pass it on) and the result recommends what to do: bf16 where the
 device has it, a lower initial loss scale, or ``--fp32-modules NAME,...`` (see
-``mixft.fp32_modules``) for the smallest module that contains the overflow.
+``mixft.amp.fp32``) for the smallest module that contains the overflow.
 
 The model's ``.grad`` fields, training flags and every RNG are left as they were.
 
@@ -51,9 +51,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .batch import floating_tensors
-from .errors import UsageError
-from .rng import capture_rng_state, restore_rng_state
+from mixft.batch import floating_tensors
+from mixft.errors import UsageError
+from mixft.rng import capture_rng_state, restore_rng_state
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
 FP16_SMALLEST_SUBNORMAL = 2.0**-24  # below this a float16 is zero
@@ -190,7 +190,7 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
     ``batches`` are what the trainer takes: a mapping with a ``labels`` key, or an
     ``(inputs, labels)`` pair; ``loss_fn(model(**inputs), labels)`` as in the trainer.
     ``bf16_supported``: whether this run's device can train in bf16 (the caller knows:
-    ``mixft.precision``); it only changes the advice.
+    ``mixft.amp.precision``); it only changes the advice.
 
     Usage: ``result = preflight(model, loss_fn, loader, device=torch.device("cpu"))``
     """
@@ -382,7 +382,7 @@ def _power_of_two_below(x: float) -> float:
 
 
 def _split(batch, device: torch.device):
-    # The trainer's batch convention (mixft.trainer.Trainer._split), kept here so the core
+    # The trainer's batch convention (mixft.train.trainer.Trainer._split), kept here so the core
     # layer does not import the trainer.
     if isinstance(batch, Mapping):
         batch = {k: _to(v, device) for k, v in batch.items()}

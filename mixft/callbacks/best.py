@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from .errors import UsageError
-from .callbacks import Callback, StopTraining
+from mixft.errors import UsageError
+from mixft.train.hooks import Callback, StopTraining
 
 #: Metrics where lower is better (errors, and the time an evaluation took); every other
 #: metric is higher-is-better.

@@ -7,7 +7,7 @@ way the weights and the LR schedule stay where they were, and ``skipped_steps`` 
 
 ``CollapseDetector`` stops a run that can no longer learn - the loss scale fell below a
 floor, too many optimizer steps in a row were skipped, or the loss is inf/NaN - and
-attaches a diagnosis (``mixft.diagnose``): the first module whose output is non-finite
+attaches a diagnosis (``mixft.amp.diagnose``): the first module whose output is non-finite
 and what to change. The CLI turns that into exit code 3 (see docs/reliability.md).
 
 Usage::
@@ -22,10 +22,10 @@ import random
 
 import torch
 
-from .callbacks import Callback, StepInfo, StopTraining, stop_kind_of
-from .log import logger
-from .options import POSITIVE_INT
-from .trainer import Trainer
+from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
+from mixft.log import logger
+from mixft.options import POSITIVE_INT
+from mixft.train.trainer import Trainer
 
 # The start of the stopped_early message of a run a CollapseDetector ended (for people;
 # code reads stop_kind).
@@ -97,7 +97,7 @@ class CollapseDetector(Callback):
       this is checked every ``check_every`` steps and at every epoch end (where the
       evaluation loss is checked too), not per step.
 
-    On a stop it runs ``mixft.diagnose.diagnose`` (one forward pass with hooks, up to
+    On a stop it runs ``mixft.amp.diagnose.diagnose`` (one forward pass with hooks, up to
     ``diagnose_batches`` batches) unless ``diagnose=False``. The reason and the diagnosis
     become the run's ``stopped_early`` ("training collapsed: ..."), with ``stop_kind``
     "collapse"; ``self.diagnosis``
@@ -125,7 +125,7 @@ class CollapseDetector(Callback):
         self.diagnose = diagnose
         self.diagnose_batches = diagnose_batches
         self.reason: str | None = None
-        self.diagnosis = None  # a mixft.diagnose.Diagnosis after a stop
+        self.diagnosis = None  # a mixft.amp.diagnose.Diagnosis after a stop
         self._checked = 0  # history entries already checked for non-finite losses
 
     def on_train_begin(self, trainer: Trainer) -> None:
@@ -172,7 +172,7 @@ class CollapseDetector(Callback):
         self.reason = reason
         message = f"{COLLAPSE}: {reason}"
         if self.diagnose:
-            from .diagnose import diagnose
+            from mixft.amp.diagnose import diagnose
 
             try:
                 self.diagnosis = diagnose(trainer, max_batches=self.diagnose_batches)

@@ -23,9 +23,9 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .callbacks import Callback, StepInfo, StopTraining, stop_kind_of
-from .log import logger
-from .trainer import Trainer
+from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
+from mixft.log import logger
+from mixft.train.trainer import Trainer
 
 # The start of the stopped_early message of a run a signal ended (for people; code reads stop_kind).
 INTERRUPTED = "interrupted"
@@ -41,7 +41,7 @@ def is_interrupted(run) -> bool:
 
 @runtime_checkable
 class SavesCheckpoints(Protocol):
-    """A callback that can write a checkpoint now (``mixft.checkpoint.Checkpointer`` is one).
+    """A callback that can write a checkpoint now (``mixft.callbacks.checkpointer.Checkpointer`` is one).
 
     A protocol, not an import: this module stays below the checkpoint module.
     """

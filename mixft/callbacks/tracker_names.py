@@ -1,7 +1,7 @@
 """``--report-to``'s names and the packages they need, checked before any work (no tracker imported).
 
 Its own module so that ``RunConfig.validate`` checks ``--report-to`` without importing the
-trackers themselves (``mixft.trackers``: torch, the hardware description...).
+trackers themselves (``mixft.callbacks.trackers``: torch, the hardware description...).
 
 Usage: ``check_trackers("tensorboard,mlflow")  # ["tensorboard", "mlflow"], or a UsageError naming the extra``
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterable
 
-from .errors import UsageError
+from mixft.errors import UsageError
 
 #: ``--report-to`` name -> (the module that must be importable, the mixft extra that installs it).
 TRACKERS = {

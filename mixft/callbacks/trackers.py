@@ -36,11 +36,11 @@ from typing import Any
 
 import torch
 
-from .callbacks import Callback
-from .distributed import is_main_process
-from .errors import UsageError
-from .log import logger
-from .tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
+from mixft.train.hooks import Callback
+from mixft.distributed import is_main_process
+from mixft.errors import UsageError
+from mixft.log import logger
+from mixft.callbacks.tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
 
 #: Steps between reads of the device tensors (loss, gradient norm).
 DEFAULT_EVERY = 20
@@ -57,7 +57,7 @@ def build_trackers(names: Iterable[str], output_dir: str | os.PathLike, name: st
     """The tracker callbacks for ``names`` (from ``check_trackers``), writing under ``output_dir``.
 
     ``hparams`` and ``hardware`` default to the trainer's recorded run config (plus its
-    precision and seed) and ``mixft.hardware.describe_hardware``. Under data parallelism
+    precision and seed) and ``mixft.amp.hardware.describe_hardware``. Under data parallelism
     only the main process tracks (the others get ``[]``). ``project`` names the MLflow
     experiment and the trackio project (default: the output directory's name).
 
@@ -178,7 +178,7 @@ class Tracker(Callback):
             config.update(precision=trainer.precision.name, seed=trainer.seed)
         hardware = self.hardware
         if hardware is None:
-            from .hardware import describe_hardware
+            from mixft.amp.hardware import describe_hardware
 
             hardware = describe_hardware(trainer.device.type)
         return flat_params({"config": config, "hardware": hardware})

@@ -18,20 +18,20 @@ from dataclasses import fields
 from collections.abc import Sequence
 from pathlib import Path
 
-from .aggregate import is_eval_only
-from .atomic import WriteFailed
-from .cli_common import OneLineParser, int_list, setup_logging
-from .config import RunConfig
-from .distributed import is_main_process, shutdown, world_size
-from .errors import UsageError
-from .interrupt import SignalHandler, StopOnSignal
-from .metrics.task import UNDEFINED_KEY
-from .faults import is_collapse
-from .options import SEED, add_arguments
-from .precision import PRECISIONS, amp_precision_names, resolve_device
-from .callbacks import Callback, StepInfo
-from .registry import recipe_names
-from .run.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, has_checkpoint
+from mixft.report.summary import is_eval_only
+from mixft.atomic import WriteFailed
+from mixft.cli.parser import OneLineParser, int_list, setup_logging
+from mixft.config.run_config import RunConfig
+from mixft.distributed import is_main_process, shutdown, world_size
+from mixft.errors import UsageError
+from mixft.callbacks.interrupt import SignalHandler, StopOnSignal
+from mixft.metrics.task import UNDEFINED_KEY
+from mixft.callbacks.faults import is_collapse
+from mixft.options import SEED, add_arguments
+from mixft.amp.precision import PRECISIONS, amp_precision_names, resolve_device
+from mixft.train.hooks import Callback, StepInfo
+from mixft.recipe import recipe_names
+from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, has_checkpoint
 
 PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
@@ -81,7 +81,7 @@ def config_from_argv(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Ru
         if args.recipe is None:
             raise UsageError("--recipe is required (or a --config file that names one)")
         return args, cli_cfg
-    from .config_file import given_fields, load_config_file, merge
+    from mixft.config.file import given_fields, load_config_file, merge
 
     values = merge(load_config_file(args.config), cli_cfg.to_dict(), given_fields(parser, argv))
     if values.get("recipe") is None:
@@ -200,8 +200,8 @@ def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, process
 
 
 def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
-    from .hardware import hardware_line, native_line
-    from .probe_result import ProbeResult, probe_line
+    from mixft.amp.hardware import hardware_line, native_line
+    from mixft.report.probe_result import ProbeResult, probe_line
 
     say("mixft run")
     say(f"  recipe     {cfg.recipe}")
@@ -266,7 +266,7 @@ def print_result(result) -> None:
     scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
     if is_eval_only(result):
         # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained"
-        # (report.md's table does the same: mixft.aggregate.is_eval_only decides for both).
+        # (report.md's table does the same: mixft.report.summary.is_eval_only decides for both).
         say(f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
             f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)", flush=True)
         return
@@ -297,7 +297,7 @@ class ConsoleObserver:
     @property
     def main(self) -> bool:
         # Asked when needed, not at construction: run() joins the process group first.
-        from .distributed import is_main_process
+        from mixft.distributed import is_main_process
 
         return is_main_process()  # under data parallelism only rank 0 talks
 
@@ -350,10 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = None
     try:
         args, cfg = config_from_argv(argv)
-        from .run.runner import run, run_probe
+        from mixft.runs.runner import run, run_probe
 
         if cfg.probe:
-            from .probe_result import render_probe_table
+            from mixft.report.probe_result import render_probe_table
 
             result = run_probe(cfg)
             say(render_probe_table(result))

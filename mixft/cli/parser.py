@@ -13,9 +13,9 @@ import logging
 import re
 import sys
 
-from .errors import UsageError
-from .options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, Check
-from .log import logger
+from mixft.errors import UsageError
+from mixft.options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, Check
+from mixft.log import logger
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -25,10 +25,10 @@ from dataclasses import Field, fields
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_text
-from .config import RunConfig
-from .errors import UsageError
-from .options import SEED, TEXT
+from mixft.atomic import write_text
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.options import SEED, TEXT
 
 #: Command-line spellings that are not field names -> the field they fill.
 CLI_SPELLINGS = {"amp": "precisions", "precision": "precisions", "compare": "precisions",
@@ -215,7 +215,7 @@ def _spelling_value(name: str, value, source: str):
 
 
 def _precision(value, where: str) -> str:
-    from .precision import PRECISIONS
+    from mixft.amp.precision import PRECISIONS
 
     TEXT.validate(where, value)
     name = value.strip().lower()

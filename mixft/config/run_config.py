@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
-from .options import (
+from mixft.errors import UsageError
+from mixft.options import (
     BOOL,
     FRACTION,
     MAX_LENGTH,
@@ -32,9 +32,9 @@ from .options import (
     flag_of,
     option,
 )
-from .schedules import CLASS_WEIGHTS, SCHEDULER, SCHEDULERS, check_schedule
+from mixft.amp.precision import DEVICE_CHOICES
+from mixft.train.schedules import CLASS_WEIGHTS, SCHEDULER, SCHEDULERS, check_schedule
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 DATA = "data (which recipes read which: --help of each recipe's USES; others refuse them)"
 RELIABILITY = "reliability (docs/reliability.md)"
 LORA = "LoRA (peft: text-classification and glue)"
@@ -60,7 +60,7 @@ class RunConfig:
     """
 
     recipe: str = option("bert-sst2", "the recipe to run (see --help's list)", check=TEXT, cli=False)
-    # names or "amp" (resolved by mixft.precision); several = a comparison. The CLI spells it --amp/--precision/--compare.
+    # names or "amp" (resolved by mixft.amp.precision); several = a comparison. The CLI spells it --amp/--precision/--compare.
     precisions: list[str] = option(None, "precisions to train", cli=False, default_factory=lambda: ["fp32"])
     # each precision is trained once per seed. The CLI spells it --seed/--seeds.
     seeds: list[int] = option(None, "seeds", cli=False, default_factory=lambda: [0])
@@ -136,7 +136,7 @@ class RunConfig:
                                            "loss is weighted too)",
                                            check=choice(*CLASS_WEIGHTS), metavar="balanced", group=OPTIMISATION)
     # Length grouping (mixft.data.batching): which sentences share a batch changes the trajectory, so
-    # both are part of a run's identity for --resume (mixft/run/identity.py).
+    # both are part of a run's identity for --resume (mixft/runs/identity.py).
     group_by_length: bool = per_recipe(True, "batch sentences of similar length together (less padding, faster): "
                                        "each group of --length-group-size batches drawn at random is sorted by "
                                        "length and cut into batches; --no-group-by-length draws every batch at "
@@ -158,7 +158,7 @@ class RunConfig:
     num_workers: int = option(0, "DataLoader worker processes (0 keeps the data in this process)",
                               check=NON_NEGATIVE_INT, metavar="N")
     fast_dropout: bool = option(True, "use torch's own dropout masks on CPU instead of mixft's faster exact ones "
-                                "(mixft.dropout: same keep rate, fewer random draws; measured in docs/benchmarks.md)",
+                                "(mixft.train.fast_dropout: same keep rate, fewer random draws; measured in docs/benchmarks.md)",
                                 check=BOOL, flag="--torch-dropout")
     probe: bool = option(False, "answer 'is AMP faster here?' in seconds: time the recipe's matmuls and a few real "
                          "training steps per precision, print a table and a recommendation, cache it for this "
@@ -200,7 +200,7 @@ class RunConfig:
                                    metavar="F", group=RELIABILITY)
     max_consecutive_skips: int = option(10, "collapse after N skipped optimizer steps in a row",
                                         check=POSITIVE_INT, metavar="N", group=RELIABILITY)
-    # The fp16 risk check (mixft.preflight) and its two fixes; mixft/run/preflight_step.py applies them.
+    # The fp16 risk check (mixft.amp.preflight) and its two fixes; mixft/runs/checks.py applies them.
     preflight: bool | None = option(None, "check the model for fp16 overflow/underflow before training (a few fp32 "
                                     "batches with hooks; default: before any fp16 run); it only checks, training "
                                     "follows", check=BOOL, negatable=True, group=RELIABILITY)
@@ -275,7 +275,7 @@ class RunConfig:
                 if f.metadata.get("group") == OPTIMISATION and getattr(self, f.name) != f.default:
                     raise UsageError(f"--eval-only trains nothing: {flag_of(f)} cannot be combined with it")
     def _validate_real_run(self) -> None:
-        from .tracker_names import check_trackers
+        from mixft.callbacks.tracker_names import check_trackers
 
         check_trackers(self.report_to)  # a tracker's package missing: the extra to install, now
         if self.predict_file is not None:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from mixft.errors import UsageError, first_line
-from mixft.hub import CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX
+from mixft.models.hub import CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX
 from mixft.log import logger
 
 # The files a tokenizer can be built from (transformers' fast and slow formats).
@@ -163,7 +163,7 @@ def max_sequence_length(config) -> int | None:
 def check_max_length(config, max_length: int, source: str = "the model", shown: str | None = None) -> None:
     """Refuse a ``max_length`` longer than the model's position table, in one line.
 
-    ``shown`` names the value as the run got it (``mixft.config.describe_setting``: the
+    ``shown`` names the value as the run got it (``mixft.config.run_config.describe_setting``: the
     user's ``--max-length 512`` or the recipe's default); default ``--max-length N``.
 
     Usage: ``check_max_length(AutoConfig.from_pretrained(path), 512, "--model roberta-base")``

@@ -167,7 +167,7 @@ def _quiet_transformers():
 
 
 def _is_decoder_only(config) -> bool:
-    from mixft.model_check import is_decoder_only
+    from mixft.models.check import is_decoder_only
 
     return is_decoder_only(config)
 
@@ -227,7 +227,7 @@ def load_classifier(
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from mixft.model_check import check_encoder
+    from mixft.models.check import check_encoder
 
     source = source or f"--model {model_path}"
     if labels is not None and regression:
@@ -278,7 +278,7 @@ def _decoder_pad_id(model_path: str, config, source: str, tokenizer) -> int:
     if tokenizer is None:
         from transformers import AutoTokenizer
 
-        from mixft.model_check import TOKENIZER_FILES
+        from mixft.models.check import TOKENIZER_FILES
 
         needs = f"{source}: a decoder-only model needs its tokenizer (for the padding id)"
         directory = Path(model_path)
@@ -321,7 +321,7 @@ def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
 def classification_loss_factory(label_smoothing: float = 0.0, class_weights: torch.Tensor | None = None):
     """Softmax cross-entropy with label smoothing and/or per-class weights, in fp32 like ``classification_loss``.
 
-    ``class_weights``: one weight per class (e.g. ``mixft.schedules.class_weights_balanced``);
+    ``class_weights``: one weight per class (e.g. ``mixft.train.schedules.class_weights_balanced``);
     the batch loss is then the weighted mean, divided by the weights of the batch's labels
     as ``F.cross_entropy`` does. Neither option: ``classification_loss`` itself, so a run
     without them computes exactly what it did before they existed.

@@ -43,7 +43,7 @@ _TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
 # Environment variables that put the Hugging Face libraries in offline mode.
 OFFLINE_ENV_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
-# The Hugging Face model-directory file names (mixft.model_check reads the same ones).
+# The Hugging Face model-directory file names (mixft.models.check reads the same ones).
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"

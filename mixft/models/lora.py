@@ -33,7 +33,7 @@ from torch import nn
 
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.models import SequenceClassifier, load_classifier
+from mixft.models.classifiers import SequenceClassifier, load_classifier
 from mixft.options import LORA_DROPOUT, POSITIVE_FLOAT, POSITIVE_INT
 
 ALL_LINEAR = "all-linear"

@@ -29,7 +29,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ALPHA", "Z95", "agreement_vs_fp32", "mcnemar_exact_p"]
+from mixft.log import logger
+
+__all__ = ["ALPHA", "BASELINE", "Z95", "add_agreement", "agreement_vs_fp32", "mcnemar_exact_p"]
 
 ALPHA = 0.05  # the verdict's significance level
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile
@@ -130,3 +132,51 @@ def _regression(precision: str, predictions: Sequence[Any], fp32_predictions: Se
     return {"kind": "regression", "n": n, "mean_abs_diff": mean, "max_abs_diff": worst,
             "verdict": (f"{precision}'s predictions differ from fp32's by {mean:.4g} on average "
                         f"(largest {worst:.4g}) over {n} examples.")}
+
+
+# ------------------------------------------------------------------------------------------
+# After a --compare: agreement for each run (was mixft/run/agreement_step.py)
+#
+# After a ``--compare``: each precision's eval predictions against fp32's of the same seed.
+#
+# Every run keeps its final evaluation's predictions and references (``eval_predictions``,
+# ``eval_labels`` in results.json, so a ``--resume``'d compare still has those of the runs it
+# kept); this step puts ``mixft.report.agreement.agreement_vs_fp32`` under each non-fp32 run's
+# ``agreement_vs_fp32``. Runs without an fp32 run of their seed, or without predictions
+# (stopped before evaluating, a task without ``predict_fn``), get none.
+#
+# Usage: ``if add_agreement(results): write_results(path, results)``
+# ------------------------------------------------------------------------------------------
+
+BASELINE = "fp32"
+
+
+def _is_regression(result) -> bool:
+    task = result.task or {}
+    if task.get("kind"):
+        return task["kind"] == "regression"
+    return any(isinstance(v, float) for v in result.eval_predictions or [])
+
+
+def add_agreement(results: list) -> bool:
+    """Set ``agreement_vs_fp32`` on every non-fp32 RunResult that has an fp32 run of its seed.
+    Returns whether any was set.
+
+    Usage: ``add_agreement(results)``
+    """
+    baseline = {r.seed: r for r in results if r.precision == BASELINE}
+    changed = False
+    for r in results:
+        ref = baseline.get(r.seed)
+        if r.precision == BASELINE or ref is None or not r.eval_predictions or not ref.eval_predictions:
+            continue
+        if len(r.eval_predictions) != len(ref.eval_predictions):
+            logger.warning("no agreement with fp32 for %s seed %s: %d eval predictions against fp32's %d",
+                           r.precision, r.seed, len(r.eval_predictions), len(ref.eval_predictions))
+            continue
+        # The references are the eval set's labels: the same for both runs unless the data changed.
+        labels = r.eval_labels if r.eval_labels and r.eval_labels == ref.eval_labels else None
+        r.agreement_vs_fp32 = agreement_vs_fp32(r.precision, r.eval_predictions, ref.eval_predictions, labels,
+                                                regression=_is_regression(r))
+        changed = True
+    return changed

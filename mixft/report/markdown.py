@@ -1,9 +1,9 @@
 """Turn a results document (see :mod:`mixft.results`) into a comparison table and ``report.md``.
 
 This module only *reads* results: every number it prints is taken from, or computed
-from, the document it is given by :mod:`mixft.aggregate` (means, sample standard
+from, the document it is given by :mod:`mixft.report.summary` (means, sample standard
 deviations, differences and ratios; its docstring states the conventions). Nothing is
-measured here and nothing is invented. The charts are drawn by :mod:`mixft.plots`,
+measured here and nothing is invented. The charts are drawn by :mod:`mixft.report.plots`,
 which this module does not import: ``write_report`` takes the chart writer as an argument.
 
 Usage::
@@ -19,12 +19,11 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .atomic import write_text
-from .hardware import CPU_FLAGS, hardware_line, native_line
-from .log import logger
-from .report_best import best_model_notes
-from .run.outdir import REPORT_NAME
-from .aggregate import (
+from mixft.atomic import write_text
+from mixft.amp.hardware import CPU_FLAGS, hardware_line, native_line
+from mixft.log import logger
+from mixft.report import REPORT_NAME
+from mixft.report.summary import (
     NA,
     chart_titles,
     delta_key,
@@ -56,7 +55,7 @@ __all__ = ["lighter_sentence", "measured_speed_sentence", "render_agreement", "r
 #: A train cell of an ``--eval-only`` row beside trained ones.
 NO_TRAINING = "no training"
 
-#: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.plots.write_plots``).
+#: ``write_report``'s chart writer: ``charts(doc, out_dir, baseline) -> [png paths]`` (``mixft.report.plots.write_plots``).
 ChartWriter = Callable[[dict, Path, str], list[Path]]
 
 
@@ -527,7 +526,7 @@ def _fresh_rss_steps(runs: Sequence[dict]) -> int | None:
 
 def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
     """The "Memory breakdown" section from the runs' ``memory`` records (see
-    ``mixft.memory``): a table per precision, the saved-activation ratio vs ``baseline`` in
+    ``mixft.amp.memory``): a table per precision, the saved-activation ratio vs ``baseline`` in
     words, and the saved bytes by dtype and by op. None when no run has a record.
 
     Usage: ``render_memory(doc)``
@@ -583,7 +582,7 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
 
 def render_agreement(doc: dict) -> str | None:
     """The "Agreement with fp32" section from each run's ``agreement_vs_fp32`` (see
-    ``mixft.agreement``): per run, the flip rate, the paired accuracy difference with its
+    ``mixft.report.agreement``): per run, the flip rate, the paired accuracy difference with its
     95% interval, McNemar's p and the verdict; for regression the mean |difference|.
     None when no run has one.
 
@@ -634,14 +633,14 @@ def render_agreement(doc: dict) -> str | None:
 
 
 def render_probe(probe: dict | None) -> str | None:
-    """The probe's report section (``mixft.probe_result.probe_markdown``) from results.json's
+    """The probe's report section (``mixft.report.probe_result.probe_markdown``) from results.json's
     ``hardware.probe``; None without one. A record this version cannot read gets one line.
 
     Usage: ``render_probe(doc.get("hardware", {}).get("probe"))``
     """
     if not isinstance(probe, dict) or not probe:
         return None
-    from .probe_result import ProbeResult, probe_markdown
+    from mixft.report.probe_result import ProbeResult, probe_markdown
 
     try:
         return probe_markdown(ProbeResult.from_dict(probe)).rstrip("\n")
@@ -653,7 +652,7 @@ def render_probe(probe: dict | None) -> str | None:
 
 
 def render_preflight(pre: dict | None, top: int = 8) -> str | None:
-    """The "Before the fp16 run" section from results.json's ``preflight`` (``mixft.preflight``);
+    """The "Before the fp16 run" section from results.json's ``preflight`` (``mixft.amp.preflight``);
     None without one. Modules at risk most severe first, then the preflight's recommendations.
 
     Usage: ``render_preflight(doc.get("preflight"))``
@@ -695,8 +694,8 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     """``report.md``'s text for ``doc``.
 
     ``plots``: the chart files to link (names or paths; linked by file name, i.e. relative
-    to report.md). Default: the charts ``doc`` has data for (:func:`mixft.aggregate.planned_charts`,
-    what :func:`mixft.plots.write_plots` writes).
+    to report.md). Default: the charts ``doc`` has data for (:func:`mixft.report.summary.planned_charts`,
+    what :func:`mixft.report.plots.write_plots` writes).
 
     Usage: ``IPython.display.Markdown(render_markdown(json.load(open("results.json"))))``
     """
@@ -764,7 +763,7 @@ def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
     """Write ``report.md`` (or ``name``; and, with ``charts``, the charts it links) into ``out_dir``.
 
     Returns the files written, report.md first. ``charts`` is the chart writer,
-    normally :func:`mixft.plots.write_plots`; it runs first so the report links only the
+    normally :func:`mixft.report.plots.write_plots`; it runs first so the report links only the
     charts that exist. Without it the report has no charts section. Each file is
     written atomically.
 
@@ -777,3 +776,38 @@ def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
     write_text(report, render_markdown(doc, baseline, plots=pngs))
     logger.info("wrote %s and %d chart(s)", report, len(pngs))
     return [report, *pngs]
+
+
+# ------------------------------------------------------------------------------------------
+# The best model and checkpoint writes (was mixft/report_best.py)
+#
+# The report's sentences about the best model and checkpoint writes (``mixft.report.markdown`` places them in its notes).
+#
+# Usage: ``notes += best_model_notes(doc["runs"])``
+# ------------------------------------------------------------------------------------------
+
+def _label(run: dict, seeds: set) -> str:
+    return f"{run.get('precision')}" + (f" seed {run.get('seed')}" if len(seeds) > 1 else "")
+
+
+def best_model_notes(runs: Sequence[dict]) -> list[str]:
+    """Say which evaluation each run's figures come from (``--load-best``) and what checkpoints cost.
+
+    Usage: ``best_model_notes([{"precision": "bf16", "best": {...}, "steps": 63}])``
+    """
+    notes: list[str] = []
+    seeds = {r.get("seed") for r in runs}
+    loaded = [r for r in runs if (r.get("best") or {}).get("loaded")]
+    if loaded:
+        metric = loaded[0]["best"].get("metric")
+        where = ", ".join(f"{_label(r, seeds)} at step {r['best'].get('step')} of {r.get('steps')}" for r in loaded)
+        notes.append(f"Each precision is compared at its best evaluation by {metric} (`--load-best`): {where}; "
+                     "its eval figures are that evaluation's, and so are the saved model and predictions.")
+    stopped = [_label(r, seeds) for r in runs if r.get("stop_kind") == "early_stopping"]
+    if stopped:
+        notes.append(f"Early stopping ended {', '.join(stopped)} before the budget (see below).")
+    writes = [(r, r.get("checkpoint_time_s")) for r in runs if isinstance(r.get("checkpoint_time_s"), (int, float))]
+    if writes:
+        figures = ", ".join(f"{_label(r, seeds)} {t:.1f} s" for r, t in writes)
+        notes.append(f"Writing checkpoints took {figures}: not part of the training time, nor of samples/s.")
+    return notes

@@ -3,7 +3,7 @@
 Usage: ``write_plots(doc, "runs/cmp")`` -> ``[Path("runs/cmp/loss.png"), ...]``
 
 Charts (a chart whose data is entirely absent is skipped, not drawn empty; which ones a
-document has data for is :func:`mixft.aggregate.planned_charts`):
+document has data for is :func:`mixft.report.summary.planned_charts`):
 
 * ``loss.png``          training loss per optimizer step, one line per precision
                         (mean over seeds with a shaded min-max band when there are several);
@@ -13,7 +13,7 @@ document has data for is :func:`mixft.aggregate.planned_charts`):
                         had a scaler, skipped steps marked with red ``x``
 * ``eval_<metric>.png`` one chart per task metric (``eval_accuracy.png``, ``eval_f1.png``,
                         ``eval_pearsonr.png``...): the metric per epoch per precision
-                        (mean, min-max band); :func:`mixft.aggregate.eval_charts` names them
+                        (mean, min-max band); :func:`mixft.report.summary.eval_charts` names them
 * ``time_memory.png``   train time (``--eval-only`` runs: eval time) and peak memory per
                         precision, speedup / memory ratio vs the baseline on the bars
 * ``memory_breakdown.png`` per precision, stacked: parameters, gradients, optimizer
@@ -32,9 +32,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .atomic import atomic_path
-from .log import logger
-from .aggregate import (
+from mixft.atomic import atomic_path
+from mixft.log import logger
+from mixft.report.summary import (
     eval_charts,
     eval_series,
     group_runs,
@@ -255,8 +255,8 @@ def _memory_breakdown_figure(doc: dict, baseline: str):
 
 # ---------------------------------------------------------------------------- writing
 
-# name -> figure builder, for the names mixft.aggregate.planned_charts gives (the eval
-# charts, one per metric, are looked up in mixft.aggregate.eval_charts).
+# name -> figure builder, for the names mixft.report.summary.planned_charts gives (the eval
+# charts, one per metric, are looked up in mixft.report.summary.eval_charts).
 _CHARTS: dict[str, Callable[[dict, str], Any]] = {
     "loss.png": _loss_figure,
     "loss_scale.png": lambda doc, base: _loss_scale_figure(doc),

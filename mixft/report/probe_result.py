@@ -1,11 +1,11 @@
 """What a probe found, kept and told: its result, the per-machine cache, and the words for it.
 
-``mixft.probe.probe`` measures; this module holds what it measured (``ProbeResult``, one
+``mixft.runs.probe.probe`` measures; this module holds what it measured (``ProbeResult``, one
 ``PrecisionProbe`` per precision), keeps it per machine (``save_probe`` / ``cached_probe``,
 keyed by CPU model and flags, torch's native bf16/fp16, GPU, torch version, recipe and
 model), and says it: a terminal table, a report.md section and one line for every run's
 header. What a run does with it (``--amp`` falls back to fp32 where bf16 measured slower)
-is ``mixft.precision.choose_precision``'s policy. Nothing here imports torch: a report or
+is ``mixft.amp.precision.choose_precision``'s policy. Nothing here imports torch: a report or
 a run header can show a probe without loading it.
 
 Usage::
@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_json
-from .hardware import describe_hardware, device_note, hardware_key, hardware_line
-from .log import logger
+from mixft.atomic import write_json
+from mixft.amp.hardware import describe_hardware, device_note, hardware_key, hardware_line
+from mixft.log import logger
 
 PROBE_FORMAT = 1  # bump when ProbeResult's fields change: older cache files then miss
 
@@ -83,7 +83,7 @@ class ProbeResult:
 
     def step_ratios(self) -> dict[str, float]:
         """``{precision: fp32 step time / its step time}`` for every timed precision (what
-        ``mixft.precision.choose_precision`` is handed). Usage: ``result.step_ratios()["bf16"]``"""
+        ``mixft.amp.precision.choose_precision`` is handed). Usage: ``result.step_ratios()["bf16"]``"""
         return {r.precision: r.speedup_vs_fp32 for r in self.rows if r.speedup_vs_fp32}
 
     @property

@@ -580,7 +580,7 @@ _CHART_DATA = {
 
 
 def planned_charts(doc: dict) -> list[str]:
-    """File names of the charts ``doc`` has data for, in report order (``mixft.plots`` draws them):
+    """File names of the charts ``doc`` has data for, in report order (``mixft.report.plots`` draws them):
     loss, loss scale, one eval chart per metric (:func:`eval_charts`), time and memory, the
     memory breakdown (runs with a ``memory`` record).
 

@@ -1,38 +1,39 @@
-"""The run layer: one run or many, from a ``RunConfig`` to results.json.
+"""Layer 7, the run layer: one run or many, from a ``RunConfig`` to results.json.
 
-    outdir     the output directory: every file name in it, its checks, its lock, reading results.json
-    identity   which run is which (trajectory options, data fingerprints) and the ``--resume`` plan
-    build      a Trainer from a recipe's parts and a RunConfig
-    runner     plan -> prepare -> choose precisions -> build, train, record each (precision, seed) run
+    runner          plan -> prepare -> choose precisions -> build, train, record each (precision, seed) run
+    build           a Trainer from a recipe's parts and a RunConfig
+    outdir          the output directory: every file name in it, its checks, its lock, reading results.json
+    identity        which run is which (trajectory options, data fingerprints) and the ``--resume`` plan
+    watch           the callbacks a RunConfig asks for (best model, early stopping, trackers)
+    checks          at run start: --fp32-modules names and the fp16 preflight
+    memory_figures  the memory breakdown and the fresh-process RSS figure (fresh_process: that process)
+    predict         --predict-file (predictions_file: the CSV/JSON Lines writer)
+    probe           --probe: a few timed steps per precision of the recipe's own workload
 
-The names below are imported on first use (``mixft.run.outdir`` stays free of torch, so
-the reports can read the file names). ``mixft.run`` is also what ``mixft.run(cfg)`` calls:
-importing any module of this package makes the package ``mixft``'s ``run`` attribute, so
-the package forwards a call to ``mixft.run.runner.run``.
+Imports every layer below it (report/ included); only cli/ imports it.
+The names below are imported on first use (``mixft.runs.outdir`` stays free of torch).
+The package is ``runs`` so that ``mixft.run`` is only ever the function ``mixft.run(cfg)``.
 
 Usage::
 
-    from mixft.run import run, RunObserver
+    from mixft.runs import run, RunObserver
     results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"]))
 """
 
 from __future__ import annotations
 
-import sys
-import types
-
 _EXPORTS = {
-    "run": "mixft.run.runner",
-    "plan": "mixft.run.runner",
-    "run_probe": "mixft.run.runner",
-    "RunObserver": "mixft.run.runner",
-    "reliability_callbacks": "mixft.run.runner",
-    "build_trainer": "mixft.run.build",
-    "ResumePlan": "mixft.run.identity",
-    "plan_resume": "mixft.run.identity",
-    "run_meta": "mixft.run.identity",
-    "OutputLock": "mixft.run.outdir",
-    "check_output_dir": "mixft.run.outdir",
+    "run": "mixft.runs.runner",
+    "plan": "mixft.runs.runner",
+    "run_probe": "mixft.runs.runner",
+    "RunObserver": "mixft.runs.runner",
+    "reliability_callbacks": "mixft.runs.runner",
+    "build_trainer": "mixft.runs.build",
+    "ResumePlan": "mixft.runs.identity",
+    "plan_resume": "mixft.runs.identity",
+    "run_meta": "mixft.runs.identity",
+    "OutputLock": "mixft.runs.outdir",
+    "check_output_dir": "mixft.runs.outdir",
 }
 
 __all__ = list(_EXPORTS)
@@ -52,14 +53,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-class _CallablePackage(types.ModuleType):
-    # `import mixft.run.outdir` sets the attribute `run` of the package `mixft` to this
-    # package, shadowing the function mixft exports under that name: calling it still runs.
-    def __call__(self, cfg, observer=None):
-        from .runner import run
-
-        return run(cfg, observer)
-
-
-sys.modules[__name__].__class__ = _CallablePackage

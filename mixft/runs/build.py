@@ -1,6 +1,6 @@
 """A Trainer from a recipe's parts and a run's options: the one place the run layer meets the loop.
 
-The loop (``mixft.trainer``) knows nothing of ``RunConfig`` or recipes; the runner, the
+The loop (``mixft.train.trainer``) knows nothing of ``RunConfig`` or recipes; the runner, the
 probe, the benchmarks and the examples build their trainer here.
 
 Usage::
@@ -15,15 +15,15 @@ from collections.abc import Sequence
 
 import torch
 
-from ..config import RunConfig
-from ..precision import Precision
-from ..recipe import TrainerParts
-from ..callbacks import Callback
-from ..distributed import is_distributed
-from ..dropout import use_fast_dropout
-from ..embedding_grad import use_row_embedding_grad
-from ..trainer import Trainer
-from .identity import data_fingerprints
+from mixft.config.run_config import RunConfig
+from mixft.amp.precision import Precision
+from mixft.recipe import TrainerParts
+from mixft.train.hooks import Callback
+from mixft.distributed import is_distributed
+from mixft.train.fast_dropout import use_fast_dropout
+from mixft.train.row_grad import use_row_embedding_grad
+from mixft.train.trainer import Trainer
+from mixft.runs.identity import data_fingerprints
 
 
 def build_trainer(

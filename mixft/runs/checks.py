@@ -1,12 +1,12 @@
 """Before the first run: check ``--fp32-modules``' names, and run the fp16 preflight when it is due.
 
-``--preflight`` (``RunConfig.preflight``) runs ``mixft.preflight`` once, before any
+``--preflight`` (``RunConfig.preflight``) runs ``mixft.amp.preflight`` once, before any
 training: a few training batches forward and backward in fp32 with hooks, naming the
 modules whose values fp16 cannot hold and what to do about it. ``None`` (the default)
 runs it before any fp16 run; ``--no-preflight`` never. It only checks: training follows
 either way, and its result goes into results.json (``preflight``) and report.md.
 
-``--fp32-modules NAME,...`` (``mixft.fp32_modules``) is applied to each run's model
+``--fp32-modules NAME,...`` (``mixft.amp.fp32``) is applied to each run's model
 before its trainer is built; its names are checked here against the first built model,
 so a typo ends the command (exit 2) before any training.
 
@@ -27,14 +27,14 @@ from typing import Any
 
 import torch
 
-from ..config import RunConfig
-from ..errors import UsageError
-from ..fp32_modules import Fp32Modules, keep_in_fp32
-from ..log import logger
-from ..precision import Precision, resolve_precision
-from ..preflight import PreflightResult, preflight
-from ..rng import capture_rng_state, restore_rng_state
-from .identity import ResumePlan
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.amp.fp32 import Fp32Modules, keep_in_fp32
+from mixft.log import logger
+from mixft.amp.precision import Precision, resolve_precision
+from mixft.amp.preflight import PreflightResult, preflight
+from mixft.rng import capture_rng_state, restore_rng_state
+from mixft.runs.identity import ResumePlan
 
 DEFAULT_INIT_SCALE = 65536.0  # torch.amp.GradScaler's own default, what an fp16 run starts from
 

@@ -3,7 +3,7 @@
 A process's resident set only remembers: after an fp32 run, the allocator keeps the pages
 it freed, so a bf16 run in the same process reports fp32's peak (or more), and reversing
 ``--compare`` reverses the figures. ``fresh_peak_rss`` therefore starts a new Python
-(``python -m mixft.run.fresh_process``: a fresh interpreter, not a fork of this one), which
+(``python -m mixft.runs.fresh_process``: a fresh interpreter, not a fork of this one), which
 builds the run's parts from the recipe (same options, precision and seed: same model and batches) and
 trains the first ``STEPS`` optimizer steps of that precision, the optimizer's first step
 included so its state exists. It reports:
@@ -40,8 +40,8 @@ import subprocess
 import sys
 from typing import Any, NamedTuple
 
-from ..errors import first_line
-from ..log import logger
+from mixft.errors import first_line
+from mixft.log import logger
 
 __all__ = ["STEPS", "FreshFigure", "fresh_peak_rss", "peak_rss_bytes"]
 
@@ -129,9 +129,9 @@ def _child_main() -> None:
 def _train_steps(cfg, prepared, precision, device: str, seed: int, steps: int) -> dict[str, Any]:
     import torch
 
-    from ..measure import current_rss_bytes
-    from ..registry import get_recipe
-    from .build import build_trainer
+    from mixft.train.measure import current_rss_bytes
+    from mixft.recipe import get_recipe
+    from mixft.runs.build import build_trainer
 
     recipe = get_recipe(cfg.recipe)
     if prepared is None:

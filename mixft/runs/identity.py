@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import CheckpointError, load_checkpoint
-from ..config import RunConfig, is_recipe_default
-from ..interrupt import is_interrupted
-from ..options import flag_of
-from ..results import RunResult
-from .outdir import RESULTS_NAME, checkpoint_name, recorded_runs
+from mixft.train.checkpoint import CheckpointError, load_checkpoint
+from mixft.config.run_config import RunConfig, is_recipe_default
+from mixft.callbacks.interrupt import is_interrupted
+from mixft.options import flag_of
+from mixft.results import RunResult
+from mixft.runs.outdir import RESULTS_NAME, checkpoint_name, recorded_runs
 
 # The options a checkpoint must share with the run that resumes it: each one changes the
 # trajectory (data, model, schedule, injected faults) or the evaluation being reported.
@@ -165,7 +165,7 @@ def _shown(value: Any) -> str:
 
 def _shown_now(cfg: RunConfig | None, key: str, value: Any) -> str:
     # This run's value, and whether the user gave it: a recipe default was never typed
-    # (mixft.config.is_recipe_default), so the message must not read as if it were.
+    # (mixft.config.run_config.is_recipe_default), so the message must not read as if it were.
     if cfg is not None and is_recipe_default(cfg, key):
         return f"{_shown(value)} (the recipe's default; pass {_flag(key)} to set it)"
     return _shown(value)

@@ -6,7 +6,7 @@ The runner calls two lines per (precision, seed) run::
     result = trainer.fit()
     memory.finish(result, trainer)        # fills result.memory, .parameters, .lora, .eval_predictions
 
-Before fit, ``mixft.memory.measure_step_memory`` runs ONE forward + backward (under the
+Before fit, ``mixft.amp.memory.measure_step_memory`` runs ONE forward + backward (under the
 run's autocast) on one micro-batch of the first epoch's order: with mixft's length-grouped
 loaders the one with the most padded tokens (rows x longest row: the step that saves the
 most; the first batch may be a short remainder), else the loader's first batch. The
@@ -22,7 +22,7 @@ a LoRA run's frozen weights have none, nor gradients), and the device figure:
   trainer's meter): independent of earlier runs in the process;
 - CPU, one run: the run's own peak RSS (its process ran nothing before it but preparing);
 - CPU, several runs (``--compare``, ``--seeds``): the peak RSS of a fresh process that
-  trains this run's first steps (``mixft.run.fresh_process``), also written as the run's
+  trains this run's first steps (``mixft.runs.fresh_process``), also written as the run's
   ``peak_memory_bytes`` / ``start_memory_bytes``, so no figure depends on the run order.
   ``memory.device_figure_scope`` says which (``"run"`` | ``"fresh_process"``), and
   ``memory.device_figure_steps`` how many steps the fresh process trained (else null).
@@ -34,11 +34,11 @@ from typing import Any
 
 import torch
 
-from .. import distributed
-from ..batch import split_batch
-from ..log import logger
-from ..memory import measure_step_memory, memory_record, optimizer_state_bytes
-from ..rng import capture_rng_state, restore_rng_state
+from mixft import distributed
+from mixft.batch import split_batch
+from mixft.log import logger
+from mixft.amp.memory import measure_step_memory, memory_record, optimizer_state_bytes
+from mixft.rng import capture_rng_state, restore_rng_state
 
 __all__ = ["RunMemory", "count_parameters", "measure_before_fit"]
 
@@ -108,14 +108,14 @@ class RunMemory:
         info = trainer.run_info or {}
         result.parameters = dict(info["parameters"]) if info.get("parameters") else count_parameters(trainer.module)
         result.lora = info.get("lora")
-        kept = getattr(trainer, "last_eval_predictions", None)  # set by mixft.evaluation
+        kept = getattr(trainer, "last_eval_predictions", None)  # set by mixft.train.evaluation
         if kept is not None:
             result.eval_predictions, result.eval_labels = list(kept[0]), list(kept[1])
         scope, fresh_steps = "run", None
         device = trainer.device
         if (self._fresh and device.type == "cpu" and distributed.world_size() == 1
                 and result.stop_kind != "interrupt"):  # interrupted: the user is waiting to leave
-            from .fresh_process import fresh_peak_rss
+            from mixft.runs.fresh_process import fresh_peak_rss
 
             figure = fresh_peak_rss(self._cfg, self._prepared, self._precision, device, self._seed)
             if figure is not None:

@@ -3,13 +3,13 @@
 This module is the one place that names what OUTPUT_DIR holds::
 
     results.json                      every run's measurements (mixft.results)
-    report.md                         the comparison report, with its charts (mixft.report)
-    checkpoint.pt                     a single run's checkpoint (mixft.checkpoint)
+    report.md                         the comparison report, with its charts (mixft.report.markdown)
+    checkpoint.pt                     a single run's checkpoint (mixft.train.checkpoint)
     checkpoint-<prec>-seed<k>.pt      one per run of a comparison or of several seeds
     checkpoint[-<prec>-seed<k>]-step<N>.pt   --save-total-limit's kept step checkpoints (hard links)
     config.yaml                       the run's effective options (--config reproduces the run)
     predictions[-<prec>-seed<k>].csv|jsonl   --predict-file's labels, one row per input
-    tensorboard/, mlruns/             --report-to's local trackers (mixft.trackers)
+    tensorboard/, mlruns/             --report-to's local trackers (mixft.callbacks.trackers)
     model/, model-<prec>-seed<k>/     --save-model's fine-tuned model, named the same way
     .mixft.lock                       held while a run uses the directory
 
@@ -33,10 +33,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from mixft.errors import UsageError
+from mixft.report import REPORT_NAME  # the report names its own file; this directory lists it
 
 RESULTS_NAME = "results.json"
-REPORT_NAME = "report.md"
 CHECKPOINT_NAME = "checkpoint.pt"
 SAVED_MODEL_NAME = "model"
 LOCK_NAME = ".mixft.lock"
@@ -109,7 +109,7 @@ def planned_entries(precisions: Sequence[str], seeds: Sequence[int], save_model:
 def recorded_runs(out: Path) -> list[Any]:
     """The ``runs`` of ``out``'s results.json as written (plain dicts); ``[]`` when there is no file.
 
-    The runner reads it once per invocation (``mixft.run.identity.plan_resume`` keeps what
+    The runner reads it once per invocation (``mixft.runs.identity.plan_resume`` keeps what
     it needs). A file that is not JSON, or has no ``runs``, raises its parsing error
     (OSError, ValueError, KeyError, TypeError): the caller words it for its context.
     Usage: ``recorded_runs(Path("outputs/run"))[0]["precision"]``

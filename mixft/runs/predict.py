@@ -3,7 +3,7 @@
 The file is read and checked once, before any training (``read_predict_file``): any format
 the data layer reads, the training data's text columns, a label column optional. After each
 (precision, seed) run, ``predict_and_write`` writes ``OUTPUT_DIR/predictions[-<prec>-seed<k>]
-.csv|jsonl`` (``mixft.predictions``: label names, probabilities, the id column) and, when
+.csv|jsonl`` (``mixft.runs.predictions_file``: label names, probabilities, the id column) and, when
 the file has labels, evaluates on it too (results.json ``predict.metrics``).
 
 Recipes whose prepared data carries a ``data.task`` (``mixft.data.user_data.TextTask``) and a
@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
-from ..config import RunConfig
-from ..data.columns import Columns, check_text_columns
-from ..data.files import load_data_file
-from ..data.labels import LabelInfo, ModelLabels, check_eval_labels, labels_for_model
-from ..data.loaders import make_loader
-from ..data.tokenize import tokenize_dataset
-from ..errors import UsageError
-from ..predictions import find_id_column, write_predictions
+from mixft.config.run_config import RunConfig
+from mixft.data.columns import Columns, check_text_columns
+from mixft.data.files import load_data_file
+from mixft.data.labels import LabelInfo, ModelLabels, check_eval_labels, labels_for_model
+from mixft.data.loaders import make_loader
+from mixft.data.tokenize import tokenize_dataset
+from mixft.errors import UsageError
+from mixft.runs.predictions_file import find_id_column, write_predictions
 
 # Tokens per example when the run does not say (the text recipes' own default).
 DEFAULT_MAX_LENGTH = 128

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .atomic import write_text
+from mixft.atomic import write_text
 
 #: The id columns recognised in an input file, in order of preference.
 ID_COLUMNS = ("id", "idx")

@@ -4,7 +4,7 @@ The answer depends on the machine, and its CPU flags do not settle it (two CPUs 
 avx512_bf16 and no AMX measured a bf16 step 0.64x and ~1.7x fp32), so mixft measures it
 instead of assuming it. For one recipe, ``probe``:
 
-1. names the machine (``mixft.hardware.describe_hardware``);
+1. names the machine (``mixft.amp.hardware.describe_hardware``);
 2. builds the recipe on one batch of data and times a few real training steps of mixft's
    loop (autocast, GradScaler, clipping, the recipe's optimizer) per precision, every
    precision on the SAME batch with the same initial weights: one warm-up step each, then
@@ -20,11 +20,11 @@ instead of assuming it. For one recipe, ``probe``:
 Precisions: fp32, tf32 on an Ampere+ GPU, the device's AMP precisions, and on a CPU fp16
 as well when its estimated cost (fp32 step time over its matmul ratio) fits the budget.
 
-Results are cached per machine (``mixft.probe_result.cached_probe``), keyed by CPU model
+Results are cached per machine (``mixft.report.probe_result.cached_probe``), keyed by CPU model
 and flags, torch's native bf16/fp16, GPU, torch version, recipe and model, so an ``--amp``
-run can choose fp32 where AMP measured slower (``mixft.precision.choose_precision``)
+run can choose fp32 where AMP measured slower (``mixft.amp.precision.choose_precision``)
 without measuring again. What a probe found, how it is kept and how it is told (table,
-report section, header line) live in mixft/probe_result.py.
+report section, header line) live in mixft/report/probe_result.py.
 
 Usage::
 
@@ -48,16 +48,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import RunConfig, replace_keeping_origin
-from .errors import UsageError
-from .hardware import describe_hardware, hardware_line
-from .log import logger
-from .measure import synchronize
-from .precision import PRECISIONS, Precision, amp_precision_names, configure_matmul, resolve_device, resolve_precision
-from .registry import get_recipe
-from .probe_result import PrecisionProbe, ProbeResult, save_probe
-from .run.build import build_trainer
-from .callbacks import Callback
+from mixft.config.run_config import RunConfig, replace_keeping_origin
+from mixft.errors import UsageError
+from mixft.amp.hardware import describe_hardware, hardware_line
+from mixft.log import logger
+from mixft.train.measure import synchronize
+from mixft.amp.precision import PRECISIONS, Precision, amp_precision_names, configure_matmul, resolve_device, resolve_precision
+from mixft.recipe import get_recipe
+from mixft.report.probe_result import PrecisionProbe, ProbeResult, save_probe
+from mixft.runs.build import build_trainer
+from mixft.train.hooks import Callback
 
 DEFAULT_BUDGET_S = 30.0
 WARMUP_STEPS = 1  # the first step pays for kernel selection/JIT and optimizer state
@@ -69,7 +69,7 @@ MATMUL_REPEATS = 3
 RESERVE_S = 1.0
 NOISE_BAND = 0.05  # ratios within 5% of 1.0 are "about the same" on a shared machine
 UNSTEADY = 0.25  # timed steps of one precision spread wider than this: the figures are rough
-# What a probe found, how it is kept per machine and told: mixft/probe_result.py.
+# What a probe found, how it is kept per machine and told: mixft/report/probe_result.py.
 
 
 # ----------------------------------------------------------------------------- measuring

@@ -1,12 +1,12 @@
 """Run a recipe at one or more precisions (and seeds), back to back, and write the results.
 
 The run layer's conductor: ``plan`` checks everything cheap (recipe, options, device,
-output directory, the ``--resume`` plan of ``mixft.run.identity``) before any work;
+output directory, the ``--resume`` plan of ``mixft.runs.identity``) before any work;
 ``run`` checks the options, prepares the data once, chooses each run's precision once
-(``choose_precisions``: the ``--amp`` policy of ``mixft.precision`` handed this machine's
+(``choose_precisions``: the ``--amp`` policy of ``mixft.amp.precision`` handed this machine's
 facts), checks the output directory and ``--resume`` for those precisions, then builds
-(``mixft.run.build``), trains and records each (precision, seed) run. File names come
-from ``mixft.run.outdir``.
+(``mixft.runs.build``), trains and records each (precision, seed) run. File names come
+from ``mixft.runs.outdir``.
 This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it too::
 
     results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))
@@ -24,28 +24,29 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import distributed
-from ..checkpoint import Checkpointer, resume
-from ..config import RunConfig
-from ..errors import UsageError
-from ..faults import CollapseDetector, InjectNonFinite
-from ..hardware import describe_hardware
-from ..log import logger
-from ..precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
-from ..registry import get_recipe
-from ..results import RunResult, write_results
-from ..callbacks import Callback
-from ..config_file import write_config
-from .agreement_step import add_agreement
-from .build import build_trainer
-from .identity import ResumePlan, final_weights, plan_resume, run_meta
-from .memory_figures import measure_before_fit
-from .outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock,
+from mixft import distributed
+from mixft.callbacks.checkpointer import Checkpointer
+from mixft.train.checkpoint import resume
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
+from mixft.amp.hardware import describe_hardware
+from mixft.log import logger
+from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
+from mixft.recipe import get_recipe
+from mixft.results import RunResult, write_results
+from mixft.train.hooks import Callback
+from mixft.config.file import write_config
+from mixft.report.agreement import add_agreement
+from mixft.runs.build import build_trainer
+from mixft.runs.identity import ResumePlan, final_weights, plan_resume, run_meta
+from mixft.runs.memory_figures import measure_before_fit
+from mixft.runs.outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock,
                      check_output_dir, checkpoint_name, planned_entries, predictions_name, saved_model_name,
                      set_aside_previous_run, step_checkpoint_pattern)
-from .predict import predict_and_write, read_predict_file
-from .preflight_step import check_before_training, keep_fp32_modules
-from .watch import RunWatch
+from mixft.runs.predict import predict_and_write, read_predict_file
+from mixft.runs.checks import check_before_training, keep_fp32_modules
+from mixft.runs.watch import RunWatch
 
 
 class RunObserver:
@@ -56,7 +57,7 @@ class RunObserver:
         """Called once, after data and model are resolved and before any training.
 
         ``steps``: optimizer steps planned for one run (None for a loader without a length).
-        ``hardware``: ``mixft.hardware.describe_hardware``, with the cached probe under
+        ``hardware``: ``mixft.amp.hardware.describe_hardware``, with the cached probe under
         ``"probe"`` when this machine has one for the recipe and model. ``run_info`` is the
         recipe's, plus ``"train_rows"``: the examples one epoch of training reads (None
         when the loader cannot tell), against which the effective batch is capped.
@@ -170,7 +171,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
 
 
 def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> list[PrecisionChoice]:
-    """What each precision of ``cfg`` trains in and why: ``mixft.precision.choose_precision`` handed
+    """What each precision of ``cfg`` trains in and why: ``mixft.amp.precision.choose_precision`` handed
     this machine's facts (``hardware["native"]``, the cached ``probe`` or None).
 
     Usage: ``choose_precisions(RunConfig(recipe="bert-sst2", precisions=["amp"]), device, describe_hardware(device))``
@@ -233,9 +234,9 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precis
     if total > 1 and distributed.is_main_process():
         if add_agreement(results):  # every run of the compare is in: fp32's predictions too
             write_results(out / RESULTS_NAME, results, hardware=hardware, preflight=preflight)
-        from ..plots import write_plots
-        from ..report import write_report
-        from ..results import results_document
+        from mixft.report.plots import write_plots
+        from mixft.report.markdown import write_report
+        from mixft.results import results_document
 
         write_report(results_document(results, hardware=hardware, preflight=preflight), out, charts=write_plots)
     return results
@@ -260,7 +261,7 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
                resume_plan: ResumePlan, observer: RunObserver, on_built=None, predict_source=None) -> RunResult:
     """One (precision, seed) run: build its parts and trainer, train (or only evaluate), save what was asked.
 
-    Training keeps the best evaluation (``mixft.run.watch``: ``--load-best`` ends with its
+    Training keeps the best evaluation (``mixft.runs.watch``: ``--load-best`` ends with its
     weights, so the saved model and the predictions are the best one) and stops early on
     ``--early-stopping-patience``. ``on_built(parts, trainer)`` runs after building, before
     any training (the run header).
@@ -329,7 +330,7 @@ def _memory_errors_explained(cfg: RunConfig, device):
 def _cached_probe(cfg: RunConfig, prepared, device, hardware: dict):
     """This machine's cached probe of the recipe and model, or None; kept in ``hardware["probe"]``
     (results.json, the header's speed line)."""
-    from ..probe_result import cached_probe
+    from mixft.report.probe_result import cached_probe
 
     model = getattr(prepared, "model_description", None) or str(cfg.model)
     result = cached_probe(cfg.recipe, model, device=device, hardware=hardware)
@@ -342,13 +343,13 @@ def run_probe(cfg: RunConfig):
     """``--probe``: measure how fast each precision trains the recipe here; write probe.json and probe.md.
 
     Trains nothing, and leaves a run's results.json and report.md in the same directory alone. The result is cached for this machine, where later runs' headers and
-    ``--amp`` notices find it. Returns the ``mixft.probe_result.ProbeResult``.
+    ``--amp`` notices find it. Returns the ``mixft.report.probe_result.ProbeResult``.
 
     Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
     """
-    from ..probe import probe
-    from ..report import write_report
-    from ..results import results_document
+    from mixft.runs.probe import probe
+    from mixft.report.markdown import write_report
+    from mixft.results import results_document
 
     recipe, cfg, device, precisions, _ = plan(cfg)
     asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP

@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..best_model import BestModel, EarlyStopping
-from ..callbacks import Callback
-from ..config import RunConfig
-from ..errors import UsageError
-from ..results import RunResult
-from ..tracker_names import check_trackers
-from ..trackers import build_trackers, run_name
+from mixft.callbacks.best import BestModel, EarlyStopping
+from mixft.train.hooks import Callback
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.results import RunResult
+from mixft.callbacks.tracker_names import check_trackers
+from mixft.callbacks.trackers import build_trackers, run_name
 
 # Figures every evaluation has besides the task's metrics.
 EVALUATION_FIGURES = ("loss", "time_s", "samples_per_s")

@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from . import distributed
-from .batch import batch_size, forward, split_batch
-from .measure import Stopwatch
-from .metrics.task import UNDEFINED_KEY, undefined_reasons
-from .meter import TrainMeter
-from .precision import configure_matmul
-from .results import RunResult
-from .state import plain
+from mixft import distributed
+from mixft.batch import batch_size, forward, split_batch
+from mixft.train.measure import Stopwatch
+from mixft.metrics.task import UNDEFINED_KEY, undefined_reasons
+from mixft.train.meter import TrainMeter
+from mixft.amp.precision import configure_matmul
+from mixft.results import RunResult
+from mixft.train.state import plain
 
 
 def evaluate(trainer, loader=None) -> dict[str, float]:
@@ -79,7 +79,7 @@ def _evaluate(trainer, loader) -> dict[str, float]:
     metrics["samples_per_s"] = count / elapsed
     if trainer.predict_fn is not None:
         preds, refs = gather_predictions(predictions, references)
-        # Kept for per-example agreement between precisions (mixft.run.agreement_step): the
+        # Kept for per-example agreement between precisions (mixft.report.agreement): the
         # last evaluation's predictions are those of the run's final ``eval``.
         trainer.last_eval_predictions = (preds.tolist(), refs.tolist())
         metrics.update(_metrics(preds, refs, trainer.metric))

@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from .results import RunResult
+from mixft.results import RunResult
 
-# The hooks receive the running ``mixft.trainer.Trainer``. Not imported: the trainer
+# The hooks receive the running ``mixft.train.trainer.Trainer``. Not imported: the trainer
 # imports this module.
 TrainerLike = Any
 

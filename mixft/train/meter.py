@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from . import distributed
-from .measure import PeakMemory, Stopwatch, device_name
-from .results import RunResult
-from .state import TrainState, floats
+from mixft import distributed
+from mixft.train.measure import PeakMemory, Stopwatch, device_name
+from mixft.results import RunResult
+from mixft.train.state import TrainState, floats
 
 
 class TrainMeter:

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .errors import UsageError
-from .options import NON_NEGATIVE_INT, PROBABILITY, choice
+from mixft.errors import UsageError
+from mixft.options import NON_NEGATIVE_INT, PROBABILITY, choice
 
-if TYPE_CHECKING:  # torch is imported where it is used: mixft.config reads the names above without it
+if TYPE_CHECKING:  # torch is imported where it is used: mixft.config.run_config reads the names above without it
     import torch
 
 #: The ``--lr-scheduler`` names (transformers' SchedulerType values mixft offers).

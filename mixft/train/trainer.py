@@ -42,10 +42,10 @@ stepped like the others (loaders without ``len()`` included). Evaluation is not 
 time: it runs outside the training clock. fit, evaluate, evaluate_only and predict run
 under the precision's TF32 setting and restore the process's own afterwards.
 
-Around the loop, each in its own module: ``mixft.callbacks`` (Callback, StepInfo,
-StopTraining), ``mixft.evaluation`` (evaluate, predict, metrics), ``mixft.meter`` (time,
-samples, tokens, memory, the RunResult), ``mixft.state`` (TrainState),
-``mixft.rng.ResumeRng`` (RNG states across a resume), ``mixft.optim.planned_steps``.
+Around the loop, each in its own module: ``mixft.train.hooks`` (Callback, StepInfo,
+StopTraining), ``mixft.train.evaluation`` (evaluate, predict, metrics), ``mixft.train.meter`` (time,
+samples, tokens, memory, the RunResult), ``mixft.train.state`` (TrainState),
+``mixft.rng.ResumeRng`` (RNG states across a resume), ``mixft.train.optim.planned_steps``.
 """
 
 from __future__ import annotations
@@ -58,18 +58,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import distributed, evaluation
-from .batch import batch_size, forward, split_batch
-from .callbacks import Callback, StepInfo, StopTraining
-from .errors import UsageError
-from .log import logger
-from .meter import TrainMeter
-from .optim import build_schedulers, planned_steps
-from .options import NON_NEGATIVE_INT, POSITIVE_INT
-from .precision import Precision, configure_matmul, resolve_device, resolve_precision
-from .results import RunResult
-from .rng import ResumeRng
-from .state import TrainState
+from mixft import distributed
+from mixft.train import evaluation
+from mixft.batch import batch_size, forward, split_batch
+from mixft.train.hooks import Callback, StepInfo, StopTraining
+from mixft.errors import UsageError
+from mixft.log import logger
+from mixft.train.meter import TrainMeter
+from mixft.train.optim import build_schedulers, planned_steps
+from mixft.options import NON_NEGATIVE_INT, POSITIVE_INT
+from mixft.amp.precision import Precision, configure_matmul, resolve_device, resolve_precision
+from mixft.results import RunResult
+from mixft.rng import ResumeRng
+from mixft.train.state import TrainState
 
 OptimizerLike = torch.optim.Optimizer | Callable[..., torch.optim.Optimizer]
 
@@ -112,7 +113,7 @@ class Trainer:
         callbacks: ``Callback`` instances.
         loss_hook: ``f(trainer, loss, outputs, inputs) -> loss`` called after the forward
             pass (outside autocast, before scaling): adds terms such as a gradient
-            penalty (see ``mixft.penalties.gradient_penalty``, which unscales by hand).
+            penalty (see ``mixft.amp.penalties.gradient_penalty``, which unscales by hand).
         run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
     """
 
@@ -158,7 +159,7 @@ class Trainer:
         # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
         # module stays reachable as ``self.module`` (saving, evaluation).
         self.model = distributed.wrap_model(self.model, self.device)
-        # Reversible swaps a builder made in the model (mixft.run.build: fast dropout, row
+        # Reversible swaps a builder made in the model (mixft.runs.build: fast dropout, row
         # embedding gradients), by name, each with .remove().
         self.cpu_swaps: dict[str, Any] = {}
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
@@ -384,7 +385,7 @@ class Trainer:
         """Mean loss (and the metrics, with ``predict_fn``) over ``loader`` (default: ``eval_loader``), under autocast.
 
         ``time_s`` and ``samples_per_s`` are the inference speed at this precision (see
-        ``mixft.evaluation.evaluate``).
+        ``mixft.train.evaluation.evaluate``).
 
         Usage: ``trainer.evaluate()["accuracy"]``
         """
@@ -424,7 +425,7 @@ class Trainer:
 
     # --------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Everything the rest of the run depends on (what ``mixft.checkpoint`` saves).
+        """Everything the rest of the run depends on (what ``mixft.train.checkpoint`` saves).
 
         Model, optimizers, LR schedulers, GradScaler, the ``TrainState`` as plain Python
         (history tensors read back as floats: a host sync) and the RNG states, now and at

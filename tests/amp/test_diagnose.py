@@ -7,9 +7,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft.diagnose import FP16_MAX, diagnose
-from mixft.faults import CollapseDetector, is_collapse
-from mixft.trainer import Trainer
+from mixft.amp.diagnose import FP16_MAX, diagnose
+from mixft.callbacks.faults import CollapseDetector, is_collapse
+from mixft.train.trainer import Trainer
 
 _g = torch.Generator().manual_seed(3)
 X = torch.rand(16, 8, generator=_g) + 0.5  # positive inputs: the big layer's outputs add up

@@ -1,4 +1,4 @@
-"""mixft.fp32_modules: named modules compute in float32 under autocast, and only while kept."""
+"""mixft.amp.fp32: named modules compute in float32 under autocast, and only while kept."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from mixft.errors import UsageError
-from mixft.fp32_modules import keep_in_fp32, parse_module_names
+from mixft.amp.fp32 import keep_in_fp32, parse_module_names
 
 
 class KwargBlock(nn.Module):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mixft.ops import stable_softplus
+from mixft.amp.fp32 import stable_softplus
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -1,4 +1,4 @@
-"""mixft.hardware: the CPU's name and flags from /proc/cpuinfo text, the GPU, the one-line form."""
+"""mixft.amp.hardware: the CPU's name and flags from /proc/cpuinfo text, the GPU, the one-line form."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mixft.errors import UsageError
-from mixft.hardware import (
+from mixft.amp.hardware import (
     CPU_FLAGS,
     describe_cpu,
     describe_hardware,
@@ -121,10 +121,10 @@ def test_native_precisions_are_torchs_own_answers_on_this_cpu():
 
 
 def test_native_precisions_is_the_one_place_describe_hardware_asks(monkeypatch):
-    import mixft.hardware
+    import mixft.amp.hardware
 
     fake = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
-    monkeypatch.setattr(mixft.hardware, "native_precisions", lambda device: fake)
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: fake)
     assert describe_hardware("cpu")["native"] == fake
 
 
@@ -214,6 +214,6 @@ def test_importing_mixft_hardware_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, mixft.hardware; print('torch' in sys.modules)"
+    code = "import sys, mixft.amp.hardware; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"

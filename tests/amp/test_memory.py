@@ -1,4 +1,4 @@
-"""mixft.memory: saved-for-backward bytes counted once per storage, the step's other figures,
+"""mixft.amp.memory: saved-for-backward bytes counted once per storage, the step's other figures,
 and a measurement that leaves the caller's model and random state as they were."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.memory import (
+from mixft.amp.memory import (
     MEMORY_KEYS,
     SavedTensorMeter,
     measure_step_memory,

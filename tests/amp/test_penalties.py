@@ -4,8 +4,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft.penalties import gradient_penalty
-from mixft.trainer import Trainer
+from mixft.amp.penalties import gradient_penalty
+from mixft.train.trainer import Trainer
 
 
 def _setup(seed=0):

@@ -1,6 +1,6 @@
-"""mixft.precision.choose_precision: the --amp policy, with each machine's facts handed in.
+"""mixft.amp.precision.choose_precision: the --amp policy, with each machine's facts handed in.
 
-Capability is torch's own check (simulated here as the dict ``mixft.hardware.native_precisions``
+Capability is torch's own check (simulated here as the dict ``mixft.amp.hardware.native_precisions``
 returns); speed is a probe's measured step ratio. No CPU flag appears in any of it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from mixft.errors import UsageError
-from mixft.precision import choose_precision
+from mixft.amp.precision import choose_precision
 
 AVX2 = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
 AMX = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}

@@ -1,10 +1,10 @@
-"""mixft.precision.precision_notice: it says what was (not) measured, never a rule about CPU flags."""
+"""mixft.amp.precision.precision_notice: it says what was (not) measured, never a rule about CPU flags."""
 
 from __future__ import annotations
 
 import torch
 
-from mixft.precision import PRECISIONS, precision_notice
+from mixft.amp.precision import PRECISIONS, precision_notice
 
 CPU = torch.device("cpu")
 

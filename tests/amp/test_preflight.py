@@ -1,4 +1,4 @@
-"""mixft.preflight: the fp16 risk check names a planted overflow, passes a healthy model, and
+"""mixft.amp.preflight: the fp16 risk check names a planted overflow, passes a healthy model, and
 its advice (--fp32-modules) removes the overflow in a real fp16 autocast step on CPU."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from mixft.errors import UsageError
-from mixft.fp32_modules import keep_in_fp32
-from mixft.preflight import FP16_MAX, OVERFLOW_MARGIN, ROOT, preflight
+from mixft.amp.fp32 import keep_in_fp32
+from mixft.amp.preflight import FP16_MAX, OVERFLOW_MARGIN, ROOT, preflight
 
 PLANTED = "bert.encoder.layer.0.output.dense"  # a feed-forward output projection, T5's "wo" case
 PLANTED_CONTAINER = "bert.encoder.layer.0.output"  # dense + dropout + residual LayerNorm

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.best_model import BestModel, EarlyStopping, greater_is_better
+from mixft.callbacks.best import BestModel, EarlyStopping, greater_is_better
 from mixft.errors import UsageError
-from mixft.callbacks import StopTraining
-from mixft.state import TrainState
+from mixft.train.hooks import StopTraining
+from mixft.train.state import TrainState
 
 
 class FakeTrainer(SimpleNamespace):
@@ -161,7 +161,7 @@ def test_resuming_with_another_metric_is_refused():
 
 
 def test_in_a_real_fit_early_stopping_ends_the_run_and_the_best_model_comes_back():
-    from mixft.trainer import Trainer
+    from mixft.train.trainer import Trainer
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(24, 5, generator=g)

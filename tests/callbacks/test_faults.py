@@ -9,11 +9,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft.callbacks import Callback
-from mixft.checkpoint import Checkpointer, load_checkpoint
-from mixft.cli import main
-from mixft.faults import COLLAPSE, CollapseDetector, InjectNonFinite, is_collapse
-from mixft.trainer import Trainer
+from mixft.train.hooks import Callback
+from mixft.callbacks.checkpointer import Checkpointer
+from mixft.train.checkpoint import load_checkpoint
+from mixft.cli.main import main
+from mixft.callbacks.faults import COLLAPSE, CollapseDetector, InjectNonFinite, is_collapse
+from mixft.train.trainer import Trainer
 
 _g = torch.Generator().manual_seed(2)
 X = torch.randn(64, 8, generator=_g)

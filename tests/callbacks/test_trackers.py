@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from mixft.errors import UsageError
-from mixft.trackers import (
+from mixft.callbacks.trackers import (
     MLflowTracker,
     TensorBoardTracker,
     TrackioTracker,
@@ -21,7 +21,7 @@ from mixft.trackers import (
     parse_report_to,
     run_name,
 )
-from mixft.trainer import Trainer
+from mixft.train.trainer import Trainer
 
 HARDWARE = {"device": "cpu", "cpu": {"model": "test-cpu", "cores": 2}}
 
@@ -112,7 +112,7 @@ def test_device_tensors_are_read_only_every_n_steps(tmp_path, monkeypatch):
 
 
 def test_non_finite_values_are_left_out_and_skips_counted(tmp_path):
-    from mixft.callbacks import StepInfo
+    from mixft.train.hooks import StepInfo
 
     tracker = TensorBoardTracker(tmp_path, "r", every=10, hardware=HARDWARE)
     trainer, _ = tiny_run([], epochs=1)

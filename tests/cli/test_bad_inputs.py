@@ -1,6 +1,6 @@
 """A catalogue of bad inputs: each ends with exit code 2, one stderr line naming it, nothing touched.
 
-Every case runs the real CLI in-process (``mixft.cli.main``) against an output directory
+Every case runs the real CLI in-process (``mixft.cli.main.main``) against an output directory
 that already holds a results.json; afterwards that file must be byte-for-byte the same
 and no other file may have appeared. The budget (8 samples, 1 step, a 1-layer BERT)
 keeps a case that wrongly got as far as training cheap.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mixft.cli import main
+from mixft.cli.main import main
 
 SENTINEL = b'{"runs": [], "note": "an earlier run; must survive every bad input"}\n'
 HEADER = "sentence\tlabel\n"
@@ -42,11 +42,11 @@ class Ctx:
         """A real mixft checkpoint in OUTPUT_DIR (from a tiny Trainer), optionally damaged."""
         from torch import nn
 
-        from mixft.checkpoint import save_checkpoint
-        from mixft.run.identity import run_meta
-        from mixft.cli import build_parser, config_from_args
-        from mixft.registry import get_recipe
-        from mixft.trainer import Trainer
+        from mixft.train.checkpoint import save_checkpoint
+        from mixft.runs.identity import run_meta
+        from mixft.cli.main import build_parser, config_from_args
+        from mixft.recipe import get_recipe
+        from mixft.train.trainer import Trainer
 
         cfg = config_from_args(build_parser().parse_args(base_args(self)))
         cfg = cfg.with_defaults(get_recipe(cfg.recipe).DEFAULTS)
@@ -377,7 +377,7 @@ def test_a_100k_character_sentence_is_truncated_and_trains(ctx, capsys):
 
 def test_a_batch_that_does_not_fit_in_memory_is_one_line(ctx, capsys, monkeypatch):
     # What torch raises on CPU when one allocation is larger than the machine.
-    from mixft.trainer import Trainer
+    from mixft.train.trainer import Trainer
 
     def fit(self):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
@@ -412,7 +412,7 @@ def test_a_recipe_default_is_not_blamed_on_a_flag_never_passed(ctx, capsys, tmp_
         assert _snapshot(ctx.out) == before and captured.out == ""
     # The one helper every such message uses, through the recipe's defaults (applied twice, as a
     # notebook's cfg is by mixft.run) and past a change made afterwards.
-    from mixft.config import RunConfig, describe_setting
+    from mixft.config.run_config import RunConfig, describe_setting
 
     defaults = {"max_length": 128, "epochs": 2}
     cfg = RunConfig().with_defaults(defaults).with_defaults(defaults)
@@ -426,7 +426,7 @@ def test_a_recipe_default_is_not_blamed_on_a_flag_never_passed(ctx, capsys, tmp_
 def test_an_undefined_correlation_is_explained_not_nan(ctx, capsys, isolated_hf):
     # Was: "[fp32] pearsonr nan, spearmanr nan": constant validation labels leave the correlations
     # undefined, and nothing said so. results.json stays valid JSON: null, with the reason beside it.
-    from mixft.report import render_markdown
+    from mixft.report.markdown import render_markdown
 
     train = _file(ctx, "train.csv", _rows(["0.5", "1.5", "2.5", "3.5"] * 2))
     dev = _file(ctx, "dev.csv", _rows(["3.0"] * 4))

@@ -47,7 +47,7 @@ def test_no_progress_silences_the_libraries_bars(tmp_path, tiny_bert_dir):
 
 def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
     # Was: "batch 1000 x 8 accumulation = 8000 effective" on 16 training rows: no step ever sees 8000.
-    from mixft.cli import main
+    from mixft.cli.main import main
 
     out = tmp_path / "out"
     code = main(["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
@@ -60,7 +60,7 @@ def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, 
                          "(one step per epoch)"), line
     assert json.loads((out / "results.json").read_text())["runs"][0]["steps"] == 2  # one per epoch, as said
     # A batch the data fills is said as before; under a launcher the global batch is what counts.
-    from mixft.cli import batch_text
+    from mixft.cli.main import batch_text
 
     assert batch_text(4, 2, 16) == "4 x 2 accumulation = 8 effective"
     assert batch_text(4, 4, 16) == "4 x 4 accumulation = 16 effective"

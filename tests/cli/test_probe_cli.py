@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mixft.cli import main
+from mixft.cli.main import main
 
 
 def _args(tiny_bert_dir, tiny_data_dir, out):

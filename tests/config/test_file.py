@@ -7,8 +7,8 @@ from dataclasses import fields
 
 import pytest
 
-from mixft.config import RunConfig
-from mixft.config_file import config_values, given_fields, load_config_file, merge, write_config
+from mixft.config.run_config import RunConfig
+from mixft.config.file import config_values, given_fields, load_config_file, merge, write_config
 from mixft.errors import UsageError
 
 
@@ -78,7 +78,7 @@ def test_unreadable_and_malformed_json(tmp_path):
 
 
 def test_command_line_flags_override_the_file(tmp_path):
-    from mixft.cli import build_parser, config_from_args
+    from mixft.cli.main import build_parser, config_from_args
 
     file_values = load_config_file(write(tmp_path, "run.yaml", "epochs: 3\nlr: 1e-4\ncompare: [fp32, bf16]\n"
                                                                 "max_train_samples: 64\n"))
@@ -94,7 +94,7 @@ def test_command_line_flags_override_the_file(tmp_path):
 
 
 def test_given_fields_counts_a_flag_that_repeats_the_default():
-    from mixft.cli import build_parser
+    from mixft.cli.main import build_parser
 
     parser = build_parser()
     assert given_fields(parser, ["--recipe", "x", "--grad-accum", "1", "--seeds", "0,1"]) == {"recipe", "grad_accum", "seeds"}

@@ -6,8 +6,8 @@ from dataclasses import fields
 
 import pytest
 
-from mixft.cli import build_parser, config_from_args
-from mixft.config import RunConfig
+from mixft.cli.main import build_parser, config_from_args
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.options import flag_of
 

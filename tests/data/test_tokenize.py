@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("isolated_hf")
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from mixft.hub import shipped_model_dir
+    from mixft.models.hub import shipped_model_dir
 
     return AutoTokenizer.from_pretrained(shipped_model_dir())
 

@@ -1,4 +1,4 @@
-"""mixft.model_check: every broken model directory refused in one line naming the file and the cause."""
+"""mixft.models.check: every broken model directory refused in one line naming the file and the cause."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mixft.errors import UsageError
-from mixft.model_check import (
+from mixft.models.check import (
     check_max_length,
     check_model,
     max_sequence_length,
@@ -56,7 +56,7 @@ def test_good_tiny_models_pass(pristine, arch):
 
 
 def test_shipped_model_passes_without_reading_its_tensors():
-    from mixft.hub import shipped_model_dir
+    from mixft.models.hub import shipped_model_dir
 
     check_model(str(shipped_model_dir()))  # warm the imports
     start = time.monotonic()
@@ -236,7 +236,7 @@ def test_vocabulary_smaller_than_the_tokenizer(pristine, tmp_path):
     message = _refusal(path)
     assert f"the tokenizer produces ids up to {len(tokenizer) - 1} but config.json has vocab_size {small}" in message
     # What it prevents: the tokenizer's last ids index past the embedding table.
-    from mixft.models import load_classifier
+    from mixft.models.classifiers import load_classifier
 
     model = load_classifier(str(path), seed=0, labels=["a", "b"])
     with pytest.raises(IndexError):
@@ -362,7 +362,7 @@ def test_roberta_base_limit_is_512():
 def test_cached_repo_is_checked_through_the_cache(pristine, isolated_hf):
     from huggingface_hub import constants
 
-    from mixft.hub import go_offline
+    from mixft.models.hub import go_offline
 
     sha = "0123456789abcdef0123456789abcdef01234567"
     repo_dir = Path(constants.HF_HUB_CACHE) / "models--mixft-test--tiny-roberta"
@@ -447,7 +447,7 @@ def test_library_warning_of_an_accepted_model_still_shown(bert_dir, transformers
 def test_held_python_warnings_dropped_on_refusal_shown_on_pass():
     import warnings
 
-    from mixft.model_check import held_library_warnings
+    from mixft.models.check import held_library_warnings
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -1,4 +1,4 @@
-"""mixft.models: the any-encoder SequenceClassifier on tiny models of six architectures."""
+"""mixft.models.classifiers: the any-encoder SequenceClassifier on tiny models of six architectures."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from mixft.errors import UsageError
-from mixft.models import (
+from mixft.models.classifiers import (
     SequenceClassifier,
     argmax_labels,
     classification_loss,
@@ -18,7 +18,7 @@ from mixft.models import (
     regression_loss,
     regression_values,
 )
-from mixft.trainer import Trainer
+from mixft.train.trainer import Trainer
 from tiny_models import ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, make_tokenizer, toy_batch
 
 LABELS = {"2-class": ["negative", "positive"], "3-class": ["bad", "so-so", "good"], "regression": None}

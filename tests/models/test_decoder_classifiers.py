@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mixft.errors import UsageError
-from mixft.models import load_classifier, pad_for_classification
-from mixft.trainer import Trainer
+from mixft.models.classifiers import load_classifier, pad_for_classification
+from mixft.train.trainer import Trainer
 from tiny_models import DECODER_ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, toy_batch
 
 LABELS = ["bad", "so-so", "good"]

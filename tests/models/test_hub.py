@@ -1,4 +1,4 @@
-"""mixft.hub: offline-first model resolution. No test touches the network."""
+"""mixft.models.hub: offline-first model resolution. No test touches the network."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-import mixft.hub as hub
+import mixft.models.hub as hub
 from mixft.errors import UsageError
-from mixft.hub import (
+from mixft.models.hub import (
     ResolvedModel,
     go_offline,
     hub_reachable,

@@ -1,4 +1,4 @@
-"""mixft.lora: LoRA adapters through peft on tiny encoders and decoders; the head trained in full."""
+"""mixft.models.lora: LoRA adapters through peft on tiny encoders and decoders; the head trained in full."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mixft.errors import UsageError
-from mixft.lora import (
+from mixft.models.lora import (
     LORA_FILE,
     LoraClassifier,
     LoraOptions,
@@ -22,8 +22,8 @@ from mixft.lora import (
     resolve_targets,
     trainable_parameters,
 )
-from mixft.models import load_classifier, pad_for_classification
-from mixft.trainer import Trainer
+from mixft.models.classifiers import load_classifier, pad_for_classification
+from mixft.train.trainer import Trainer
 from tiny_models import make_tiny_model_dir, toy_batch
 
 LABELS = ["bad", "so-so", "good"]

@@ -1,6 +1,6 @@
 """--label-smoothing and --class-weights: the loss on a fixed tiny batch equals the hand-computed one.
 
-Both heads: the softmax cross-entropy of text-classification/glue (mixft.models.task_loss)
+Both heads: the softmax cross-entropy of text-classification/glue (mixft.models.classifiers.task_loss)
 and bert-sst2's one-logit BCE (recipes.bert_sst2.make_loss_fn). The formulas are written
 out here from the definitions, not by calling the functions under test with other names.
 """
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from mixft.errors import UsageError
-from mixft.models import classification_loss, classification_loss_factory, regression_loss, task_loss
-from mixft.schedules import class_weights_balanced
+from mixft.models.classifiers import classification_loss, classification_loss_factory, regression_loss, task_loss
+from mixft.train.schedules import class_weights_balanced
 from recipes import bert_sst2
 
 LOGITS = torch.tensor([[2.0, 0.5, -1.0], [0.1, 0.2, 0.3], [-0.5, 1.5, 0.0], [1.0, -1.0, 2.0]])
@@ -108,7 +108,7 @@ def test_bce_label_smoothing_smooths_the_targets_towards_one_half():
 
 
 def test_bce_class_weights_are_pos_weight_n_negative_over_n_positive(tiny_bert_dir, tmp_path):
-    from mixft.config import RunConfig
+    from mixft.config.run_config import RunConfig
     from tests.conftest import write_tsv
 
     # 6 negatives, 2 positives in training: pos_weight = 6 / 2 = 3.

@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from mixft.cli import main as finetune_main
-from mixft.config import RunConfig
+from mixft.cli.main import main as finetune_main
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
-from mixft.precision import PRECISIONS
-from mixft.run.runner import run
+from mixft.amp.precision import PRECISIONS
+from mixft.runs.runner import run
 from recipes import mlp_synthetic
 
 TINY = {"width": 64, "batches": 2, "eval_batches": 1}

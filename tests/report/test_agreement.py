@@ -1,4 +1,4 @@
-"""mixft.agreement: flip rate, paired accuracy difference, McNemar's exact p, against values
+"""mixft.report.agreement: flip rate, paired accuracy difference, McNemar's exact p, against values
 computed by hand on small fixed sets."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from mixft.agreement import Z95, agreement_vs_fp32, mcnemar_exact_p
+from mixft.report.agreement import Z95, agreement_vs_fp32, mcnemar_exact_p
 
 
 def test_mcnemar_exact_p_by_hand():

@@ -1,4 +1,4 @@
-"""mixft.report: summary numbers, report.md contents, write_report's files.
+"""mixft.report.markdown: summary numbers, report.md contents, write_report's files.
 
 Expected values are computed here from the fixture with plain Python, never copied
 from the function's output.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mixft.plots import write_plots
-from mixft.report import render_markdown, summarize, write_report
+from mixft.report.plots import write_plots
+from mixft.report.markdown import render_markdown, summarize, write_report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_compare.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -555,7 +555,7 @@ def cpu_hardware(amx: bool | None, **extra) -> dict:
 
 
 def probe_dict(hw: dict) -> dict:
-    from mixft.probe_result import PrecisionProbe, ProbeResult
+    from mixft.report.probe_result import PrecisionProbe, ProbeResult
 
     rows = [PrecisionProbe("fp32", step_s=0.2, step_times_s=[0.31, 0.2, 0.21, 0.2], warmup_steps=1,
                            speedup_vs_fp32=1.0, matmul_flops_per_s=2.45e11, matmul_ratio_vs_fp32=1.0),
@@ -578,7 +578,7 @@ def section(md: str, heading: str) -> str:
 
 @pytest.mark.parametrize("amx", [True, False, None])
 def test_hardware_section_names_machine_and_flags_as_context(doc, amx):
-    from mixft.hardware import hardware_line
+    from mixft.amp.hardware import hardware_line
 
     hw = cpu_hardware(amx)
     doc["hardware"] = hw
@@ -625,7 +625,7 @@ def test_hardware_words_follow_the_measured_ratio_not_the_flags(doc, amx, bf16_s
 
 
 def test_hardware_without_any_measurement_offers_probe():
-    from mixft.report import measured_speed_sentence
+    from mixft.report.markdown import measured_speed_sentence
 
     assert "`--probe`" in measured_speed_sentence([])
     assert "Nothing in these results measured" in measured_speed_sentence([{"precision": "fp32", "is_baseline": True,
@@ -634,7 +634,7 @@ def test_hardware_without_any_measurement_offers_probe():
 
 
 def test_gpu_hardware_lists_the_gpu(doc):
-    from mixft.hardware import hardware_line
+    from mixft.amp.hardware import hardware_line
 
     hw = cpu_hardware(False, device="cuda:0", cuda="12.4",
                       gpu={"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "tf32": True,
@@ -647,7 +647,7 @@ def test_gpu_hardware_lists_the_gpu(doc):
 
 
 def test_probe_section_renders_from_the_stored_dict(doc):
-    from mixft.probe_result import ProbeResult, probe_markdown
+    from mixft.report.probe_result import ProbeResult, probe_markdown
 
     hw = cpu_hardware(True)
     doc["hardware"] = {**hw, "probe": probe_dict(hw)}
@@ -690,7 +690,7 @@ def test_results_document_puts_hardware_at_the_top_level():
 
 
 def test_results_frame_and_compare_frame_carry_every_metric():
-    from mixft.results import compare_frame, results_frame
+    from mixft.report.frames import compare_frame, results_frame
 
     doc = load("results_regression.json")
     frame = results_frame(doc)
@@ -718,7 +718,7 @@ def _memory(saved: int, *, device: int | None = 900 * 2**20, dtype_bf16: int = 0
 
 
 def test_lighter_sentence_in_words():
-    from mixft.report import lighter_sentence
+    from mixft.report.markdown import lighter_sentence
 
     assert lighter_sentence("bf16", 83, 100) == "bf16 saved 0.83x the activation bytes of fp32: 17% lighter"
     assert lighter_sentence("fp16", 110, 100).endswith("10% heavier")
@@ -751,7 +751,7 @@ def test_memory_section_absent_without_records(doc):
 
 
 def test_agreement_section(doc):
-    from mixft.agreement import agreement_vs_fp32
+    from mixft.report.agreement import agreement_vs_fp32
 
     labels = [0] * 10 + [0] * 3 + [1] + [2] * 6
     fp32 = [0] * 10 + [1, 1, 1] + [1] + [0] * 6
@@ -771,7 +771,7 @@ def test_agreement_section(doc):
 
 
 def test_agreement_section_regression(doc):
-    from mixft.agreement import agreement_vs_fp32
+    from mixft.report.agreement import agreement_vs_fp32
 
     doc["runs"][2]["agreement_vs_fp32"] = agreement_vs_fp32("bf16", [1.0, 2.0], [1.5, 2.0], regression=True)
     text = section(render_markdown(doc), "## Agreement with fp32")

@@ -1,4 +1,4 @@
-"""mixft.plots: which charts are written, that they are real PNGs, and that writes are atomic."""
+"""mixft.report.plots: which charts are written, that they are real PNGs, and that writes are atomic."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import matplotlib
 import matplotlib.figure
 import pytest
 
-from mixft import plots
+from mixft.report import plots
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_compare.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -42,7 +42,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_importing_plots_does_not_import_matplotlib():
-    done = _python("import sys, mixft, mixft.plots, mixft.report, mixft.aggregate\n"
+    done = _python("import sys, mixft, mixft.report.plots, mixft.report.markdown, mixft.report.summary\n"
                    "assert not [m for m in sys.modules if m.startswith('matplotlib')], 'matplotlib imported'")
     assert done.returncode == 0, done.stderr
 
@@ -52,7 +52,7 @@ def test_writing_plots_forces_no_backend(tmp_path):
     # matplotlib.use("Agg"), no pyplot (which would pick and lock a backend).
     code = (
         "import json, sys\n"
-        "from mixft.plots import write_plots\n"
+        "from mixft.report.plots import write_plots\n"
         f"written = write_plots(json.load(open({str(FIXTURE)!r})), {str(tmp_path)!r})\n"
         "assert len(written) == 4, written\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
@@ -167,7 +167,7 @@ def test_one_eval_chart_per_metric(fixture, eval_charts, tmp_path):
         assert img.std() > 0.01
     # Two metrics with different values draw different charts (not one chart copied).
     assert images[0].shape != images[1].shape or (images[0] != images[1]).any()
-    from mixft.report import render_markdown
+    from mixft.report.markdown import render_markdown
 
     md = render_markdown(doc, plots=out)
     for name in eval_charts:
@@ -196,7 +196,7 @@ def test_eval_chart_titles_name_the_metric(monkeypatch):
 
 
 def test_loss_difference_is_zero_for_identical_curves(doc):
-    from mixft.aggregate import loss_difference_series
+    from mixft.report.summary import loss_difference_series
 
     for r in doc["runs"]:
         if r["precision"] != "fp32":
@@ -209,7 +209,7 @@ def test_loss_difference_is_zero_for_identical_curves(doc):
 
 
 def test_loss_difference_pairs_same_seed_and_smooths(doc):
-    from mixft.aggregate import loss_difference_series, smooth
+    from mixft.report.summary import loss_difference_series, smooth
 
     assert smooth([0, 3, 0, 3, 0], 3) == [1.5, 1.0, 2.0, 1.0, 1.5]
     runs = [r for r in doc["runs"] if r["precision"] in ("fp32", "bf16")]

@@ -1,6 +1,6 @@
 """--amp and bf16 through the CLI on simulated machines: what is chosen, said and recorded.
 
-The machine's native bf16/fp16 is simulated by replacing ``mixft.hardware.native_precisions``
+The machine's native bf16/fp16 is simulated by replacing ``mixft.amp.hardware.native_precisions``
 (the one place mixft reads it); training itself runs for real on a tiny BERT.
 """
 
@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-import mixft.hardware
-from mixft.cli import main
+import mixft.amp.hardware
+from mixft.cli.main import main
 
 AVX2 = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
 AMX = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
@@ -25,7 +25,7 @@ def machine(monkeypatch, tmp_path):
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "empty-cache"))
 
     def simulate(facts):
-        monkeypatch.setattr(mixft.hardware, "native_precisions", lambda device: dict(facts))
+        monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: dict(facts))
 
     return simulate
 

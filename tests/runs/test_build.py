@@ -1,4 +1,4 @@
-"""build_trainer (mixft.run.build): a recipe's parts under a RunConfig make the trainer a hand-written call would."""
+"""build_trainer (mixft.runs.build): a recipe's parts under a RunConfig make the trainer a hand-written call would."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft.config import RunConfig
+from mixft.config.run_config import RunConfig
 from mixft.recipe import TrainerParts
-from mixft.run.build import build_trainer
-from mixft.trainer import Trainer
+from mixft.runs.build import build_trainer
+from mixft.train.trainer import Trainer
 
 
 def make_mlp(seed: int = 0, width: int = 16) -> nn.Module:
@@ -71,7 +71,7 @@ def test_build_trainer_passes_the_callbacks_in_order():
 
 
 def test_runs_on_cpu_get_the_fast_dropout_unless_torchs_is_asked_for():
-    from mixft.dropout import FastDropout
+    from mixft.train.fast_dropout import FastDropout
 
     x, y = regression_data(16)
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from mixft.cli import build_parser, config_from_args, main
-from mixft.config import RunConfig
+from mixft.cli.main import build_parser, config_from_args, main
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
-from mixft.precision import resolve_precision
-from mixft.report import render_markdown, render_preflight
-from mixft.run.identity import TRAJECTORY_OPTIONS
-from mixft.run.preflight_step import preflight_due
+from mixft.amp.precision import resolve_precision
+from mixft.report.markdown import render_markdown, render_preflight
+from mixft.runs.identity import TRAJECTORY_OPTIONS
+from mixft.runs.checks import preflight_due
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
 # text-classification wraps the Hugging Face classifier as `model`: these are the names the run sees.

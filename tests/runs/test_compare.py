@@ -7,10 +7,10 @@ import json
 
 import torch
 
-from mixft.callbacks import Callback
-from mixft.cli import main
-from mixft.config import RunConfig
-from mixft.run.runner import RunObserver, run
+from mixft.train.hooks import Callback
+from mixft.cli.main import main
+from mixft.config.run_config import RunConfig
+from mixft.runs.runner import RunObserver, run
 
 
 def _digest(module: torch.nn.Module) -> str:
@@ -77,7 +77,7 @@ def test_compare_cli_writes_results_report_and_plots(tmp_path, tiny_bert_dir, ti
 
 
 def test_compare_default_on_cpu_is_fp32_and_bf16(tmp_path):
-    from mixft.cli import build_parser, config_from_args
+    from mixft.cli.main import build_parser, config_from_args
 
     cfg = config_from_args(build_parser().parse_args(["--recipe", "bert-sst2", "--compare", "--device", "cpu"]))
     assert cfg.precisions == ["fp32", "bf16"]

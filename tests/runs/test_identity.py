@@ -1,4 +1,4 @@
-"""Run identity and the --resume plan (mixft.run.identity): what is kept, what continues, what is refused.
+"""Run identity and the --resume plan (mixft.runs.identity): what is kept, what continues, what is refused.
 
 Unit tests on a results.json written by hand and checkpoints of a two-parameter Trainer;
 the CLI-level resume tests are in tests/test_resume.py.
@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from mixft.config import RunConfig
+from mixft.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from mixft.config.run_config import RunConfig
 from mixft.results import RunResult, write_results
-from mixft.run.identity import ResumePlan, check_meta, finished_runs, plan_resume, run_meta, same_option
-from mixft.run.outdir import RESULTS_NAME, checkpoint_name
-from mixft.trainer import Trainer
+from mixft.runs.identity import ResumePlan, check_meta, finished_runs, plan_resume, run_meta, same_option
+from mixft.runs.outdir import RESULTS_NAME, checkpoint_name
+from mixft.train.trainer import Trainer
 
 
 def result(precision, message=None, kind=None, seed=0, steps=0):

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from mixft.config import RunConfig
-from mixft.memory import MEMORY_KEYS
-from mixft.run.runner import run
+from mixft.config.run_config import RunConfig
+from mixft.amp.memory import MEMORY_KEYS
+from mixft.runs.runner import run
 
 NUMERIC = ("parameters", "gradients", "optimizer_state", "saved_activations_peak", "device_figure")
 
@@ -67,7 +67,7 @@ def test_compare_results_carry_memory_parameters_predictions_and_agreement(tmp_p
 
 def test_measuring_before_fit_changes_no_training(tmp_path, tiny_bert_dir, tiny_data_dir):
     """The one-step measurement restores RNGs and gradients: a run trains exactly as without it."""
-    from mixft.run import memory_figures
+    from mixft.runs import memory_figures
 
     cfg = dict(recipe="bert-sst2", model=str(tiny_bert_dir), data_dir=str(tiny_data_dir), batch_size=4, epochs=1,
                max_steps=3)
@@ -97,7 +97,7 @@ def test_breakdown_sums_to_cuda_max_allocated():
     """
     from transformers import BertConfig, BertForSequenceClassification
 
-    from mixft.memory import measure_step_memory, optimizer_state_bytes
+    from mixft.amp.memory import measure_step_memory, optimizer_state_bytes
 
     device = torch.device("cuda")
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from mixft.errors import UsageError
-from mixft.run.outdir import (LOCK_NAME, OutputLock, check_output_dir, checkpoint_name, has_checkpoint,
+from mixft.runs.outdir import (LOCK_NAME, OutputLock, check_output_dir, checkpoint_name, has_checkpoint,
                               planned_entries, predictions_name, recorded_runs, saved_model_name,
                               step_checkpoint_pattern)
 
@@ -61,7 +61,7 @@ def test_a_second_run_on_the_directory_is_refused_while_the_first_holds_it(tmp_p
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from mixft.run.outdir import OutputLock
+        from mixft.runs.outdir import OutputLock
         with OutputLock(Path({str(tmp_path)!r})):
             print("held", flush=True)
             sys.stdin.read()
@@ -81,7 +81,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from mixft.run.outdir import OutputLock
+        from mixft.runs.outdir import OutputLock
         lock = OutputLock(Path({str(tmp_path)!r})).__enter__()
         print("held", flush=True)
         time.sleep(60)
@@ -112,7 +112,7 @@ def test_a_dangling_symlink_and_a_file_in_the_path_are_named(tmp_path):
 
 
 def test_a_run_refused_for_its_data_leaves_no_output_directory(tmp_path):
-    from mixft.cli import main
+    from mixft.cli.main import main
 
     out = tmp_path / "never"
     code = main(["--recipe", "text-classification", "--train-file", str(tmp_path / "missing.csv"),
@@ -125,7 +125,7 @@ def test_a_new_run_sets_an_earlier_runs_results_aside(tmp_path, tiny_bert_dir, t
     # checkpoints beside a results.json they contradicted.
     import json
 
-    from mixft.cli import main
+    from mixft.cli.main import main
 
     args = ["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
             "--output-dir", str(tmp_path), "--no-progress", "--max-steps", "1"]
@@ -145,7 +145,7 @@ def test_a_new_run_sets_an_earlier_runs_results_aside(tmp_path, tiny_bert_dir, t
 
 
 def test_the_same_kind_of_run_again_moves_nothing(tmp_path):
-    from mixft.run.outdir import set_aside_previous_run
+    from mixft.runs.outdir import set_aside_previous_run
 
     (tmp_path / "results.json").write_text("{}")
     (tmp_path / "checkpoint.pt").write_bytes(b"x")

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from mixft.predictions import (
+from mixft.runs.predictions_file import (
     find_id_column,
     prediction_rows,
     predictions_filename,

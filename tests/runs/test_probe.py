@@ -1,4 +1,4 @@
-"""mixft.probe and mixft.probe_result: the real probe on a tiny BERT, the recommendation, what --amp makes of it, the cache, the renderers."""
+"""mixft.runs.probe and mixft.report.probe_result: the real probe on a tiny BERT, the recommendation, what --amp makes of it, the cache, the renderers."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from conftest import make_data_dir
-from mixft.config import RunConfig
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
-from mixft.hardware import CPU_FLAGS
-from mixft.precision import choose_precision
-from mixft.probe import MAX_TIMED_STEPS, MIN_TIMED_STEPS, WARMUP_STEPS, probe, recommend
-from mixft.probe_result import (
+from mixft.amp.hardware import CPU_FLAGS
+from mixft.amp.precision import choose_precision
+from mixft.runs.probe import MAX_TIMED_STEPS, MIN_TIMED_STEPS, WARMUP_STEPS, probe, recommend
+from mixft.report.probe_result import (
     PrecisionProbe,
     ProbeResult,
     cached_probe,
@@ -28,7 +28,7 @@ from mixft.probe_result import (
     render_probe_table,
     save_probe,
 )
-from mixft.probe import _fill_ratios  # the ratios probe() fills in, for hand-made rows
+from mixft.runs.probe import _fill_ratios  # the ratios probe() fills in, for hand-made rows
 
 NO_AMX = {"amx_bf16": False, "avx512_bf16": False, "avx512_fp16": False}
 
@@ -64,7 +64,7 @@ NATIVE_BF16 = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "A
 
 
 def amp_with(result: ProbeResult, requested: str = "amp", option: str | None = None):
-    """What a run of ``requested`` makes of ``result`` on a CPU with native bf16 (mixft.run.runner does the same)."""
+    """What a run of ``requested`` makes of ``result`` on a CPU with native bf16 (mixft.runs.runner does the same)."""
     return choose_precision(requested, "cpu", NATIVE_BF16, probe_ratios=result.step_ratios(),
                             probe_date=result.measured_at[:10], option=option)
 
@@ -299,8 +299,8 @@ def test_a_slow_precision_stops_once_its_share_of_the_budget_is_spent(tiny_cfg, 
     # bf16 emulated on an AVX2-only CPU runs ~25x fp32: simulated here by adding 20 s to each
     # of its recorded step times (no real wait). A 30 s budget gives each of fp32 and bf16 a
     # 15 s share: bf16's warm-up and first timed step spend it, fp32 goes on to its minimum.
-    import mixft.hardware
-    from mixft import probe as probe_module
+    import mixft.amp.hardware
+    from mixft.runs import probe as probe_module
 
     real_run = probe_module._Stepper.run
 
@@ -311,7 +311,7 @@ def test_a_slow_precision_stops_once_its_share_of_the_budget_is_spent(tiny_cfg, 
             self.clock.times[before:] = [t + 20.0 for t in self.clock.times[before:]]
 
     monkeypatch.setattr(probe_module._Stepper, "run", slow_bf16)
-    monkeypatch.setattr(mixft.hardware, "native_precisions", lambda device: {
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: {
         "bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None})
     result = probe(tiny_cfg, precisions=["bf16"], time_budget_s=30, save=False)
     bf16, fp32 = result.row("bf16"), result.row("fp32")

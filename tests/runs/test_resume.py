@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import mixft.checkpoint
+import mixft.train.checkpoint
 from conftest import make_data_dir, without_timings
-from mixft.checkpoint import Checkpointer, load_checkpoint
-from mixft.cli import main
+from mixft.callbacks.checkpointer import Checkpointer
+from mixft.train.checkpoint import load_checkpoint
+from mixft.cli.main import main
 
 # 16 train sentences, batch 4: 4 optimizer steps per epoch, 3 epochs = 12 steps.
 STEPS = 12
@@ -87,7 +88,7 @@ def test_resume_with_dataloader_workers_is_bit_identical(tmp_path, tiny_bert_dir
 def test_without_starting_the_workers_loaders_the_resumed_run_diverges(tmp_path, tiny_bert_dir, data, monkeypatch):
     # Guards the test above: persistent workers really do change the random stream on resume.
     ref, snaps = reference_run(tmp_path, tiny_bert_dir, data, monkeypatch, "--num-workers", "2")
-    monkeypatch.setattr(mixft.checkpoint, "_start_persistent_loaders", lambda trainer: None)
+    monkeypatch.setattr(mixft.train.checkpoint, "_start_persistent_loaders", lambda trainer: None)
     out = tmp_path / "resumed"
     assert resume_from(snaps[6], out, tiny_bert_dir, data, "--num-workers", "2") == 0
     reference, new = weights(ref), weights(out)
@@ -254,11 +255,11 @@ def test_resuming_a_collapsed_run_prints_its_diagnosis_again(tmp_path, tiny_bert
 
 # ------------------------------------------- one read, one check (issue 17)
 def test_resume_reads_results_once_and_checks_each_checkpoint_once(tmp_path, tiny_bert_dir, data, monkeypatch):
-    import mixft.checkpoint
-    import mixft.run.identity as identity
+    import mixft.train.checkpoint
+    import mixft.runs.identity as identity
 
     calls = {"results": 0, "meta": [], "crc": []}
-    recorded_runs, check_meta, verify = identity.recorded_runs, identity.check_meta, mixft.checkpoint.verify_checkpoint
+    recorded_runs, check_meta, verify = identity.recorded_runs, identity.check_meta, mixft.train.checkpoint.verify_checkpoint
 
     def counting_recorded_runs(out):
         calls["results"] += 1
@@ -274,7 +275,7 @@ def test_resume_reads_results_once_and_checks_each_checkpoint_once(tmp_path, tin
 
     monkeypatch.setattr(identity, "recorded_runs", counting_recorded_runs)
     monkeypatch.setattr(identity, "check_meta", counting_check_meta)
-    monkeypatch.setattr(mixft.checkpoint, "verify_checkpoint", counting_verify)
+    monkeypatch.setattr(mixft.train.checkpoint, "verify_checkpoint", counting_verify)
     out = tmp_path / "out"
     common = args(tiny_bert_dir, data, out, "--epochs", "1", "--compare", "fp32,bf16")
     assert main(common) == 0

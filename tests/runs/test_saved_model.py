@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mixft.cli import main
+from mixft.cli.main import main
 
 
 def test_saved_model_evaluates_alone_to_the_same_accuracy(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
@@ -105,7 +105,7 @@ def _eval_only(saved, out, *data_args, compare=None):
 def test_eval_only_compare_report_shows_inference_not_train_zeros(saved3, tmp_path, capsys):
     # Was: report.md's table had "train time (s) 0.00 | speedup n/a | samples/s 0.0" per precision,
     # while the inference speed that was measured sat only in results.json.
-    from mixft.aggregate import summarize
+    from mixft.report.summary import summarize
     from tests.test_report import table_rows
 
     saved, data, _ = saved3

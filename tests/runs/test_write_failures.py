@@ -21,10 +21,10 @@ import pytest
 import torch
 
 import mixft.atomic
-import mixft.checkpoint
+import mixft.train.checkpoint
 from mixft.atomic import WriteFailed, atomic_path
-from mixft.checkpoint import load_checkpoint
-from mixft.cli import EXIT_WRITE_FAILED, main
+from mixft.train.checkpoint import load_checkpoint
+from mixft.cli.main import EXIT_WRITE_FAILED, main
 
 EARLIER = b'{"runs": [], "note": "an earlier run\'s results: must survive a failed write"}\n'
 
@@ -69,7 +69,7 @@ def _fail_third_save_with_dev_full(monkeypatch, out):
                 return builtins.open("/dev/full", mode, *a, **k)
         return builtins.open(path, mode, *a, **k)
 
-    monkeypatch.setattr(mixft.checkpoint, "open", open_, raising=False)
+    monkeypatch.setattr(mixft.train.checkpoint, "open", open_, raising=False)
 
 
 def _fail_third_save_like_torch(monkeypatch, out):

@@ -23,11 +23,12 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from conftest import without_timings
-from mixft.callbacks import Callback, StopTraining
-from mixft.checkpoint import CheckpointError, Checkpointer, load_checkpoint, resume, save_checkpoint
-from mixft.cli import main
+from mixft.train.hooks import Callback, StopTraining
+from mixft.callbacks.checkpointer import Checkpointer
+from mixft.train.checkpoint import CheckpointError, load_checkpoint, resume, save_checkpoint
+from mixft.cli.main import main
 from mixft.rng import capture_rng_state, restore_rng_state
-from mixft.trainer import Trainer
+from mixft.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -232,11 +233,11 @@ def test_stale_temporary_from_a_killed_write_is_removed(tmp_path):
 # Starting Python with torch + transformers costs seconds per process on this 2-core
 # machine, so the killed runs are forked from one warm process ("zygote") that has done
 # the imports but no computation (no thread pools to break across fork). Each fork runs
-# the CLI entry point, mixft.cli.main(argv), as scripts/finetune.py does, and gets
+# the CLI entry point, mixft.cli.main.main(argv), as scripts/finetune.py does, and gets
 # SIGKILLed. (tests/test_interrupt.py runs scripts/finetune.py itself in a subprocess.)
 ZYGOTE = r"""
 import json, os, sys
-import mixft.cli, mixft.run.runner, recipes.bert_sst2, transformers, datasets, evaluate  # warm imports only
+import mixft.cli.main, mixft.runs.runner, recipes.bert_sst2, transformers, datasets, evaluate  # warm imports only
 from transformers import AutoModel, AutoTokenizer, DataCollatorWithPadding
 for line in sys.stdin:
     argv = json.loads(line)
@@ -244,7 +245,7 @@ for line in sys.stdin:
     if pid == 0:
         log = os.open(argv.pop(), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.dup2(log, 1); os.dup2(log, 2)
-        os._exit(mixft.cli.main(argv))
+        os._exit(mixft.cli.main.main(argv))
     print(pid, flush=True)
     print(json.dumps(os.waitpid(pid, 0)[1]), flush=True)
 """

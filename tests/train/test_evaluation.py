@@ -1,4 +1,4 @@
-"""mixft.evaluation on its own: the metrics from predictions, and the model's mode around evaluation."""
+"""mixft.train.evaluation on its own: the metrics from predictions, and the model's mode around evaluation."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft import evaluation
-from mixft.trainer import Trainer
+from mixft.train import evaluation
+from mixft.train.trainer import Trainer
 
 
 def test_classification_references_become_labels_and_accuracy_is_the_default():

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.dropout import FastDropout, FastDropoutHandle, drop_probability, fast_dropout, keep_mask, use_fast_dropout
-from mixft.dropout_attention import FAST_SDPA, attention_math
+from mixft.train.fast_dropout import FastDropout, FastDropoutHandle, drop_probability, fast_dropout, keep_mask, use_fast_dropout
+from mixft.train.fast_dropout import FAST_SDPA, attention_math
 from mixft.errors import UsageError
 from mixft.rng import capture_rng_state, restore_rng_state
 
@@ -296,7 +296,7 @@ def test_attention_with_torch_masks_is_bitwise_torch_sdpa_forward_and_backward(m
     # drawn from the same seed in place of the fast mask, every bit of the output and of the
     # three input gradients is torch's. Under bf16 autocast torch computes in fp32; an
     # attention run in bf16 differs here (and has several times torch's error vs float64).
-    monkeypatch.setattr("mixft.dropout_attention.fast_dropout", torch_dropout)
+    monkeypatch.setattr("mixft.train.fast_dropout.fast_dropout", torch_dropout)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 9, 8, generator=gen) for _ in range(3))
     attend = torch.ones(2, 1, 9, 9, dtype=torch.bool)
@@ -323,9 +323,9 @@ def test_attention_with_torch_masks_is_bitwise_torch_sdpa_forward_and_backward(m
 def test_a_bert_with_the_fast_attention_and_torch_masks_trains_bitwise_as_with_sdpa(monkeypatch):
     # The whole model under bf16 autocast: the attention function mixft registers (its
     # transposes, mask and scale from the model) gives torch's sdpa bits, given torch's masks.
-    from mixft.dropout_attention import register_fast_sdpa
+    from mixft.train.fast_dropout import register_fast_sdpa
 
-    monkeypatch.setattr("mixft.dropout_attention.fast_dropout", torch_dropout)
+    monkeypatch.setattr("mixft.train.fast_dropout.fast_dropout", torch_dropout)
     ids, mask = tiny_batch()
     grads = []
     for fast in (False, True):
@@ -347,7 +347,7 @@ def test_bf16_attention_probabilities_are_computed_and_dropped_in_fp32(monkeypat
         seen.append(x.dtype)
         return fast_dropout(x, p, training)
 
-    monkeypatch.setattr("mixft.dropout_attention.fast_dropout", spy)
+    monkeypatch.setattr("mixft.train.fast_dropout.fast_dropout", spy)
     q = torch.randn(1, 2, 4, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = attention_math(q, q, q, None, 0.1, None, False)

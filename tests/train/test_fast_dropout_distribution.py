@@ -1,6 +1,6 @@
 """Fast dropout vs torch's own dropout: equal in distribution, by tests whose power is stated.
 
-The claim: mixft's masks (``mixft.dropout_kernel.keep_mask``) and torch's (``nn.functional.dropout``
+The claim: mixft's masks (``mixft.train.fast_dropout.keep_mask``) and torch's (``nn.functional.dropout``
 on the CPU: ``bernoulli_``) are both i.i.d. Bernoulli(1 - p) over elements and over calls, and the
 kept values are the same numbers. Each sample below is N = 2**23 elements at p = 0.1 (BERT's
 dropout), seeded, so every run draws the same masks (the test is deterministic and takes about a
@@ -32,7 +32,7 @@ from statistics import NormalDist
 import pytest
 import torch
 
-from mixft.dropout_kernel import fast_dropout, keep_mask
+from mixft.train.fast_dropout import fast_dropout, keep_mask
 
 P = 0.1
 N = 2**23

@@ -2,7 +2,7 @@
 
 On a tiny 3-layer BERT in train mode (dropout on: checkpointing must replay the same
 masks), for bert-sst2's BertClassifier, text-classification's SequenceClassifier and a
-LoRA model; the saved-activation peak is mixft.memory.measure_step_memory's figure.
+LoRA model; the saved-activation peak is mixft.amp.memory.measure_step_memory's figure.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from mixft.errors import UsageError
-from mixft.memory import measure_step_memory
-from mixft.models import BertClassifier, enable_gradient_checkpointing, load_classifier, task_loss
+from mixft.amp.memory import measure_step_memory
+from mixft.models.classifiers import BertClassifier, enable_gradient_checkpointing, load_classifier, task_loss
 from recipes.bert_sst2 import loss_fn as bce_loss
 from tests.tiny_models import make_tiny_model_dir, make_tokenizer, toy_batch
 
@@ -44,7 +44,7 @@ def bert_classifier(path):
 def sequence_classifier(path, lora: bool = False):
     model = load_classifier(str(path), seed=0, labels=["neg", "neutral", "pos"])
     if lora:
-        from mixft.lora import LoraOptions, apply_lora
+        from mixft.models.lora import LoraOptions, apply_lora
 
         torch.manual_seed(0)  # the adapters' A matrices are drawn from the global RNG
         model = apply_lora(model, LoraOptions(dropout=0.0))

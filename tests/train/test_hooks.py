@@ -8,10 +8,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import mixft
-from mixft import callbacks, trainer
-from mixft.callbacks import STOP_KINDS, Callback, StopTraining, stop_kind_of
+from mixft.train import hooks as callbacks, trainer
+from mixft.train.hooks import STOP_KINDS, Callback, StopTraining, stop_kind_of
 from mixft.results import RunResult
-from mixft.trainer import Trainer
+from mixft.train.trainer import Trainer
 
 
 def tiny_run(callbacks_, epochs=3, eval_steps=0):

@@ -7,9 +7,9 @@ import time
 import torch
 from torch import nn
 
-from mixft.meter import TrainMeter
-from mixft.state import TrainState
-from mixft.trainer import Trainer
+from mixft.train.meter import TrainMeter
+from mixft.train.state import TrainState
+from mixft.train.trainer import Trainer
 
 
 def test_counts_samples_and_attention_mask_tokens_into_the_state():

@@ -1,4 +1,4 @@
-"""mixft.optim: AdamW's groups (no decay on 1-d parameters, frozen parameters left out), schedule planning
+"""mixft.train.optim: AdamW's groups (no decay on 1-d parameters, frozen parameters left out), schedule planning
 and scheduler building, shared by the trainer and the benchmarks."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.optim import adamw_factory, build_schedulers, planned_steps
+from mixft.train.optim import adamw_factory, build_schedulers, planned_steps
 
 
 def test_frozen_parameters_get_no_optimizer_state_and_never_change():

@@ -1,4 +1,4 @@
-"""mixft.embedding_grad: row gradients in a kept buffer give the dense backward's exact bits."""
+"""mixft.train.row_grad: row gradients in a kept buffer give the dense backward's exact bits."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.callbacks import Callback
-from mixft.embedding_grad import RowGradEmbedding, coalesced_rows, use_row_embedding_grad
-from mixft.trainer import Trainer
+from mixft.train.hooks import Callback
+from mixft.train.row_grad import RowGradEmbedding, coalesced_rows, use_row_embedding_grad
+from mixft.train.trainer import Trainer
 
 
 class TwoLookups(nn.Module):
@@ -146,10 +146,10 @@ def test_a_bert_trained_by_the_trainer_ends_with_the_same_weights(precision):
 
 
 def test_the_run_layer_gives_cpu_runs_row_gradients(tiny_bert_dir, tmp_path):
-    from mixft.config import RunConfig
-    from mixft.precision import resolve_precision
-    from mixft.registry import get_recipe
-    from mixft.run.build import build_trainer
+    from mixft.config.run_config import RunConfig
+    from mixft.amp.precision import resolve_precision
+    from mixft.recipe import get_recipe
+    from mixft.runs.build import build_trainer
 
     recipe = get_recipe("bert-sst2")
     cfg = RunConfig(recipe="bert-sst2", model=str(tiny_bert_dir), max_train_samples=16, max_eval_samples=8,
@@ -272,7 +272,7 @@ def test_fp16_loss_scale_after_an_inf_in_an_unused_row_follows_the_dense_path():
 
 @pytest.mark.parametrize("seed", range(8))
 def test_injected_nonfinite_gradients_and_collapse_detection_follow_the_dense_path(seed):
-    from mixft.faults import CollapseDetector, InjectNonFinite
+    from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
 
     def callbacks():
         return [InjectNonFinite(0.25, seed=seed), CollapseDetector(diagnose=False)]  # the CLI's defaults

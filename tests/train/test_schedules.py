@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from mixft.errors import UsageError
-from mixft.optim import linear_warmup_factory
-from mixft.schedules import SCHEDULERS, build_scheduler_factory, class_weights_balanced
+from mixft.train.optim import linear_warmup_factory
+from mixft.train.schedules import SCHEDULERS, build_scheduler_factory, class_weights_balanced
 
 
 def lrs(factory, total_steps: int = 30, lr: float = 1e-3) -> list[float]:

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft.callbacks import Callback, StopTraining
-from mixft.trainer import Trainer
+from mixft.train.hooks import Callback, StopTraining
+from mixft.train.trainer import Trainer
 
 
 def make_mlp(seed: int = 0, width: int = 16) -> nn.Module:
@@ -341,7 +341,7 @@ def test_trainer_matches_a_plain_hand_written_loop_on_a_fixed_seed():
 
 # ------------------------------------------------------------- fused optimizers
 def test_fused_adamw_availability_is_probed_not_assumed(monkeypatch):
-    from mixft.optim import fused_adamw_available
+    from mixft.train.optim import fused_adamw_available
 
     assert fused_adamw_available(torch.device("cpu")) is True  # torch >= 2.4 fuses AdamW on CPU
 
@@ -398,7 +398,7 @@ def test_fused_and_plain_optimizers_side_by_side_are_clipped_by_one_global_norm(
 
 # ------------------------------------------------------------------ gradient norm
 def test_grad_norms_come_from_one_foreach_call_and_match_the_per_parameter_reference(monkeypatch):
-    from mixft.trainer import grad_norms
+    from mixft.train.trainer import grad_norms
 
     model = make_mlp()
     nn.MSELoss()(model(torch.randn(16, 8)), torch.randn(16, 1)).backward()
@@ -419,7 +419,7 @@ def test_grad_norms_come_from_one_foreach_call_and_match_the_per_parameter_refer
 
 
 def test_grad_norms_of_half_gradients_are_fp32_and_an_inf_stays_in_its_optimizer():
-    from mixft.trainer import grad_norms
+    from mixft.train.trainer import grad_norms
 
     big = nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
     big.grad = torch.full((4,), 300.0, dtype=torch.bfloat16)  # squares overflow nothing in fp32

@@ -1,7 +1,7 @@
 """The AMP audit's findings (issue 12, item 6), each against a reference computed by hand.
 
 Every test here failed on the trainer before its fix (checked against the previous
-mixft/trainer.py); the deliberate-bug tests fail when the bug is put back.
+mixft/train/trainer.py); the deliberate-bug tests fail when the bug is put back.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from mixft.callbacks import Callback
-from mixft.trainer import Trainer
+from mixft.train.hooks import Callback
+from mixft.train.trainer import Trainer
 
 
 def make_mlp(seed: int = 0) -> nn.Module:

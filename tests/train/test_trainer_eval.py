@@ -14,8 +14,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from conftest import without_timings
-from mixft.callbacks import Callback, StopTraining
-from mixft.trainer import Trainer
+from mixft.train.hooks import Callback, StopTraining
+from mixft.train.trainer import Trainer
 
 
 def loader(x, y, batch_size=16):
