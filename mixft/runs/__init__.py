@@ -3,6 +3,7 @@
     runner          plan -> prepare -> choose precisions -> build, train, record each (precision, seed) run
     build           a Trainer from a recipe's parts and a RunConfig
     outdir          the output directory: every file name in it, its checks, its lock, reading results.json
+    plan            the RunPlan: every run's files and identity and the --resume plan, made once before any work
     identity        which run is which (trajectory options, data fingerprints) and the ``--resume`` plan
     watch           the callbacks a RunConfig asks for (best model, early stopping, trackers)
     checks          at run start: --fp32-modules names and the fp16 preflight
@@ -31,6 +32,8 @@ _EXPORTS = {
     "build_trainer": "mixft.runs.build",
     "ResumePlan": "mixft.runs.identity",
     "plan_resume": "mixft.runs.identity",
+    "RunPlan": "mixft.runs.plan",
+    "make_plan": "mixft.runs.plan",
     "run_meta": "mixft.runs.identity",
     "OutputLock": "mixft.runs.outdir",
     "check_output_dir": "mixft.runs.outdir",

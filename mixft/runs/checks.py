@@ -15,7 +15,7 @@ every RNG is restored afterwards.
 
 Usage::
 
-    checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)  # dict or None
+    checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)  # dict or None
     write_results(path, results, hardware=hardware, preflight=checked)
     keep_fp32_modules(parts.model, cfg)  # in each run, between recipe.build and build_trainer
 """
@@ -34,7 +34,7 @@ from mixft.log import logger
 from mixft.amp.precision import Precision, resolve_precision
 from mixft.amp.preflight import PreflightResult, preflight
 from mixft.rng import capture_rng_state, restore_rng_state
-from mixft.runs.identity import ResumePlan
+from mixft.runs.plan import RunPlan
 
 DEFAULT_INIT_SCALE = 65536.0  # torch.amp.GradScaler's own default, what an fp16 run starts from
 
@@ -52,18 +52,18 @@ def preflight_due(cfg: RunConfig, precisions: list[Precision]) -> bool:
 
 
 def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision],
-                          resume_plan: ResumePlan | None = None) -> dict[str, Any] | None:
+                          run_plan: RunPlan | None = None) -> dict[str, Any] | None:
     """Validate ``--fp32-modules`` and ``--init-loss-scale``; run the preflight when due.
 
     Returns results.json's ``preflight`` record, or None when no preflight ran. Raises
     UsageError (one line) for a module name the model does not have.
 
-    Usage: ``checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)``
+    Usage: ``checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)``
     """
     if cfg.init_loss_scale is not None and not any(p.grad_scaler for p in precisions):
         raise UsageError(f"--init-loss-scale: only fp16 uses a loss scale; this command trains "
                          f"{', '.join(p.name for p in precisions)}")
-    due = preflight_due(cfg, precisions) and not _all_finished(cfg, precisions, resume_plan)
+    due = preflight_due(cfg, precisions) and not _all_finished(cfg, precisions, run_plan)
     if not (due or cfg.fp32_modules):
         return None
     # The run the check is about: fp16 when the command trains it, else the first precision.
@@ -110,10 +110,10 @@ def _bf16_supported(device) -> bool:
     return True
 
 
-def _all_finished(cfg: RunConfig, precisions: list[Precision], resume_plan: ResumePlan | None) -> bool:
+def _all_finished(cfg: RunConfig, precisions: list[Precision], run_plan: RunPlan | None) -> bool:
     # --resume with every run already finished trains nothing.
-    return resume_plan is not None and all(resume_plan.kept(p.name, seed) is not None
-                                           for seed in cfg.seeds for p in precisions)
+    return run_plan is not None and all(run_plan.kept(p.name, seed) is not None
+                                        for seed in cfg.seeds for p in precisions)
 
 
 def _record(result: PreflightResult, cfg: RunConfig) -> dict[str, Any]:

@@ -1,12 +1,12 @@
 """Run a recipe at one or more precisions (and seeds), back to back, and write the results.
 
 The run layer's conductor: ``plan`` checks everything cheap (recipe, options, device,
-output directory, the ``--resume`` plan of ``mixft.runs.identity``) before any work;
-``run`` checks the options, prepares the data once, chooses each run's precision once
-(``choose_precisions``: the ``--amp`` policy of ``mixft.amp.precision`` handed this machine's
-facts), checks the output directory and ``--resume`` for those precisions, then builds
-(``mixft.runs.build``), trains and records each (precision, seed) run. File names come
-from ``mixft.runs.outdir``.
+output directory, ``--resume``) before any work; ``run`` checks the options, prepares the
+data once, chooses each run's precision once (``choose_precisions``: the ``--amp`` policy of
+``mixft.amp.precision`` handed this machine's facts), makes the ``RunPlan`` for those
+precisions (``mixft.runs.plan``: the output directory and ``--resume`` checked, every run's
+files and identity written down once), then builds (``mixft.runs.build``), trains and
+records each (precision, seed) run, asking the plan where each file goes.
 This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it too::
 
     results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))
@@ -39,11 +39,10 @@ from mixft.train.hooks import Callback
 from mixft.config.file import write_config
 from mixft.report.agreement import add_agreement
 from mixft.runs.build import build_trainer
-from mixft.runs.identity import ResumePlan, final_weights, plan_resume, run_meta
+from mixft.runs.identity import final_weights
 from mixft.runs.memory_figures import measure_before_fit
-from mixft.runs.outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock,
-                     check_output_dir, checkpoint_name, planned_entries, predictions_name, saved_model_name,
-                     set_aside_previous_run, step_checkpoint_pattern)
+from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, OutputLock, set_aside_previous_run
+from mixft.runs.plan import RunPlan, make_plan
 from mixft.runs.predict import predict_and_write, read_predict_file
 from mixft.runs.checks import check_before_training, keep_fp32_modules
 from mixft.runs.watch import RunWatch
@@ -76,13 +75,13 @@ class RunObserver:
 
 
 class Plan(NamedTuple):
-    """What ``plan`` decided: unpack it as ``recipe, cfg, device, precisions, resume_plan = plan(cfg)``."""
+    """What ``plan`` decided: unpack it as ``recipe, cfg, device, precisions, run_plan = plan(cfg)``."""
 
     recipe: Any
     cfg: RunConfig  # with the recipe's defaults applied, validated
     device: torch.device
     precisions: list[Precision]
-    resume_plan: ResumePlan  # what --resume keeps and continues (empty without --resume)
+    run_plan: RunPlan  # every run's files and identity; what --resume keeps and continues
 
 
 def plan(cfg: RunConfig) -> Plan:
@@ -90,10 +89,10 @@ def plan(cfg: RunConfig) -> Plan:
 
     "amp" stands for the device's mixed precision here (what ``--probe`` measures); ``run``
     decides what an ``--amp`` run trains in once the model is known (``choose_precisions``).
-    Usage: ``recipe, cfg, device, precisions, resume_plan = plan(RunConfig(recipe="bert-sst2"))``
+    Usage: ``recipe, cfg, device, precisions, run_plan = plan(RunConfig(recipe="bert-sst2"))``
     """
     recipe, cfg, device, precisions = _check_options(cfg)
-    return Plan(recipe, cfg, device, precisions, _check_outputs(cfg, [p.name for p in precisions]))
+    return Plan(recipe, cfg, device, precisions, make_plan(cfg, [p.name for p in precisions]))
 
 
 def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[Precision]]:
@@ -115,15 +114,6 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     return recipe, cfg, device, precisions
 
 
-def _check_outputs(cfg: RunConfig, names: list[str]) -> ResumePlan:
-    """The output directory can take these runs' files; ``--resume``'s checkpoints are intact and match."""
-    if distributed.is_main_process():
-        files, dirs = planned_entries(names, cfg.seeds, cfg.save_model, cfg.predict_file)
-        check_output_dir(Path(cfg.output_dir), files=files, dirs=dirs)
-    # --resume: checkpoints intact and from these options, or UsageError. Read once, here.
-    return plan_resume(cfg, names)
-
-
 def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     """Train every (seed, precision) pair; write results.json (and report.md when comparing).
 
@@ -140,14 +130,15 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     probe = _cached_probe(cfg, prepared, device, hardware)
     choices = choose_precisions(cfg, device, hardware, probe)
     precisions = [resolve_precision(choice.precision, device) for choice in choices]
-    # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
-    resume_plan = _check_outputs(cfg, [p.name for p in precisions])
+    # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's):
+    # the one plan every later step asks where its files go.
+    run_plan = make_plan(cfg, [p.name for p in precisions])
     for notice in getattr(prepared, "notices", ()):
         logger.warning(notice)
     for notice in dict.fromkeys(choice.notice for choice in choices if choice.notice):
         logger.warning(notice)
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
-    checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
+    checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)
     if cfg.predict_file and distributed.world_size() > 1:
         raise UsageError("--predict-file is not supported under torchrun or accelerate launch: each process would "
                          "label only its shard of the file; label it in one process afterwards with --eval-only "
@@ -155,18 +146,15 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     predict_source = read_predict_file(cfg, prepared) if cfg.predict_file else None  # checked before training
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
-    lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
+    lock = OutputLock(run_plan.out) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
         if distributed.is_main_process() and not cfg.resume:
             # A new run's results.json must not sit beside an earlier run's report and charts.
-            files, dirs = planned_entries([p.name for p in precisions], cfg.seeds, cfg.save_model)
-            total = len(precisions) * len(cfg.seeds)
-            files = [f for f in files if total > 1 or f != REPORT_NAME]  # only a comparison writes report.md
-            notice = set_aside_previous_run(Path(cfg.output_dir), time.strftime("%Y%m%d-%H%M%S"), files=files,
-                                            dirs=dirs)
+            files, dirs = run_plan.set_aside
+            notice = set_aside_previous_run(run_plan.out, time.strftime("%Y%m%d-%H%M%S"), files=files, dirs=dirs)
             if notice:
                 logger.warning(notice)
-        return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), resume_plan, observer,
+        return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), run_plan, observer,
                           hardware, predict_source, preflight=checked)
 
 
@@ -188,27 +176,26 @@ def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> lis
 
 
 def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precision, PrecisionChoice]],
-               resume_plan: ResumePlan, observer: RunObserver, hardware: dict, predict_source=None,
+               run_plan: RunPlan, observer: RunObserver, hardware: dict, predict_source=None,
                preflight: dict | None = None) -> list[RunResult]:
-    out = Path(cfg.output_dir)
     precisions = [precision for precision, _ in runs]
     results: list[RunResult] = []
-    total = len(precisions) * len(cfg.seeds)
-    single = total == 1
+    total = run_plan.total
     planned = False
     for seed in cfg.seeds:
         for (precision, choice), requested in zip(runs, cfg.precisions):
             # --resume: runs that already ended keep their results; the others continue from
             # their checkpoint (or start, if they never got one), as plan() decided.
-            kept = resume_plan.kept(precision.name, seed)
+            kept = run_plan.kept(precision.name, seed)
             if kept is not None:
                 report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
                 if cfg.save_model and distributed.is_main_process() and (not kept.stopped_early
                                                                      or kept.stop_kind == "early_stopping"):
                     # Finished earlier without --save-model: its final checkpoint holds the weights.
                     model = recipe.build(cfg, prepared, precision, device, seed).model
-                    model.load_state_dict(final_weights(out / checkpoint_name(precision.name, seed, single)))
-                    target = out / saved_model_name(precision.name, seed, single)
+                    files = run_plan.runs[(precision.name, seed)]
+                    model.load_state_dict(final_weights(files.checkpoint))
+                    target = files.saved_model
                     recipe.save_model(model, prepared, target)
                     logger.info("saved the fine-tuned model of the finished %s run to %s (from its final checkpoint)",
                                 precision.name, target)
@@ -216,29 +203,29 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precis
                 continue
             # The header is printed once, when the first run's model and step count exist.
             announce = None if planned else functools.partial(_announce, observer, hardware, cfg, device, precisions)
-            result = _train_one(recipe, cfg, prepared, device, precision, seed, single, resume_plan, observer,
+            result = _train_one(recipe, cfg, prepared, device, precision, seed, run_plan, observer,
                                 on_built=announce, predict_source=predict_source)
             result.precision_requested, result.precision_reason = requested, choice.reason
             planned = True
             results.append(result)
             # Rewritten after every run: a crash later still leaves the finished runs.
             if distributed.is_main_process():
-                write_results(out / RESULTS_NAME, results, hardware=hardware, preflight=preflight)
+                write_results(run_plan.results_path, results, hardware=hardware, preflight=preflight)
                 # Beside the results it produced (a run that fails at its first step leaves neither):
                 # --config this file reproduces the run, from the start (not resuming it).
-                write_config(dataclasses.replace(cfg, resume=False), out / CONFIG_NAME)
+                write_config(dataclasses.replace(cfg, resume=False), run_plan.config_path)
             observer.on_result(result)  # after the write: a closed terminal cannot lose it
             logger.debug("run %d/%d done: %r", len(results), total, result)
             if observer.stop_requested():
                 return results  # results.json holds the runs so far; --resume goes on from there
     if total > 1 and distributed.is_main_process():
         if add_agreement(results):  # every run of the compare is in: fp32's predictions too
-            write_results(out / RESULTS_NAME, results, hardware=hardware, preflight=preflight)
+            write_results(run_plan.results_path, results, hardware=hardware, preflight=preflight)
         from mixft.report.plots import write_plots
         from mixft.report.markdown import write_report
         from mixft.results import results_document
 
-        write_report(results_document(results, hardware=hardware, preflight=preflight), out, charts=write_plots)
+        write_report(results_document(results, hardware=hardware, preflight=preflight), run_plan.out, charts=write_plots)
     return results
 
 
@@ -257,8 +244,8 @@ def _train_rows(loader) -> int | None:
         return None
 
 
-def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, seed: int, single: bool,
-               resume_plan: ResumePlan, observer: RunObserver, on_built=None, predict_source=None) -> RunResult:
+def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, seed: int, run_plan: RunPlan,
+               observer: RunObserver, on_built=None, predict_source=None) -> RunResult:
     """One (precision, seed) run: build its parts and trainer, train (or only evaluate), save what was asked.
 
     Training keeps the best evaluation (``mixft.runs.watch``: ``--load-best`` ends with its
@@ -266,14 +253,12 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
     ``--early-stopping-patience``. ``on_built(parts, trainer)`` runs after building, before
     any training (the run header).
     """
-    out = Path(cfg.output_dir)
+    files = run_plan.runs[(precision.name, seed)]  # where this run's files go, what its checkpoints record
     parts = recipe.build(cfg, prepared, precision, device, seed)
     keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
-    checkpoint = out / checkpoint_name(precision.name, seed, single)
-    meta = run_meta(cfg, precision.name, seed)
     watch = None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed)
-    reliability = reliability_callbacks(cfg, seed, checkpoint, meta, states=watch.states() if watch else None,
-                                        step_name=step_checkpoint_pattern(precision.name, seed, single))
+    reliability = reliability_callbacks(cfg, seed, files.checkpoint, dict(files.meta),
+                                        states=watch.states() if watch else None, step_name=files.step_checkpoints)
     callbacks = [*observer.callbacks(cfg, precision, seed), *(watch.callbacks if watch else ()), *reliability]
     checkpointer = next((cb for cb in reliability if isinstance(cb, Checkpointer)), None)
     trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
@@ -282,12 +267,12 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
     if cfg.eval_only:
         result = trainer.evaluate_only()
     else:
-        if resume_plan.continues(precision.name, seed):
-            # plan() has checked its CRCs and metadata; the best-model state comes back with it.
-            saved = resume(trainer, checkpoint, verify=False, states=watch.states())
+        if run_plan.continues(precision.name, seed):
+            # make_plan() has checked its CRCs and metadata; the best-model state comes back with it.
+            saved = resume(trainer, files.checkpoint, verify=False, states=watch.states())
             if checkpointer is not None:
                 checkpointer.write_time_s = float(saved.get("checkpoint_time_s") or 0.0)
-        memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=not single)
+        memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=run_plan.total > 1)
         with _memory_errors_explained(cfg, device):
             result = watch.finish(trainer, trainer.fit())
         result.checkpoint_time_s = checkpointer.write_time_s if checkpointer is not None else None
@@ -298,11 +283,11 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
         memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
     finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
     if cfg.save_model and not cfg.eval_only and distributed.is_main_process() and finished:
-        target = out / saved_model_name(precision.name, seed, single)
+        target = files.saved_model
         recipe.save_model(trainer.module, prepared, target)
         logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
     if predict_source is not None and distributed.is_main_process() and finished:
-        target = out / predictions_name(predict_source.path, precision.name, seed, single)
+        target = files.predictions
         result.predict = predict_and_write(trainer, predict_source, target, batch_size=cfg.batch_size * 2)
         logger.info("predictions for %s written to %s", predict_source.path, target)
     return result
@@ -366,7 +351,7 @@ def run_probe(cfg: RunConfig):
 def report_kept_run(result: RunResult, save_model: bool = False) -> None:
     """Log what ``--resume`` keeps of a finished run that ended early: the collapse and its diagnosis again.
 
-    Usage: ``report_kept_run(resume_plan.kept("fp16", 0), save_model=cfg.save_model)``
+    Usage: ``report_kept_run(run_plan.kept("fp16", 0), save_model=cfg.save_model)``
     """
     if not result.stopped_early or result.stop_kind == "early_stopping":
         return  # early stopping ended a finished model
