@@ -403,7 +403,8 @@ class ExampleConfig:
 
     def precisions(self, device: torch.device) -> tuple[Precision, Precision]:
         """(fp32, the AMP precision) for ``device``; UsageError where the device cannot run it."""
-        return resolve_precision("fp32", device), resolve_precision("amp" if self.amp == "auto" else self.amp, device)
+        return resolve_precision("fp32", device), resolve_precision("amp" if self.amp == "auto" else self.amp, device,
+                                                                   policy=False)  # a comparison measures AMP
 
 
 @dataclass

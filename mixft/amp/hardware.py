@@ -29,6 +29,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from mixft.errors import UsageError
+
 # The CPU flags recorded beside every figure as context: AMX tiles for bf16 matmuls, AVX512
 # instructions for bf16 and fp16 arithmetic. They are what oneDNN can use, not a forecast:
 # how fast autocast runs is measured (mixft.runs.probe, --compare).
@@ -84,6 +86,31 @@ def describe_cpu(cpuinfo_path: str | os.PathLike = CPUINFO) -> dict[str, Any]:
     return {"model": model, "cores": os.cpu_count(), "flags": parsed["flags"], "source": source}
 
 
+# Where a run may train (``--device``; RunConfig.device).
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name="auto"):
+    """``auto`` -> cuda when available, else cpu (a ``torch.device``). Asking for an absent CUDA is a UsageError.
+
+    Here, with the machine's other facts, and not in ``mixft.amp.precision`` (which imports it):
+    the precision policy asks this module what the machine can do, never the other way round.
+    Usage: ``resolve_device("auto")``
+    """
+    import torch
+
+    if isinstance(name, torch.device):
+        name = str(name)
+    kind = name.split(":", 1)[0]
+    if kind not in DEVICE_CHOICES:
+        raise UsageError(f"unknown device {name!r}; choose one of: {', '.join(DEVICE_CHOICES)}")
+    if kind == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu or auto")
+    return torch.device(name)
+
+
 def native_precisions(device) -> dict[str, Any]:
     """Whether ``device`` (a ``torch.device``) runs bf16 and fp16 natively, as torch itself says.
 
@@ -134,8 +161,6 @@ def describe_hardware(device=None, *, cpuinfo_path: str | os.PathLike = CPUINFO)
     Usage: ``hardware_line(describe_hardware("cpu"))``
     """
     import torch
-
-    from mixft.amp.precision import resolve_device
 
     dev = resolve_device("auto" if device is None else device)
     gpu = None

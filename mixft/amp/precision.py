@@ -8,8 +8,8 @@
 | bf16 | bfloat16       | off        | CUDA Ampere+, CPU                                  |
 
 ``amp`` names the device's mixed precision: fp16 on CUDA, bf16 on CPU (what ``--compare``
-and ``--probe`` try). Whether an ``--amp`` *run* uses it is the policy of
-``choose_precision``, decided once per run from facts it is handed (torch's native
+and ``--probe`` try). Whether an ``--amp`` *run* (or ``Trainer(precision="amp")``) uses it
+is the policy of ``choose_precision``, decided once per run from facts it is handed (torch's native
 bf16/fp16 check, a probe cached for this machine), never from a rule about CPU flags:
 on a CPU, bf16 only where torch says it is native and no probe measured it slower.
 Nothing else in mixft turns a string into a dtype; unsupported combinations raise
@@ -18,7 +18,7 @@ Nothing else in mixft turns a string into a dtype; unsupported combinations rais
 Usage::
 
     device = resolve_device("auto")
-    precision = resolve_precision("amp", device)   # Precision(name='bf16', ...) on CPU
+    precision = resolve_precision("amp", device)   # Precision(name='bf16', ...) on a CPU with native bf16
     choice = choose_precision("amp", "cpu", {"bf16": False, "cpu_capability": "AVX2", "via": "oneDNN"})
     choice.precision, choice.notice   # 'fp32', 'notice: --amp chose fp32: this CPU has no native bf16 ...'
 """
@@ -32,7 +32,10 @@ from typing import Any, NamedTuple
 
 import torch
 
+from mixft.amp import hardware
+from mixft.amp.hardware import DEVICE_CHOICES, resolve_device  # noqa: F401 (the device half of the policy, kept importable here)
 from mixft.errors import UsageError
+from mixft.log import logger
 
 
 @dataclass(frozen=True)
@@ -60,26 +63,9 @@ PRECISIONS: dict[str, Precision] = {
     "bf16": Precision("bf16", torch.bfloat16, grad_scaler=False),
 }
 
-# Where a run may train (``--device``; RunConfig.device): the precision policy knows these.
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
-
 # The mixed precision of each device type: what "amp" names, and what an --amp run uses
 # where choose_precision finds it native and not measured slower.
 AMP_DEFAULT = {"cuda": "fp16", "cpu": "bf16"}
-
-
-def resolve_device(name: str | torch.device = "auto") -> torch.device:
-    """``auto`` -> cuda when available, else cpu. Asking for an absent CUDA is a UsageError."""
-    if isinstance(name, torch.device):
-        name = str(name)
-    kind = name.split(":", 1)[0]
-    if kind not in DEVICE_CHOICES:
-        raise UsageError(f"unknown device {name!r}; choose one of: {', '.join(DEVICE_CHOICES)}")
-    if kind == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu or auto")
-    return torch.device(name)
 
 
 def amp_precision_names(device: torch.device) -> list[str]:
@@ -92,16 +78,29 @@ def amp_precision_names(device: torch.device) -> list[str]:
     return [AMP_DEFAULT.get(device.type, "bf16")]
 
 
-def resolve_precision(name: str | Precision | None, device: torch.device) -> Precision:
+def resolve_precision(name: str | Precision | None, device: torch.device, *, policy: bool = True) -> Precision:
     """Validate ``name`` ("amp", "fp32", "tf32", "fp16", "bf16") for ``device``.
 
+    "amp" with ``policy`` (the default): what an ``--amp`` run trains in on this device,
+    ``choose_precision``'s policy handed torch's native check (``hardware.native_precisions``;
+    no probe: a library caller names no recipe or model to look one up), its notice logged.
+    So ``Trainer(precision="amp")`` on a CPU without native bf16 trains in fp32, as ``--amp``
+    does. ``policy=False``: the device's mixed precision as it is (fp16 on CUDA, bf16 on CPU),
+    what ``--compare`` and ``--probe`` measure.
     Raises UsageError with a one-line reason when the device cannot run it.
+
+    Usage: ``resolve_precision("amp", torch.device("cpu"))  # bf16 where native, else fp32 with a notice``
     """
     if isinstance(name, Precision):
         precision = name
     else:
         name = (name or "fp32").lower()
-        if name == "amp":
+        if name == "amp" and policy and device.type in AMP_DEFAULT:
+            choice = choose_precision("amp", device.type, hardware.native_precisions(device))
+            if choice.notice:
+                logger.warning(choice.notice)
+            name = choice.precision
+        elif name == "amp":
             name = AMP_DEFAULT.get(device.type)
             if name is None:
                 raise UsageError(f"--amp: no mixed precision is defined for device type {device.type!r}")

@@ -32,7 +32,7 @@ from mixft.options import (
     flag_of,
     option,
 )
-from mixft.amp.precision import DEVICE_CHOICES
+from mixft.amp.hardware import DEVICE_CHOICES
 from mixft.train.schedules import CLASS_WEIGHTS, SCHEDULER, SCHEDULERS, check_schedule
 
 DATA = "data (which recipes read which: --help of each recipe's USES; others refuse them)"

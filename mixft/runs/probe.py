@@ -205,7 +205,7 @@ def _plan_precisions(names: Sequence[str] | None, device: torch.device) -> tuple
     if names is not None:
         if isinstance(names, str):
             names = [names]
-        resolved = [resolve_precision(name, device) for name in names]
+        resolved = [resolve_precision(name, device, policy=False) for name in names]  # "amp": what is measured
         required = [PRECISIONS["fp32"], *[p for p in resolved if p.name != "fp32"]]
         unique = list({p.name: p for p in required}.values())
         return unique, []

@@ -107,7 +107,9 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     device = resolve_device(cfg.device)
     if distributed.init_from_env() and device.type == "cuda":
         device = torch.device(distributed.local_device("cuda"))  # one GPU per rank
-    precisions = [resolve_precision(name, device) for name in cfg.precisions]
+    # "amp" here is the device's mixed precision (what --probe and --compare measure); what an --amp run
+    # trains in is decided in run(), once the model is known (choose_precisions).
+    precisions = [resolve_precision(name, device, policy=False) for name in cfg.precisions]
     names = [p.name for p in precisions]
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")

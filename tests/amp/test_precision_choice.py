@@ -140,3 +140,39 @@ def test_fp32_is_fp32_everywhere():
     for native in (AVX2, AMX, NO_ONEDNN, {}):
         choice = choose_precision("fp32", "cpu", native)
         assert (choice.precision, choice.reason, choice.notice) == ("fp32", "fp32 as asked (--precision fp32)", None)
+
+
+# ------------------------------------------------- the library's "amp": the same policy as --amp
+@pytest.mark.parametrize("native, expected", [(AVX2, "fp32"), (AMX, "bf16"), (NO_ONEDNN, "fp32")])
+def test_resolve_precision_amp_follows_the_amp_policy_on_a_cpu(monkeypatch, caplog, native, expected):
+    # resolve_precision("amp") (and so Trainer(precision="amp")) asks choose_precision with torch's
+    # native check, as an --amp run does: no bf16 on a CPU that would only emulate it.
+    import torch
+
+    import mixft.amp.hardware
+    from mixft.amp.precision import resolve_precision
+
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: dict(native))
+    with caplog.at_level("WARNING", logger="mixft"):
+        precision = resolve_precision("amp", torch.device("cpu"))
+    assert precision.name == expected
+    notices = [r.getMessage() for r in caplog.records if r.getMessage().startswith("notice: --amp chose fp32")]
+    assert bool(notices) == (expected == "fp32"), notices
+    # policy=False: the device's mixed precision as it is (what --compare and --probe measure).
+    assert resolve_precision("amp", torch.device("cpu"), policy=False).name == "bf16"
+
+
+def test_trainer_amp_trains_in_what_the_policy_chose(monkeypatch):
+    import torch
+    from torch import nn
+
+    import mixft.amp.hardware
+    from mixft.train.trainer import Trainer
+
+    model = nn.Linear(4, 2)
+    loader = [(torch.randn(3, 4), torch.tensor([0, 1, 0]))]
+    for native, expected in ((AVX2, "fp32"), (AMX, "bf16")):
+        monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device, n=native: dict(n))
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), loader,
+                          precision="amp", device="cpu")
+        assert trainer.precision.name == expected
