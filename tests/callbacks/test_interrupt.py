@@ -24,7 +24,7 @@ from mixft.cli.main import main
 from mixft.callbacks.interrupt import Interrupted, SignalHandler, StopOnSignal, is_interrupted
 from mixft.train.trainer import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 _g = torch.Generator().manual_seed(1)
 X = torch.randn(32, 8, generator=_g)

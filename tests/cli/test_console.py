@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_closed_stdout_does_not_lose_the_results(tmp_path, tiny_bert_dir, tiny_data_dir):

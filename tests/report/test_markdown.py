@@ -16,7 +16,7 @@ import pytest
 from mixft.report.plots import write_plots
 from mixft.report.markdown import render_markdown, summarize, write_report
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results_compare.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_compare.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -408,7 +408,7 @@ def test_write_report_without_a_chart_writer_links_no_charts(doc, tmp_path):
 
 # ---------------------------------------------------------------------------- every task's metrics
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def load(name: str) -> dict:

@@ -16,7 +16,8 @@ import pytest
 
 from mixft.report import plots
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results_compare.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_compare.json"
+PACKAGE = Path(plots.__file__).resolve().parents[1]  # mixft/
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ALL = ["loss.png", "loss_scale.png", "eval_accuracy.png", "time_memory.png"]
 
@@ -64,23 +65,27 @@ def test_writing_plots_forces_no_backend(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(ALL)
 
 
-def _imports(module: str) -> set[str]:
-    """The mixft modules a mixft module imports (relative or absolute, at any level)."""
-    path = Path(plots.__file__).parent / f"{module}.py"
+def _imports(path: Path) -> set[str]:
+    """The mixft modules a mixft module imports (absolute names; relative ones resolved), at any level."""
+    package = "mixft." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts[:-1])
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            base = (node.module or "").removeprefix("mixft.") if node.level or (node.module or "").startswith("mixft") else ""
-            found |= {base} if base else {a.name for a in node.names}
+            base = package.rsplit(".", node.level - 1)[0] + (f".{node.module}" if node.module else "") if node.level \
+                else (node.module or "")
+            if base.startswith("mixft"):
+                found |= {f"{base}.{a.name}" for a in node.names} | {base}
         elif isinstance(node, ast.Import):
-            found |= {a.name.removeprefix("mixft.") for a in node.names if a.name.startswith("mixft.")}
+            found |= {a.name for a in node.names if a.name.startswith("mixft.")}
     return found
 
 
-def test_report_and_plots_share_summary_and_import_neither_each_other():
-    assert "aggregate" in _imports("report") and "aggregate" in _imports("plots")
-    assert "plots" not in _imports("report") and "report" not in _imports("plots")
-    assert "report" not in _imports("results")
+def test_markdown_and_plots_share_summary_and_import_neither_each_other():
+    markdown, plots_ = _imports(PACKAGE / "report" / "markdown.py"), _imports(PACKAGE / "report" / "plots.py")
+    assert "mixft.report.summary" in markdown and "mixft.report.summary" in plots_
+    assert not any(m.startswith("mixft.report.plots") for m in markdown)
+    assert not any(m.startswith("mixft.report.markdown") for m in plots_)
+    assert not any(m.startswith("mixft.report") for m in _imports(PACKAGE / "results.py"))
 
 
 def test_writes_four_valid_pngs(written):

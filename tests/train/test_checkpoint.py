@@ -30,7 +30,7 @@ from mixft.cli.main import main
 from mixft.rng import capture_rng_state, restore_rng_state
 from mixft.train.trainer import Trainer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 _g = torch.Generator().manual_seed(1)
 X = torch.randn(48, 8, generator=_g)

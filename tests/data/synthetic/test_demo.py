@@ -17,7 +17,7 @@ from mixft.data.synthetic.paraphrase import COMPANIES, VERBS, generate_paraphras
 from mixft.data.synthetic.topics import TOPIC_NAMES, generate_topics, topics_splits
 from scripts.make_demo_data import DEMO_FILES, write_demo_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # ------------------------------------------------------------------------------------ topics
 
