@@ -193,11 +193,17 @@ def _only_evaluated(rows: list[dict]) -> bool:
 
 
 def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
-    groups = group_runs(doc)
+    """The report's notes, in order: seed noise, eval-only runs, speed, GradScaler, memory, best model, the unusual."""
     base = next((r for r in rows if r["is_baseline"]), None)
-    notes: list[str] = []
     evaluated = _only_evaluated(rows)
+    return [*_seed_noise_notes(doc, rows, base, baseline), *_eval_only_notes(rows, base, baseline, evaluated),
+            *_speed_notes(rows, base, baseline), *_scaler_notes(doc, rows, evaluated), *_memory_notes(doc, rows),
+            *best_model_notes(doc.get("runs") or []), *_unusual_notes(doc)]
 
+
+def _seed_noise_notes(doc: dict, rows: list[dict], base: dict | None, baseline: str) -> list[str]:
+    """The task's first metric (accuracy where there is one): each gap against the seed spread."""
+    notes: list[str] = []
     # -- the task's first metric (accuracy where there is one): gap vs seed noise
     m = table_metrics(rows)[0]
     short, unit, scale = metric_short(m), (" pts" if is_points(m) else ""), (100 if is_points(m) else 1)
@@ -231,7 +237,12 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
                 f"{label[:1].upper() + label[1:]} for {', '.join(f'**{p}**' for p in few)} vs {baseline} rests on "
                 f"one seed: run `--compare --seeds 0,1,2` to tell a gap from noise."
             )
+    return notes
 
+
+def _eval_only_notes(rows: list[dict], base: dict | None, baseline: str, evaluated: bool) -> list[str]:
+    """Eval-only runs: what was measured, and why there are no train figures."""
+    notes: list[str] = []
     # -- eval-only runs: what was measured, and why there are no train figures
     if evaluated:
         notes.append(
@@ -246,14 +257,25 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
         names = ", ".join(f"**{r['precision']}**" for r in rows if r.get("eval_only"))
         notes.append(f"{names} only evaluated a saved model (`--eval-only`): its train cells read "
                      f"\"{NO_TRAINING}\".")
+    return notes
 
+
+def _speed_notes(rows: list[dict], base: dict | None, baseline: str) -> list[str]:
+    """What speedup and memory ratio mean."""
+    notes: list[str] = []
     # -- speed
     if base is not None and any(r["speedup"] is not None for r in rows if not r["is_baseline"]):
         notes.append(
             f"speedup = {baseline}'s mean train time ÷ this precision's (above 1.00× is faster); "
             f"memory ratio = this precision's mean peak memory ÷ {baseline}'s (below 1.00× is smaller)."
         )
+    return notes
 
+
+def _scaler_notes(doc: dict, rows: list[dict], evaluated: bool) -> list[str]:
+    """The GradScaler: skipped steps per precision, or why there are none."""
+    notes: list[str] = []
+    groups = group_runs(doc)
     # -- GradScaler
     for r in rows:
         if not r["skipped_steps_total"]:
@@ -276,7 +298,12 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
         notes.append("No GradScaler in these runs (fp32 and bf16 need none), so there are no skipped steps to watch.")
     elif any(not r["grad_scaler"] for r in rows):
         notes.append("In the final loss scale column, — means the precision ran without a GradScaler.")
+    return notes
 
+
+def _memory_notes(doc: dict, rows: list[dict]) -> list[str]:
+    """What the peak memory figures are, and where they are missing or not comparable."""
+    notes: list[str] = []
     # -- memory
     kinds = distinct(doc.get("runs") or [], "peak_memory_kind")
     if "cpu_rss" in kinds:
@@ -313,8 +340,12 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
         notes.append(
             f"Peak memory was not measured for {', '.join(missing)}; means use the runs that have it."
         )
+    return notes
 
-    notes += best_model_notes(doc.get("runs") or [])
+
+def _unusual_notes(doc: dict) -> list[str]:
+    """Undefined metrics, runs that stopped early, runs on different devices."""
+    notes: list[str] = []
     # -- anything unusual
     task = task_of(doc)
     for r in doc.get("runs") or []:

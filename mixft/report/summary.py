@@ -289,68 +289,74 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
     Usage: ``{r["precision"]: r["speedup"] for r in summarize(doc)}``
     """
     metrics = ["accuracy"] + [m for m in reported_metric_names(doc) if m != "accuracy"]
-    rows: list[dict] = []
-    for precision, runs in group_runs(doc).items():
-        scores: dict[str, Any] = {}
-        for m in metrics:
-            vals = [run_metric(r, m) for r in runs]
-            scores.update({f"{m}_n": sum(v is not None for v in vals), f"{m}_mean": mean(vals),
-                           f"{m}_std": sample_std(vals), delta_key(m): None})
-        trained = [r for r in runs if not is_eval_only(r)]  # an --eval-only run has no train figures
-        times = [number(r.get("train_time_s")) for r in trained]
-        sps = [number(r.get("train_samples_per_s")) for r in trained]
-        eval_times = [number((r.get("eval") or {}).get("time_s")) for r in runs]
-        inference = [number((r.get("eval") or {}).get("samples_per_s")) for r in runs]
-        mems = [number(r.get("peak_memory_bytes")) for r in runs]
-        increases = [run_memory_increase(r) for r in runs]
-        kinds = {r.get("peak_memory_kind") for r, m in zip(runs, mems) if m is not None}
-        skipped = [number(r.get("skipped_steps")) for r in trained]
-        scales = [number(r.get("final_loss_scale")) for r in runs]
-        steps = [number(r.get("steps")) for r in runs]
-        present_scales = [s for s in scales if s is not None]
-        present_skipped = [s for s in skipped if s is not None]
-        present_steps = [s for s in steps if s is not None]
-        mem_mean = mean(mems)
-        increase_mean = mean(increases)
-        rows.append(
-            {
-                "precision": precision,
-                "is_baseline": precision == baseline,
-                "autocast_dtype": runs[0].get("autocast_dtype"),
-                "grad_scaler": any(bool(r.get("grad_scaler")) for r in runs),
-                "n_seeds": len(runs),
-                "seeds": [r.get("seed") for r in runs],
-                **scores,
-                "train_time_s_mean": mean(times),
-                "train_time_s_std": sample_std(times),
-                "speedup": None,
-                "samples_per_s_mean": mean(sps),
-                "samples_per_s_std": sample_std(sps),
-                "peak_memory_n": sum(m is not None for m in mems),
-                "peak_memory_bytes_mean": mem_mean,
-                "peak_memory_mib_mean": mem_mean / MIB if mem_mean is not None else None,
-                # None when unknown, or when seeds disagree on what was measured.
-                "peak_memory_kind": kinds.pop() if len(kinds) == 1 else None,
-                "memory_ratio": None,
-                "memory_increase_n": sum(i is not None for i in increases),
-                "memory_increase_bytes_mean": increase_mean,
-                "memory_increase_mib_mean": increase_mean / MIB if increase_mean is not None else None,
-                "skipped_steps_mean": mean(skipped),
-                "skipped_steps_total": int(sum(present_skipped)) if present_skipped else None,
-                "final_loss_scale": mean(scales),
-                "final_loss_scale_min": min(present_scales) if present_scales else None,
-                "final_loss_scale_max": max(present_scales) if present_scales else None,
-                "steps": mean(steps),
-                "steps_total": int(sum(present_steps)) if present_steps else None,
-                "eval_only": not trained,
-                "eval_time_s_mean": mean(eval_times),
-                "eval_time_s_std": sample_std(eval_times),
-                "inference_samples_per_s_mean": mean(inference),
-                "inference_samples_per_s_std": sample_std(inference),
-                "inference_speedup": None,
-            }
-        )
+    rows = [_precision_row(precision, runs, metrics, baseline) for precision, runs in group_runs(doc).items()]
+    _compare_with_baseline(rows, metrics)
+    return rows
 
+
+def _precision_row(precision: str, runs: list[dict], metrics: list[str], baseline: str) -> dict:
+    """One row of ``summarize``: a precision's runs (seeds) aggregated; the comparisons with the baseline left None."""
+    scores: dict[str, Any] = {}
+    for m in metrics:
+        vals = [run_metric(r, m) for r in runs]
+        scores.update({f"{m}_n": sum(v is not None for v in vals), f"{m}_mean": mean(vals),
+                       f"{m}_std": sample_std(vals), delta_key(m): None})
+    trained = [r for r in runs if not is_eval_only(r)]  # an --eval-only run has no train figures
+    times = [number(r.get("train_time_s")) for r in trained]
+    sps = [number(r.get("train_samples_per_s")) for r in trained]
+    eval_times = [number((r.get("eval") or {}).get("time_s")) for r in runs]
+    inference = [number((r.get("eval") or {}).get("samples_per_s")) for r in runs]
+    mems = [number(r.get("peak_memory_bytes")) for r in runs]
+    increases = [run_memory_increase(r) for r in runs]
+    kinds = {r.get("peak_memory_kind") for r, m in zip(runs, mems) if m is not None}
+    skipped = [number(r.get("skipped_steps")) for r in trained]
+    scales = [number(r.get("final_loss_scale")) for r in runs]
+    steps = [number(r.get("steps")) for r in runs]
+    present_scales = [s for s in scales if s is not None]
+    present_skipped = [s for s in skipped if s is not None]
+    present_steps = [s for s in steps if s is not None]
+    mem_mean = mean(mems)
+    increase_mean = mean(increases)
+    return {
+        "precision": precision,
+        "is_baseline": precision == baseline,
+        "autocast_dtype": runs[0].get("autocast_dtype"),
+        "grad_scaler": any(bool(r.get("grad_scaler")) for r in runs),
+        "n_seeds": len(runs),
+        "seeds": [r.get("seed") for r in runs],
+        **scores,
+        "train_time_s_mean": mean(times),
+        "train_time_s_std": sample_std(times),
+        "speedup": None,
+        "samples_per_s_mean": mean(sps),
+        "samples_per_s_std": sample_std(sps),
+        "peak_memory_n": sum(m is not None for m in mems),
+        "peak_memory_bytes_mean": mem_mean,
+        "peak_memory_mib_mean": mem_mean / MIB if mem_mean is not None else None,
+        # None when unknown, or when seeds disagree on what was measured.
+        "peak_memory_kind": kinds.pop() if len(kinds) == 1 else None,
+        "memory_ratio": None,
+        "memory_increase_n": sum(i is not None for i in increases),
+        "memory_increase_bytes_mean": increase_mean,
+        "memory_increase_mib_mean": increase_mean / MIB if increase_mean is not None else None,
+        "skipped_steps_mean": mean(skipped),
+        "skipped_steps_total": int(sum(present_skipped)) if present_skipped else None,
+        "final_loss_scale": mean(scales),
+        "final_loss_scale_min": min(present_scales) if present_scales else None,
+        "final_loss_scale_max": max(present_scales) if present_scales else None,
+        "steps": mean(steps),
+        "steps_total": int(sum(present_steps)) if present_steps else None,
+        "eval_only": not trained,
+        "eval_time_s_mean": mean(eval_times),
+        "eval_time_s_std": sample_std(eval_times),
+        "inference_samples_per_s_mean": mean(inference),
+        "inference_samples_per_s_std": sample_std(inference),
+        "inference_speedup": None,
+    }
+
+
+def _compare_with_baseline(rows: list[dict], metrics: list[str]) -> None:
+    """Fill each row's Δmetrics, speedups and memory ratio against the baseline row (left None without one)."""
     base = next((r for r in rows if r["is_baseline"]), None)
     if base is not None:
         for row in rows:
@@ -362,7 +368,6 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
             row["inference_speedup"] = ratio(base["eval_time_s_mean"], row["eval_time_s_mean"])
             if row["peak_memory_kind"] is not None and row["peak_memory_kind"] == base["peak_memory_kind"]:
                 row["memory_ratio"] = ratio(row["peak_memory_bytes_mean"], base["peak_memory_bytes_mean"])
-    return rows
 
 
 # ---------------------------------------------------------------------------- chart data

@@ -102,10 +102,7 @@ def probe(
     Usage: ``print(render_probe_table(probe(RunConfig(recipe="bert-sst2"))))``
     """
     start = time.perf_counter()
-    if isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float)) or not (
-        math.isfinite(time_budget_s) and time_budget_s > 0
-    ):
-        raise UsageError(f"the probe's time budget must be a positive number of seconds, got {time_budget_s!r}")
+    _check_budget(time_budget_s)
     recipe = get_recipe(cfg.recipe)
     if hasattr(cfg, "check_recipe_options") and hasattr(recipe, "USES"):
         cfg.check_recipe_options(cfg.recipe, recipe.USES)
@@ -119,42 +116,19 @@ def probe(
     with _isolated_global_state(dev):
         prepared = recipe.prepare(cfg)
         notices = list(getattr(prepared, "notices", ()))
-        seed = cfg.seeds[0]
-        # fp32 first: its loader gives the batch every precision trains on, and its
-        # warm-up step records the shapes the model's Linear layers see.
-        shapes = _LinearShapes()
-        fp32 = _Stepper(recipe, cfg, prepared, required[0], dev, seed, None, [shapes])
-        batch, run_info = fp32.batch, fp32.run_info
-        steppers = [fp32] + [_Stepper(recipe, cfg, prepared, p, dev, seed, batch) for p in required[1:]]
-        for stepper in steppers:
-            stepper.run(WARMUP_STEPS)
-        matmul_shapes = shapes.table()
+        steppers, matmul_shapes = _warmed_up(recipe, cfg, prepared, required, dev)
+        fp32, batch, run_info = steppers[0], steppers[0].batch, steppers[0].run_info
         rows = {p.name: PrecisionProbe(p.name, matmul_flops_per_s=_matmul_rate(matmul_shapes, p, dev))
                 for p in [*required, *optional]}
-
         # Timed steps in rounds, one step per precision per round in a rotating order, so
         # the load of a shared machine falls on every precision alike.
         _round(steppers, 0, deadline, share)
-        for precision in optional:  # only if a warm-up and the minimum of steps fit
-            estimate = (WARMUP_STEPS + MIN_TIMED_STEPS) * _estimated_step_s(fp32, rows["fp32"], rows[precision.name])
-            if time.perf_counter() + estimate > deadline or estimate > share:
-                rows[precision.name].skipped = (
-                    f"about {estimate:.0f} s for a warm-up and {MIN_TIMED_STEPS} steps (fp32's step time over the "
-                    f"matmul ratio): over the {time_budget_s:g} s budget")
-                continue
-            stepper = _Stepper(recipe, cfg, prepared, precision, dev, seed, batch)
-            stepper.run(WARMUP_STEPS)
-            steppers.append(stepper)
+        steppers += _optional_steppers(recipe, cfg, prepared, optional, dev, fp32, rows, deadline, share,
+                                       time_budget_s)
         r = 1
         while _round(steppers, r, deadline, share):
             r += 1
-        for stepper in steppers:
-            logger.debug("probe %s step times (s): %s", stepper.precision.name, [round(t, 4) for t in stepper.times])
-            figures = stepper.figures()
-            if 0 < len(stepper.timed) < MIN_TIMED_STEPS:
-                figures["note"] = (f"{len(stepper.timed)} timed step{'s' if len(stepper.timed) > 1 else ''}: its steps "
-                                   f"took {sum(stepper.times):.0f} s of its {share:.0f} s share of the budget")
-            rows[stepper.precision.name] = replace(rows[stepper.precision.name], **figures)
+        _record_steps(steppers, rows, share)
 
     ordered = [rows[p.name] for p in [*required, *optional]]
     _fill_ratios(ordered)
@@ -180,6 +154,57 @@ def probe(
         path = save_probe(result, cache_dir)
         logger.debug("probe saved to %s", path)
     return result
+
+
+# The steps of probe, in its order. -------------------------------------------------------------
+def _check_budget(time_budget_s) -> None:
+    if isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float)) or not (
+        math.isfinite(time_budget_s) and time_budget_s > 0
+    ):
+        raise UsageError(f"the probe's time budget must be a positive number of seconds, got {time_budget_s!r}")
+
+
+def _warmed_up(recipe, cfg: RunConfig, prepared, required: list[Precision], dev) -> tuple[list, list[dict]]:
+    """A stepper per required precision, each past its warm-up; the Linear shapes fp32's warm-up saw.
+
+    fp32 first: its loader gives the batch every precision trains on, and its warm-up step
+    records the shapes the model's Linear layers see.
+    """
+    seed = cfg.seeds[0]
+    shapes = _LinearShapes()
+    fp32 = _Stepper(recipe, cfg, prepared, required[0], dev, seed, None, [shapes])
+    steppers = [fp32] + [_Stepper(recipe, cfg, prepared, p, dev, seed, fp32.batch) for p in required[1:]]
+    for stepper in steppers:
+        stepper.run(WARMUP_STEPS)
+    return steppers, shapes.table()
+
+
+def _optional_steppers(recipe, cfg: RunConfig, prepared, optional: list[Precision], dev, fp32, rows: dict,
+                       deadline: float, share: float, time_budget_s: float) -> list:
+    """Steppers (warmed up) for the optional precisions whose warm-up and minimum of steps fit; the rest noted."""
+    added = []
+    for precision in optional:
+        estimate = (WARMUP_STEPS + MIN_TIMED_STEPS) * _estimated_step_s(fp32, rows["fp32"], rows[precision.name])
+        if time.perf_counter() + estimate > deadline or estimate > share:
+            rows[precision.name].skipped = (
+                f"about {estimate:.0f} s for a warm-up and {MIN_TIMED_STEPS} steps (fp32's step time over the "
+                f"matmul ratio): over the {time_budget_s:g} s budget")
+            continue
+        stepper = _Stepper(recipe, cfg, prepared, precision, dev, cfg.seeds[0], fp32.batch)
+        stepper.run(WARMUP_STEPS)
+        added.append(stepper)
+    return added
+
+
+def _record_steps(steppers: list, rows: dict, share: float) -> None:
+    """Each stepper's timed figures into its precision's row (with a note when it got fewer than the minimum)."""
+    for stepper in steppers:
+        logger.debug("probe %s step times (s): %s", stepper.precision.name, [round(t, 4) for t in stepper.times])
+        figures = stepper.figures()
+        if 0 < len(stepper.timed) < MIN_TIMED_STEPS:
+            figures["note"] = (f"{len(stepper.timed)} timed step{'s' if len(stepper.timed) > 1 else ''}: its steps "
+                               f"took {sum(stepper.times):.0f} s of its {share:.0f} s share of the budget")
+        rows[stepper.precision.name] = replace(rows[stepper.precision.name], **figures)
 
 
 def _probe_config(cfg: RunConfig, recipe) -> RunConfig:
