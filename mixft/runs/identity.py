@@ -233,22 +233,37 @@ def plan_resume(cfg: RunConfig, precisions: Sequence[str]) -> ResumePlan:
         return ResumePlan()
     out = Path(cfg.output_dir)
     single = len(precisions) * len(cfg.seeds) == 1
+    checkpoints = {(name, seed): out / checkpoint_name(name, seed, single) for seed in cfg.seeds for name in precisions}
+    return _resume_plan(cfg, checkpoints, {key: run_meta(cfg, *key) for key in checkpoints})
+
+
+def plan_identities(cfg: RunConfig, checkpoints: Mapping[RunKey, Path]) -> tuple[ResumePlan, dict[RunKey, dict[str, Any]]]:
+    """Each run's identity (``run_meta``) and the ``--resume`` plan over its checkpoint, in one pass.
+
+    ``checkpoints``: ``{(precision, seed): path}`` in run order (the run plan's names).
+    Usage: ``resume, metas = plan_identities(cfg, {("bf16", 0): out / "checkpoint.pt"})``
+    """
+    metas = {key: run_meta(cfg, *key) for key in checkpoints}
+    return (_resume_plan(cfg, checkpoints, metas) if cfg.resume else ResumePlan()), metas
+
+
+def _resume_plan(cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, dict[str, Any]]) -> ResumePlan:
+    precisions = list(dict.fromkeys(name for name, _ in checkpoints))
     finished = finished_runs(cfg, precisions)
     continued = set()
-    for seed in cfg.seeds:
-        for name in precisions:
-            path = out / checkpoint_name(name, seed, single)
-            if (name, seed) in finished:
-                if cfg.save_model and not finished[(name, seed)].stopped_early:
-                    _check_final_checkpoint(cfg, path, finished[(name, seed)])
-                continue
-            if not path.exists():
-                continue
-            ckpt = load_checkpoint(path, mmap=True)  # CRC-checked; tensors stay on disk
-            check_meta(ckpt, run_meta(cfg, name, seed), path, cfg=cfg)
-            continued.add((name, seed))
+    for (name, seed), path in checkpoints.items():
+        if (name, seed) in finished:
+            if cfg.save_model and not finished[(name, seed)].stopped_early:
+                _check_final_checkpoint(cfg, path, finished[(name, seed)])
+            continue
+        if not path.exists():
+            continue
+        ckpt = load_checkpoint(path, mmap=True)  # CRC-checked; tensors stay on disk
+        check_meta(ckpt, metas[(name, seed)], path, cfg=cfg)
+        continued.add((name, seed))
     if not continued and not finished:
-        first = out / checkpoint_name(precisions[0], cfg.seeds[0], single)
+        first = next(iter(checkpoints.values()))
+        out = Path(cfg.output_dir)
         raise CheckpointError(f"--resume: no checkpoint in {out} (looked for {first.name}); run without --resume to start")
     return ResumePlan(finished=finished, continued=frozenset(continued))
 

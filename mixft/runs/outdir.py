@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,30 @@ def predictions_name(input_file: str, precision: str, seed: int, single: bool = 
     """
     suffix = ".jsonl" if Path(input_file).suffix.lower() in (".json", ".jsonl") else ".csv"
     return "predictions" + ("" if single else f"-{precision}-seed{seed}") + suffix
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """One (precision, seed) run's names in OUTPUT_DIR (``run_names``)."""
+
+    checkpoint: str
+    step_checkpoints: str  # with "{step}" to fill
+    saved_model: str
+    predictions: str | None  # None without --predict-file
+
+
+def run_names(precisions: Sequence[str], seeds: Sequence[int], predict_file: str | None = None) -> dict[tuple[str, int], RunNames]:
+    """Every (precision, seed) run's file names, in one table (a single run gets the short names).
+
+    Usage: ``run_names(["fp32", "bf16"], [0])[("bf16", 0)].checkpoint  # checkpoint-bf16-seed0.pt``
+    """
+    single = len(precisions) * len(seeds) == 1
+    return {
+        (name, seed): RunNames(checkpoint_name(name, seed, single), step_checkpoint_pattern(name, seed, single),
+                               saved_model_name(name, seed, single),
+                               predictions_name(predict_file, name, seed, single) if predict_file else None)
+        for seed in seeds for name in precisions
+    }
 
 
 def has_checkpoint(out: Path) -> bool:

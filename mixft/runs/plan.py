@@ -25,9 +25,8 @@ from mixft import distributed
 from mixft.config.run_config import RunConfig
 from mixft.report import REPORT_NAME
 from mixft.results import RunResult
-from mixft.runs.identity import ResumePlan, RunKey, plan_resume, run_meta
-from mixft.runs.outdir import (CONFIG_NAME, RESULTS_NAME, check_output_dir, checkpoint_name, planned_entries,
-                               predictions_name, saved_model_name, step_checkpoint_pattern)
+from mixft.runs.identity import RunKey, plan_identities
+from mixft.runs.outdir import CONFIG_NAME, RESULTS_NAME, check_output_dir, planned_entries, run_names
 
 __all__ = ["RunFiles", "RunPlan", "make_plan"]
 
@@ -51,6 +50,8 @@ class RunFiles:
 class RunPlan:
     """What a run writes where, and what ``--resume`` keeps and continues: made once by ``make_plan``.
 
+    ``finished``: the runs ``--resume`` keeps as results.json holds them; ``continued``: the
+    runs that continue from their (already checked) checkpoint; every other run starts.
     ``set_aside``: the files and directories a new run (not ``--resume``) writes itself, so
     that ``set_aside_previous_run`` moves everything else an earlier run left.
     """
@@ -59,7 +60,8 @@ class RunPlan:
     precisions: tuple[str, ...]
     seeds: tuple[int, ...]
     runs: Mapping[RunKey, RunFiles]
-    resume: ResumePlan = field(default_factory=ResumePlan)
+    finished: Mapping[RunKey, RunResult] = field(default_factory=dict)
+    continued: frozenset[RunKey] = frozenset()
     set_aside: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     @property
@@ -76,11 +78,11 @@ class RunPlan:
 
     def kept(self, precision: str, seed: int) -> RunResult | None:
         """The finished run ``--resume`` keeps as it is, or None when this run trains."""
-        return self.resume.kept(precision, seed)
+        return self.finished.get((precision, seed))
 
     def continues(self, precision: str, seed: int) -> bool:
         """Whether this run continues from its (already checked) checkpoint."""
-        return self.resume.continues(precision, seed)
+        return (precision, seed) in self.continued
 
 
 def make_plan(cfg: RunConfig, precisions: Sequence[str]) -> RunPlan:
@@ -92,21 +94,18 @@ def make_plan(cfg: RunConfig, precisions: Sequence[str]) -> RunPlan:
     """
     out = Path(cfg.output_dir)
     names, seeds = tuple(precisions), tuple(cfg.seeds)
+    table = run_names(names, seeds, cfg.predict_file)  # every run's names, asked once
+    files, dirs = planned_entries(names, seeds, cfg.save_model, cfg.predict_file)
     if distributed.is_main_process():
-        files, dirs = planned_entries(names, seeds, cfg.save_model, cfg.predict_file)
         check_output_dir(out, files=files, dirs=dirs)
-    resume = plan_resume(cfg, names)  # --resume: checkpoints intact and from these options. Read once, here.
-    single = len(names) * len(seeds) == 1
-    runs = {
-        (name, seed): RunFiles(
-            checkpoint=out / checkpoint_name(name, seed, single),
-            step_checkpoints=step_checkpoint_pattern(name, seed, single),
-            saved_model=out / saved_model_name(name, seed, single),
-            predictions=out / predictions_name(cfg.predict_file, name, seed, single) if cfg.predict_file else None,
-            meta=run_meta(cfg, name, seed),
-        )
-        for seed in seeds for name in names
-    }
-    files, dirs = planned_entries(names, seeds, cfg.save_model)
-    files = [f for f in files if not single or f != REPORT_NAME]  # only a comparison writes report.md
-    return RunPlan(out, names, seeds, runs, resume, (tuple(files), tuple(dirs)))
+    # --resume: checkpoints intact and from these options. Read once, here, with each run's identity.
+    resume, metas = plan_identities(cfg, {key: out / n.checkpoint for key, n in table.items()})
+    runs = {key: RunFiles(checkpoint=out / n.checkpoint, step_checkpoints=n.step_checkpoints,
+                          saved_model=out / n.saved_model,
+                          predictions=out / n.predictions if n.predictions else None, meta=metas[key])
+            for key, n in table.items()}
+    # What a new run replaces itself (not its predictions: an earlier run's are set aside; report.md only
+    # when comparing): everything else an earlier run left is set aside.
+    predictions = {n.predictions for n in table.values()}
+    kept_names = tuple(f for f in files if f not in predictions and (len(table) > 1 or f != REPORT_NAME))
+    return RunPlan(out, names, seeds, runs, dict(resume.finished), frozenset(resume.continued), (kept_names, tuple(dirs)))
