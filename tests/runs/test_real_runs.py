@@ -244,7 +244,7 @@ def test_save_total_limit_keeps_the_newest_k_step_checkpoints_and_the_write_time
 
 
 def test_by_default_checkpoints_are_written_by_time_and_at_epoch_ends(tmp_path, model, data, monkeypatch):
-    import mixft.train.checkpoint
+    import mixft.callbacks.checkpointer
 
     saved_at: list[int] = []
     save = Checkpointer.save
@@ -253,7 +253,7 @@ def test_by_default_checkpoints_are_written_by_time_and_at_epoch_ends(tmp_path, 
     assert code == 0 and saved_at == [6, 12]  # a short run: the epoch ends only
     # A clock that moves 4 minutes per look: --checkpoint-minutes 10 saves every third step.
     clock = iter(range(0, 10**6, 240))
-    monkeypatch.setattr(mixft.train.checkpoint.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(mixft.callbacks.checkpointer.time, "monotonic", lambda: next(clock))
     saved_at.clear()
     code, _ = run(tmp_path / "timed", model, data, "--epochs", "2")
     assert code == 0 and 3 in saved_at and 6 in saved_at and len(saved_at) > 2

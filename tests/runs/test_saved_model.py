@@ -106,7 +106,7 @@ def test_eval_only_compare_report_shows_inference_not_train_zeros(saved3, tmp_pa
     # Was: report.md's table had "train time (s) 0.00 | speedup n/a | samples/s 0.0" per precision,
     # while the inference speed that was measured sat only in results.json.
     from mixft.report.summary import summarize
-    from tests.test_report import table_rows
+    from tests.report.test_markdown import table_rows
 
     saved, data, _ = saved3
     out = tmp_path / "cmp"
