@@ -18,6 +18,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+import yaml  # PyYAML: a dependency of mkdocs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -56,14 +57,19 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
 
 
 def links_in(text: str) -> list[tuple[int, str]]:
-    """(line number, target) of every inline link, image and reference definition in prose."""
-    found = []
-    for number, line in prose_lines(text):
-        found += [(number, m.group(1)) for m in INLINE_LINK.finditer(line)]
+    """(line number, target) of every inline link, image and reference definition in prose.
+
+    A link's text may wrap onto the next line, so the prose is searched as one text (code
+    blocks blanked, line numbers kept)."""
+    prose = text.splitlines()
+    kept = dict(prose_lines(text))
+    prose = "\n".join(kept.get(number, "") for number in range(1, len(prose) + 1))
+    found = [(prose.count("\n", 0, m.start()) + 1, m.group(1)) for m in INLINE_LINK.finditer(prose)]
+    for number, line in kept.items():
         definition = REFERENCE_DEFINITION.match(line)
         if definition:
             found.append((number, definition.group(1)))
-    return found
+    return sorted(found)
 
 
 def heading_texts(text: str) -> list[str]:
@@ -84,6 +90,7 @@ def prose_lines_keeping_code_spans(text: str) -> list[tuple[int, str]]:
 
 
 # ------------------------------------------------------------------ anchors
+
 
 def _dedup(slugs: list[str], separator: str) -> set[str]:
     seen: dict[str, int] = {}
@@ -150,12 +157,27 @@ def broken_links(pages: list[Path], docs_dir: Path = DOCS) -> list[str]:
 
 def build_site(config: Path, site_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config), "--site-dir", str(site_dir)],
-        capture_output=True, text=True, cwd=config.parent, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site_dir),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=config.parent,
+        timeout=300,
     )
 
 
 # ------------------------------------------------------------------ the tests
+
 
 def test_the_site_builds_strict_with_every_page(tmp_path):
     result = build_site(ROOT / "mkdocs.yml", tmp_path / "site")
@@ -168,7 +190,7 @@ def test_the_site_builds_strict_with_every_page(tmp_path):
 
 def test_every_docs_page_is_in_the_nav():
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    listed = set(re.findall(r":\s*([\w.-]+\.md)\s*$", nav, flags=re.M))
+    listed = set(re.findall(r":\s*([\w.-]+\.md)\s*$", nav, flags=re.MULTILINE))
     assert listed == {p.name for p in DOCS.glob("*.md")}
 
 
@@ -188,10 +210,13 @@ def test_the_readme_links_every_docs_page():
 def test_ci_reads_the_readme_test_command():
     """.ci/run runs the first ```bash block after the "Install and run the tests" heading."""
     awk_program = re.search(r"awk '([^']+)' README\.md", (ROOT / ".ci" / "run").read_text()).group(1)
-    command = subprocess.run(["awk", awk_program, "README.md"], capture_output=True, text=True, cwd=ROOT,
-                             check=True).stdout.strip()
-    assert command == ('python -c "import torch" 2>/dev/null || python -m pip install torch==2.13.0; '
-                       'python -m pip install -e ".[test]" && python -m pytest')
+    command = subprocess.run(
+        ["awk", awk_program, "README.md"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.strip()
+    assert command == (
+        'python -c "import torch" 2>/dev/null || python -m pip install torch==2.13.0; '
+        'python -m pip install -e ".[test]" && python -m pytest'
+    )
 
 
 # A synthetic manual: one good link of each kind, one broken link of each kind.
@@ -210,10 +235,18 @@ SYNTHETIC_PAGE = """# Page
 
 ## A section
 
-Back to [the section](#a-section), [a broken one](#a-sectoin), [raw data](bench/x.json).
+Back to [the section](#a-section), [a broken one](#a-sectoin), [raw data](bench/x.json),
+[a link whose text
+wraps](missing-too.md).
 """
-SYNTHETIC_MKDOCS = "site_name: demo\ndocs_dir: docs\nnav:\n  - Page: page.md\n" + "".join(
-    (ROOT / "mkdocs.yml").read_text(encoding="utf-8").partition("validation:")[1:]
+# The project's own link rules (mkdocs.yml's validation) on a one-page site.
+SYNTHETIC_MKDOCS = yaml.safe_dump(
+    {
+        "site_name": "demo",
+        "docs_dir": "docs",
+        "nav": [{"Page": "page.md"}],
+        "validation": yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["validation"],
+    }
 )
 
 
@@ -233,16 +266,18 @@ def test_the_link_check_finds_each_broken_link_and_only_those(synthetic_manual):
         "README.md:4: docs/missing.md: no such file",
         "README.md:4: docs/page.md#no-such-section: no heading with this anchor in page.md",
         "page.md:5: #a-sectoin: no heading with this anchor in page.md",
+        "page.md:6: missing-too.md: no such file",
     ]
 
 
 def test_the_strict_build_fails_on_a_broken_link(synthetic_manual, tmp_path):
-    assert "validation:" in SYNTHETIC_MKDOCS  # the project's own link rules
+    assert "anchors: warn" in SYNTHETIC_MKDOCS  # the project's rules, as strict turns them into errors
     misspelt = build_site(synthetic_manual / "mkdocs.yml", tmp_path / "misspelt")
     assert misspelt.returncode != 0 and "a-sectoin" in misspelt.stdout + misspelt.stderr
     page = synthetic_manual / "docs" / "page.md"
-    page.write_text(SYNTHETIC_PAGE.replace("#a-sectoin", "#a-section"))
-    assert build_site(synthetic_manual / "mkdocs.yml", tmp_path / "fixed").returncode == 0
+    page.write_text(SYNTHETIC_PAGE.replace("#a-sectoin", "#a-section").replace("missing-too.md", "page.md"))
+    fixed = build_site(synthetic_manual / "mkdocs.yml", tmp_path / "fixed")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     page.write_text(page.read_text() + "\n[gone](gone.md)\n")
     broken = build_site(synthetic_manual / "mkdocs.yml", tmp_path / "broken")
     assert broken.returncode != 0 and "gone.md" in broken.stdout + broken.stderr
