@@ -225,6 +225,12 @@ def describe_task(task) -> str:
     return f"classification, {task.num_labels} labels ({names}), texts {texts}"
 
 
+def length_group_size(cfg: RunConfig) -> int:
+    """Batches per length group of the training sampler: 1 (every batch drawn at random, the default) unless
+    ``--group-by-length``, which pads less but cost accuracy at small budgets (docs/benchmarks.md)."""
+    return cfg.length_group_size if cfg.group_by_length else 1
+
+
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
     from mixft.models.lora import apply_lora, trainable_parameters
     from mixft.models.classifiers import enable_gradient_checkpointing, load_classifier, task_loss
@@ -245,7 +251,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     pin = device.type == "cuda"
     train_loader = make_loader(prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
                                pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin,
-                               group_size=cfg.length_group_size if cfg.group_by_length else 1)
+                               group_size=length_group_size(cfg))
     eval_loader = make_loader(prepared.eval, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
     return TrainerParts(
