@@ -444,12 +444,19 @@ class Trainer:
 
         Usage: ``torch.save(trainer.state_dict(), "ckpt.pt")``
         """
+        return {
+            "model": self.module.state_dict(),  # without a DDP wrapper's "module." prefix
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            **self.loop_state_dict(),
+        }
+
+    def loop_state_dict(self) -> dict[str, Any]:
+        """``state_dict()`` without the model and optimizers: schedulers, GradScaler, loop, RNGs (plain
+        objects; a sharded run's checkpoint, ``mixft.sharded_checkpoint``, saves the model apart)."""
         loop = self.state.to_plain()
         if self._meter is not None:  # mid-fit: this fit's time and tokens are not in state yet
             loop.update(self._meter.so_far())
         return {
-            "model": self.module.state_dict(),  # without a DDP wrapper's "module." prefix
-            "optimizers": [opt.state_dict() for opt in self.optimizers],
             "lr_schedulers": [sched.state_dict() for sched in self.lr_schedulers],
             "scaler": self.scaler.state_dict(),  # {} without a scaler
             "loop": loop,
@@ -471,11 +478,20 @@ class Trainer:
                 f"the state has {len(sd['optimizers'])} optimizer(s) and {len(sd['lr_schedulers'])} scheduler(s), "
                 f"this trainer {len(self.optimizers)} and {len(self.lr_schedulers)}"
             )
-        if bool(sd["scaler"]) != self.scaler.is_enabled():
+        if bool(sd["scaler"]) != self.scaler.is_enabled():  # refused before anything is loaded
             raise ValueError("the state's GradScaler does not match this trainer's precision")
         self.module.load_state_dict(sd["model"])
         for opt, opt_state in zip(self.optimizers, sd["optimizers"]):
             opt.load_state_dict(opt_state)
+        self.load_loop_state_dict(sd)
+
+    def load_loop_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Put back what ``loop_state_dict()`` holds (after the model and optimizers)."""
+        if len(sd["lr_schedulers"]) != len(self.lr_schedulers):
+            raise ValueError(f"the state has {len(sd['lr_schedulers'])} scheduler(s), this trainer "
+                             f"{len(self.lr_schedulers)}")
+        if bool(sd["scaler"]) != self.scaler.is_enabled():
+            raise ValueError("the state's GradScaler does not match this trainer's precision")
         for sched, sched_state in zip(self.lr_schedulers, sd["lr_schedulers"]):
             sched.load_state_dict(sched_state)
         if sd["scaler"]:

@@ -111,7 +111,7 @@ def watch_gathered_dtypes(model, record: Record) -> None:
             )
 
 
-def train(name: str, fsdp: bool, grad_accum: int | None = None):
+def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), before_fit=None):
     """Train RUNS[name] 4 steps: sharded (fsdp) or in one process (the reference: global batch in grad_accum)."""
     arch, lora, precision, accum = RUNS[name]
     ddp = name.endswith("_ddp")
@@ -133,7 +133,7 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None):
                       eval_loader=DataLoader(ds, batch_sampler=eval_sampler), precision=precision, device="cpu",
                       lr_scheduler=lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / 8),
                       grad_accum=grad_accum or accum, max_grad_norm=None if "dropout" in name else 0.05, epochs=1, max_steps=4,
-                      predict_fn=model.predict_fn, callbacks=[record], fsdp=fsdp, seed=0,
+                      predict_fn=model.predict_fn, callbacks=[record, *callbacks], fsdp=fsdp, seed=0,
                       scaler_kwargs={"init_scale": 1024.0})
     if "fast" in name:  # as mixft.run.build does: swapped in after the trainer sharded (or wrapped) the model
         from mixft.dropout import use_fast_dropout
@@ -141,8 +141,33 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None):
         trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
     if fsdp:
         watch_gathered_dtypes(trainer.module, record)
+    if before_fit is not None:
+        before_fit(trainer)
     result = trainer.fit()
     return trainer, result, record
+
+
+class SaveAndStop(Callback):
+    """Write a sharded checkpoint after optimizer step ``step``, then end the fit (a stop between steps)."""
+
+    def __init__(self, directory, step: int):
+        self.directory, self.step = directory, step
+
+    def on_step_end(self, trainer, info):
+        from mixft.callbacks import StopTraining
+        from mixft.sharded_checkpoint import save_sharded_checkpoint
+
+        if info.step == self.step:
+            save_sharded_checkpoint(trainer, self.directory, {"test": True})
+            raise StopTraining("stopped for the resume check")
+
+
+def stopped_and_resumed(name: str, directory: str):
+    """RUNS[name] under FSDP stopped after step 2 with a sharded checkpoint, then a new trainer resumed from it."""
+    from mixft.sharded_checkpoint import load_sharded_checkpoint
+
+    train(name, fsdp=True, callbacks=[SaveAndStop(directory, 2)])
+    return train(name, fsdp=True, before_fit=lambda trainer: load_sharded_checkpoint(trainer, directory))
 
 
 def whole_parameters(module) -> torch.Tensor:
@@ -158,7 +183,10 @@ if __name__ == "__main__":
 
     seen = {}
     for name in checks:
-        trainer, result, record = train(name, fsdp=True)
+        if name.startswith("resume:"):
+            trainer, result, record = stopped_and_resumed(name.removeprefix("resume:"), f"{out}.{name[7:]}.dcp")
+        else:
+            trainer, result, record = train(name, fsdp=True)
         seen[name] = {
             "weights": whole_parameters(trainer.module), "sharded": is_sharded(trainer.module),
             "shard_dtypes": sorted({str(local(p).dtype) for p in trainer.module.parameters()}),

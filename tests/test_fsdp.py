@@ -33,10 +33,14 @@ def torchrun(*args, timeout=300, check=True):
 def sharded(tmp_path_factory):
     """Every check of fsdp_worker.RUNS, trained once under torchrun: ``{name: [rank 0's, rank 1's]}``."""
     out = tmp_path_factory.mktemp("fsdp") / "runs"
-    torchrun("tests/fsdp_worker.py", str(out), ",".join(fsdp_worker.RUNS))
+    checks = [*fsdp_worker.RUNS, *RESUMED]
+    torchrun("tests/fsdp_worker.py", str(out), ",".join(checks))
     ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
-    return {name: [r["runs"][name] for r in ranks] for name in fsdp_worker.RUNS}
+    return {name: [r["runs"][name] for r in ranks] for name in checks}
+
+
+RESUMED = ["resume:bert_dropout_fast", "resume:bert_fp16_inf", "resume:qwen2_lora_bf16"]
 
 
 def one_process(name: str):
@@ -104,6 +108,41 @@ def test_fast_dropout_under_fsdp_draws_what_it_draws_under_ddp(sharded):
                                                                    "bert_dropout_torch"))
     torch.testing.assert_close(fast, ddp, rtol=0, atol=1e-6)
     assert (fast - torch_dropout).abs().max() > 1e-4  # control: other masks move the weights visibly
+
+
+@pytest.mark.parametrize("resumed", RESUMED)
+def test_sharded_checkpoint_resume_equals_the_run_never_stopped(sharded, resumed):
+    # Stopped after step 2 of 4 with a DCP checkpoint (each rank its shards), resumed by a new
+    # trainer: dropout masks (RNG per rank), AdamW, the schedule and fp16's scale (an inf at
+    # step index 1 in the saved past) all come back, so the weights are bit for bit the same.
+    for stopped, never in zip(sharded[resumed], sharded[resumed.removeprefix("resume:")]):
+        torch.testing.assert_close(stopped["weights"], never["weights"], rtol=0, atol=0)
+        assert stopped["skipped"] == never["skipped"] and stopped["final_loss_scale"] == never["final_loss_scale"]
+        assert [s["lr"] for s in stopped["steps"]] == [s["lr"] for s in never["steps"]][2:]
+
+
+def test_a_damaged_sharded_checkpoint_is_refused_in_one_line(tmp_path):
+    import json
+
+    from mixft.checkpoint import CheckpointError
+    from mixft.sharded_checkpoint import MANIFEST, verify_sharded_checkpoint
+
+    directory = tmp_path / "checkpoint.dcp"
+    directory.mkdir()
+    (directory / "__0_0.distcp").write_bytes(b"shard bytes")
+    import zlib
+
+    (directory / MANIFEST).write_text(json.dumps({"format": "mixft-sharded-checkpoint", "version": 1, "world_size": 2,
+                                                  "meta": {}, "files": {"__0_0.distcp": {
+                                                      "bytes": 11, "crc32": zlib.crc32(b"shard bytes")}}}))
+    assert verify_sharded_checkpoint(directory, world_size=2)["world_size"] == 2
+    with pytest.raises(CheckpointError, match="written by 2 processes, this run has 4"):
+        verify_sharded_checkpoint(directory, world_size=4)
+    (directory / "__0_0.distcp").write_bytes(b"shard bytez")
+    with pytest.raises(CheckpointError, match="fails its CRC check"):
+        verify_sharded_checkpoint(directory)
+    with pytest.raises(CheckpointError, match="no complete sharded checkpoint"):
+        verify_sharded_checkpoint(tmp_path)
 
 
 def test_trainer_fsdp_without_a_process_group_is_one_line_usage_error():
