@@ -218,6 +218,21 @@ def test_cli_fsdp_without_two_processes_exits_2_in_one_line(tmp_path, tiny_bert_
     assert not out.exists()
 
 
+@pytest.mark.parametrize("extra,words", [
+    (["--resume"], "--resume with --fsdp: resuming a sharded run from the command line is not supported yet"),
+    (["--precision", "bf16", "--fp32-modules", "encoder.layer.0.output"], "--fp32-modules with --fsdp at bf16"),
+])
+def test_cli_fsdp_refuses_what_it_does_not_do_before_joining_a_group(tmp_path, tiny_bert_dir, tiny_data_dir,
+                                                                    monkeypatch, capsys, extra, words):
+    from mixft.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; refused before any process group is joined
+    out = tmp_path / "out"
+    assert main(finetune_args(tiny_bert_dir, tiny_data_dir, out, "--fsdp", *extra)[1:]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert words in line and not out.exists()
+
+
 def test_cli_fsdp_on_a_model_without_transformer_blocks_exits_2_before_any_work(tmp_path):
     out = tmp_path / "out"
     proc = torchrun("scripts/finetune.py", "--recipe", "mlp-synthetic", "--fsdp", "--output-dir", str(out),

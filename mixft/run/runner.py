@@ -104,19 +104,19 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
         raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
     cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
+    if cfg.fsdp:
+        _check_fsdp(cfg)  # before joining a process group: the launcher is what it checks
     device = resolve_device(cfg.device)
     if distributed.init_from_env() and device.type == "cuda":
         device = torch.device(distributed.local_device("cuda"))  # one GPU per rank
     precisions = [resolve_precision(name, device) for name in cfg.precisions]
-    if cfg.fsdp:
-        _check_fsdp(cfg, precisions)
     names = [p.name for p in precisions]
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
     return recipe, cfg, device, precisions
 
 
-def _check_fsdp(cfg: RunConfig, precisions: list[Precision]) -> None:
+def _check_fsdp(cfg: RunConfig) -> None:
     """``--fsdp``'s launcher and combinations, before any work (its blocks: ``check_before_training``)."""
     from ..fsdp import check_launch
 
@@ -126,7 +126,7 @@ def _check_fsdp(cfg: RunConfig, precisions: list[Precision]) -> None:
         # the run layer's --resume plan reads the one-file format only, so the CLI writes none under --fsdp.
         raise UsageError("--resume with --fsdp: resuming a sharded run from the command line is not supported yet "
                          "(no checkpoints are written under --fsdp); rerun without --resume")
-    half = [p.name for p in precisions if p.autocast_enabled]
+    half = [name for name in cfg.precisions if name in ("bf16", "fp16", "amp")]
     if cfg.fp32_modules and half:
         # FSDP gathers every block's weights in the half dtype: an fp32 island would compute in
         # fp32 on rounded weights, which is not what --fp32-modules promises.
