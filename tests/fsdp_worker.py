@@ -38,6 +38,8 @@ RUNS = {
     "bert_dropout_fast": ("bert", False, "fp32", 1),
     "bert_dropout_fast_ddp": ("bert", False, "fp32", 1),
     "bert_dropout_torch": ("bert", False, "fp32", 1),
+    # --inject-nonfinite at rate 1 on sharded gradients: every step skipped on every rank.
+    "bert_fp32_injected": ("bert", False, "fp32", 1),
 }
 
 
@@ -125,6 +127,10 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
                                              rank=distributed.rank() if world > 1 else 0)  # 3 batches: 2 + 1
     model = classifier(arch, lora, dropout="dropout" in name)
     record = Record(inject=(1, 1) if name.endswith("_inf") else None)
+    if name.endswith("_injected"):
+        from mixft.faults import InjectNonFinite
+
+        callbacks = [*callbacks, InjectNonFinite(1.0, seed=0)]
 
     def optimizer(params):
         return torch.optim.AdamW([p for p in params if p.requires_grad], lr=1e-3, weight_decay=0.01)

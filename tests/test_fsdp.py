@@ -145,6 +145,13 @@ def test_a_damaged_sharded_checkpoint_is_refused_in_one_line(tmp_path):
         verify_sharded_checkpoint(tmp_path)
 
 
+def test_inject_nonfinite_reaches_sharded_gradients(sharded):
+    initial = fsdp_worker.whole_parameters(fsdp_worker.classifier("bert", False))
+    for rank in sharded["bert_fp32_injected"]:
+        assert [s["skipped"] for s in rank["steps"]] == [True] * 4 and rank["skipped"] == 4
+        torch.testing.assert_close(rank["weights"], initial, rtol=0, atol=0)  # nothing was written
+
+
 def test_trainer_fsdp_without_a_process_group_is_one_line_usage_error():
     from mixft.errors import UsageError
     from mixft.trainer import Trainer
