@@ -19,9 +19,9 @@ from torch.utils.data import DataLoader, Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mixft import distributed  # noqa: E402
-from mixft.callbacks import Callback  # noqa: E402
+from mixft.train.hooks import Callback  # noqa: E402
 from mixft.data.batching import LengthGroupedBatchSampler  # noqa: E402
-from mixft.trainer import Trainer  # noqa: E402
+from mixft.train.trainer import Trainer  # noqa: E402
 
 VOCAB, ROWS, SEQ = 96, 32, 12
 
@@ -62,9 +62,9 @@ def classifier(arch: str, lora: bool, dropout: bool = False):
     """A 2-block tiny classifier of ``arch``, without dropout unless asked (one process compares bit for bit)."""
     from transformers import AutoModelForSequenceClassification
 
-    from mixft.lora import LoraOptions, apply_lora
-    from mixft.models import SequenceClassifier
-    from tests.tiny_models import tiny_config
+    from mixft.models.lora import LoraOptions, apply_lora
+    from mixft.models.classifiers import SequenceClassifier
+    from tiny_models import tiny_config
 
     overrides = {"n_layer": 2} if arch == "gpt2" else {"num_hidden_layers": 2}
     config = tiny_config(arch, VOCAB, num_labels=2, pad_token_id=0, **overrides)
@@ -92,7 +92,7 @@ class Record(Callback):
         self.steps, self.grad_dtypes, self.gathered = [], set(), set()
 
     def on_before_optimizer_step(self, trainer):
-        from mixft.fsdp import local
+        from mixft.train.fsdp import local
 
         grads = [p.grad for p in trainer.params if p.grad is not None]
         self.grad_dtypes |= {str(local(g).dtype) for g in grads}
@@ -128,7 +128,7 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
     model = classifier(arch, lora, dropout="dropout" in name)
     record = Record(inject=(1, 1) if name.endswith("_inf") else None)
     if name.endswith("_injected"):
-        from mixft.faults import InjectNonFinite
+        from mixft.callbacks.faults import InjectNonFinite
 
         callbacks = [*callbacks, InjectNonFinite(1.0, seed=0)]
 
@@ -142,7 +142,7 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
                       predict_fn=model.predict_fn, callbacks=[record, *callbacks], fsdp=fsdp, seed=0,
                       scaler_kwargs={"init_scale": 1024.0})
     if "fast" in name:  # as mixft.run.build does: swapped in after the trainer sharded (or wrapped) the model
-        from mixft.dropout import use_fast_dropout
+        from mixft.train.fast_dropout import use_fast_dropout
 
         trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
     if fsdp:
@@ -160,8 +160,8 @@ class SaveAndStop(Callback):
         self.directory, self.step = directory, step
 
     def on_step_end(self, trainer, info):
-        from mixft.callbacks import StopTraining
-        from mixft.sharded_checkpoint import save_sharded_checkpoint
+        from mixft.train.hooks import StopTraining
+        from mixft.train.sharded_checkpoint import save_sharded_checkpoint
 
         if info.step == self.step:
             save_sharded_checkpoint(trainer, self.directory, {"test": True})
@@ -170,14 +170,14 @@ class SaveAndStop(Callback):
 
 def stopped_and_resumed(name: str, directory: str):
     """RUNS[name] under FSDP stopped after step 2 with a sharded checkpoint, then a new trainer resumed from it."""
-    from mixft.sharded_checkpoint import load_sharded_checkpoint
+    from mixft.train.sharded_checkpoint import load_sharded_checkpoint
 
     train(name, fsdp=True, callbacks=[SaveAndStop(directory, 2)])
     return train(name, fsdp=True, before_fit=lambda trainer: load_sharded_checkpoint(trainer, directory))
 
 
 def whole_parameters(module) -> torch.Tensor:
-    from mixft.fsdp import whole
+    from mixft.train.fsdp import whole
 
     return torch.cat([whole(p.detach()).reshape(-1).float() for p in module.parameters()])
 
@@ -185,7 +185,7 @@ def whole_parameters(module) -> torch.Tensor:
 if __name__ == "__main__":
     out, checks = sys.argv[1], sys.argv[2].split(",")
     assert distributed.init_from_env(), "expected to run under torchrun"
-    from mixft.fsdp import is_sharded, local
+    from mixft.train.fsdp import is_sharded, local
 
     seen = {}
     for name in checks:
