@@ -20,7 +20,11 @@ Counting rules (they decide the figures, so they are stated here):
   ``parameters`` figure already); autocast's cast copies of the weights are new storages and
   do count, which is part of the honest answer;
 - the peak is the largest sum of live saved bytes: a saved storage stops counting when
-  autograd frees it during backward.
+  autograd frees it during backward;
+- a sharded (FSDP) model: parameters, gradients and optimizer state are this process's
+  shards (``DTensor.to_local()``), and ``whole_bytes`` gives the whole tensors (what one
+  process would hold); the weights FSDP gathers for a block are parameters too, not saved
+  activations, while the block runs (``SavedTensorMeter.for_model``).
 """
 
 from __future__ import annotations
@@ -70,14 +74,26 @@ class MemoryRecord:
         return asdict(self)
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    # A DTensor (FSDP's sharded parameters, their gradients and optimizer state): this process's shard.
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of a tensor's elements (``numel * element_size``), not of its whole storage."""
+    """Bytes of a tensor's elements (``numel * element_size``), not of its whole storage; a sharded
+    tensor's (DTensor) local shard: what this process holds."""
+    t = _local(t)
     return t.numel() * t.element_size()
 
 
-def optimizer_state_bytes(optimizers: Iterable[torch.optim.Optimizer]) -> int:
+def whole_bytes(t: torch.Tensor) -> int:
+    """Bytes of the whole tensor, sharded or not (``numel`` of a DTensor is its global size)."""
+    return t.numel() * t.element_size()
+
+
+def optimizer_state_bytes(optimizers: Iterable[torch.optim.Optimizer], *, whole: bool = False) -> int:
     """Bytes of every tensor in the optimizers' ``state`` (Adam's two moments, step counters...),
-    each storage counted once.
+    each storage counted once; this process's shards of a sharded model's (``whole``: the whole tensors).
 
     Usage: ``optimizer_state_bytes([optimizer])``
     """
@@ -90,11 +106,12 @@ def optimizer_state_bytes(optimizers: Iterable[torch.optim.Optimizer]) -> int:
                     key = _storage_key(value)
                     if key not in seen:
                         seen.add(key)
-                        total += tensor_bytes(value)
+                        total += whole_bytes(value) if whole else tensor_bytes(value)
     return total
 
 
 def _storage_key(t: torch.Tensor) -> tuple[str, int]:
+    t = _local(t)
     return str(t.device), t.untyped_storage().data_ptr()
 
 
@@ -160,6 +177,37 @@ class SavedTensorMeter:
         self.by_op: Counter = Counter()
         self._ops = _OpTracker()
         self._stack = contextlib.ExitStack()
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module) -> "SavedTensorMeter":
+        """A meter that counts ``model``'s parameters apart, FSDP's gathered weights included.
+
+        Under FSDP a block's parameters are, while it runs, the whole tensors FSDP gathered
+        (read in a forward pre-hook that runs after FSDP's own); they are forgotten after the
+        block, since FSDP frees them and their addresses may then hold activations.
+        Usage: ``with SavedTensorMeter.for_model(model): loss = loss_fn(model(x), y)``
+        """
+        meter = cls(exclude=list(model.parameters()))
+        from torch.distributed.fsdp import FSDPModule
+
+        in_flight: dict[int, list] = {}
+
+        def note(module, args):
+            for p in module.parameters():
+                key = None if hasattr(p, "to_local") else _storage_key(p)  # a DTensor: still sharded
+                if key is not None and key not in meter._excluded:
+                    meter._excluded.add(key)
+                    in_flight.setdefault(id(module), []).append(key)
+
+        def forget(module, args, output):
+            for key in in_flight.pop(id(module), []):
+                meter._excluded.discard(key)
+
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                meter._stack.callback(m.register_forward_pre_hook(note).remove)
+                meter._stack.callback(m.register_forward_hook(forget).remove)
+        return meter
 
     def __enter__(self) -> "SavedTensorMeter":
         self._stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
@@ -232,19 +280,21 @@ def measure_step_memory(
     params = [p for p in model.parameters()]
     rng = capture_rng_state()
     try:
-        meter = SavedTensorMeter(exclude=params)
+        meter = SavedTensorMeter.for_model(model)
         with meter, autocast_ctx_factory():
             loss = loss_fn(_forward(model, batch_inputs), labels)
         loss.backward()  # outside autocast, as in training; frees what the meter counted
         del loss
         seen: set[tuple[str, int]] = set()
-        parameters = gradients = 0
+        parameters = gradients = whole_parameters = whole_gradients = 0
         for p in params:
             if _storage_key(p) not in seen:  # tied weights are one tensor in memory
                 seen.add(_storage_key(p))
                 parameters += tensor_bytes(p)
+                whole_parameters += whole_bytes(p)
                 if p.grad is not None:
                     gradients += tensor_bytes(p.grad)
+                    whole_gradients += whole_bytes(p.grad)
     finally:
         model.zero_grad(set_to_none=True)
         restore_rng_state(rng)
@@ -255,6 +305,8 @@ def measure_step_memory(
         "saved_by_dtype": {k: int(v) for k, v in sorted(meter.by_dtype.items(), key=lambda kv: -kv[1])},
         "saved_by_op": meter.top_ops(),
         "saved_parameter_bytes": int(meter.excluded_bytes),
+        # What one process would hold of the same tensors (differs only for a sharded model).
+        "whole_model": {"parameters": whole_parameters, "gradients": whole_gradients},
     }
 
 

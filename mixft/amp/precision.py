@@ -246,6 +246,26 @@ def _where(device_type: str) -> str:
     return "GPU" if device_type == "cuda" else "CPU"
 
 
+def fsdp_policies(precision: Precision) -> tuple[Any, Any]:
+    """FSDP2's mixed-precision policies for ``precision``: ``(blocks_and_root, fp32_units)``.
+
+    fp32/tf32: torch's default policy (weights gathered as stored, fp32) and no fp32 units.
+    fp16/bf16: the blocks and the root gather their weights in the autocast dtype
+    (``param_dtype``) and reduce gradients in fp32 (``reduce_dtype``), so the shards and their
+    gradients stay fp32; the fp32 units (norms, embeddings: ``mixft.train.fsdp.fp32_units``) keep
+    ``param_dtype=float32``. Why both engines under FSDP: autocast alone over fp32 shards
+    saves a half-precision copy of every weight for backward on every rank (docs/fsdp.md).
+
+    Usage: ``blocks, units = fsdp_policies(resolve_precision("bf16", device))``
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision.autocast_dtype is None:
+        return MixedPrecisionPolicy(), None
+    return (MixedPrecisionPolicy(param_dtype=precision.autocast_dtype, reduce_dtype=torch.float32),
+            MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32))
+
+
 @contextlib.contextmanager
 def configure_matmul(precision: Precision, device: torch.device) -> Iterator[None]:
     """Within the block, matmuls run at ``precision``'s setting; the process's own comes back after.

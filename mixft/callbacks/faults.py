@@ -77,8 +77,15 @@ class InjectNonFinite(Callback):
         if not params:
             return
         grad = params[rng.randrange(len(params))].grad
-        index = torch.unravel_index(torch.tensor(rng.randrange(grad.numel())), grad.shape)
-        grad[index] = self.value
+        flat = rng.randrange(grad.numel())
+        if hasattr(grad, "to_local"):
+            # A sharded (FSDP) gradient: every process drew the same element of the whole tensor;
+            # each writes into its own shard (one element per process), so every process sees it.
+            local = grad.to_local()
+            if local.numel():
+                local.view(-1)[flat % local.numel()] = self.value
+        else:
+            grad[torch.unravel_index(torch.tensor(flat), grad.shape)] = self.value
         self.injected_steps.append(step)
 
     def _rng(self, step: int) -> random.Random:

@@ -240,6 +240,28 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
 
 
+def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
+    """The header's ``--fsdp`` lines: how the model is sharded at each precision, and the CPU speed paths.
+
+    Usage: ``sharding_lines(cfg, torch.device("cpu"), [resolve_precision("bf16", cpu)], 2)``
+    """
+    how = []
+    for p in precisions:
+        if p.autocast_enabled:
+            how.append(f"{p.name}: {p.name} weights gathered per block, fp32 master shards and gradient reduction, "
+                       "norms and embeddings gathered in fp32")
+        else:
+            how.append(f"{p.name}: {p.name} weights gathered per block")
+    lines = [f"  sharding   FSDP2 over {processes} processes (weights, gradients, optimizer state: 1/{processes} "
+             f"each), global batch {cfg.batch_size * cfg.grad_accum * processes}",
+             *(f"             {text}" for text in how)]
+    if device.type == "cpu":
+        dropout = "fast dropout on" if cfg.fast_dropout else "torch's dropout"
+        lines.append(f"  paths      {dropout}; row-gradient embeddings off (FSDP needs dense gradients)")
+    lines.append("  checkpoint none under --fsdp yet (no --resume); --save-model writes the whole model at the end")
+    return lines
+
+
 # Evaluation figures that are not task metrics (they have their own places in the line).
 _NOT_METRICS = {"loss", "time_s", "samples_per_s"}
 
@@ -308,7 +330,10 @@ class ConsoleObserver:
     def on_plan(self, cfg, device, precisions, run_info, steps, hardware) -> None:
         if self.main:
             print_plan(cfg, device, precisions, run_info, steps, hardware)
-            if world_size() > 1:
+            if world_size() > 1 and cfg.fsdp:
+                for line in sharding_lines(cfg, device, precisions, world_size()):
+                    say(line)
+            elif world_size() > 1:
                 say(f"  parallel   {world_size()} processes (DistributedDataParallel), "
                       f"global batch {cfg.batch_size * cfg.grad_accum * world_size()}")
 

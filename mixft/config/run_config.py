@@ -157,6 +157,10 @@ class RunConfig:
     save_model: bool = option(False, "save the fine-tuned model under OUTPUT_DIR", check=BOOL)
     eval_only: bool = option(False, "no training: evaluate --model (e.g. a --save-model directory) at each "
                              "precision", check=BOOL)
+    # Issue 31: shard instead of copy under torchrun (mixft.train.fsdp; checked by mixft.runs.runner before any work).
+    fsdp: bool = option(False, "under torchrun --nproc-per-node N (N >= 2): shard the model, its gradients and the "
+                        "optimizer state across the processes (FSDP2) instead of a whole copy in each (DDP), for a "
+                        "model larger than one device's memory (docs/fsdp.md)", check=BOOL)
     num_workers: int = option(0, "DataLoader worker processes (0 keeps the data in this process)",
                               check=NON_NEGATIVE_INT, metavar="N")
     fast_dropout: bool = option(True, "use torch's own dropout masks on CPU instead of mixft's faster exact ones "

@@ -49,7 +49,7 @@ def build_trainer(
         eval_loader=parts.eval_loader, precision=precision, device=device,
         lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
         epochs=cfg.epochs, max_steps=cfg.max_steps, eval_steps=cfg.eval_steps, predict_fn=parts.predict_fn, metric=parts.metric,
-        seed=seed, callbacks=callbacks,
+        seed=seed, callbacks=callbacks, fsdp=cfg.fsdp,
         # --init-loss-scale: where fp16's GradScaler starts (a scaler that is off ignores it).
         scaler_kwargs={"init_scale": cfg.init_loss_scale} if cfg.init_loss_scale is not None else None,
         # The data files' fingerprints too: --resume keeps a finished run only on unchanged data.

@@ -47,7 +47,8 @@ def preflight_due(cfg: RunConfig, precisions: list[Precision]) -> bool:
     if cfg.eval_only:  # nothing trains: nothing to warn about
         return False
     if cfg.preflight is None:
-        return any(p.name == "fp16" for p in precisions)
+        # --fsdp: the check runs the whole model in each process, which a sharded run may not fit.
+        return any(p.name == "fp16" for p in precisions) and not cfg.fsdp
     return cfg.preflight
 
 
@@ -64,7 +65,7 @@ def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: 
         raise UsageError(f"--init-loss-scale: only fp16 uses a loss scale; this command trains "
                          f"{', '.join(p.name for p in precisions)}")
     due = preflight_due(cfg, precisions) and not _all_finished(cfg, precisions, run_plan)
-    if not (due or cfg.fp32_modules):
+    if not (due or cfg.fp32_modules or cfg.fsdp):
         return None
     # The run the check is about: fp16 when the command trains it, else the first precision.
     precision = next((p for p in precisions if p.name == "fp16"), precisions[0])
@@ -74,6 +75,10 @@ def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: 
         model = parts.model
         if cfg.fp32_modules:
             keep_in_fp32(model, cfg.fp32_modules).remove()  # unknown name: UsageError with the closest ones
+        if cfg.fsdp:
+            from ..train.fsdp import check_shardable
+
+            check_shardable(model)  # no transformer blocks: one line now, not at the first run's start
         if not due:
             return None
         torch.manual_seed(cfg.seeds[0])  # the same dropout masks every time: a reproducible check

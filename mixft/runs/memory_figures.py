@@ -122,13 +122,32 @@ class RunMemory:
                 result.peak_memory_bytes, result.start_memory_bytes = figure.peak_bytes, figure.start_bytes
                 result.peak_memory_kind = "cpu_rss"
                 scope, fresh_steps = "fresh_process", figure.steps
+        sharded = _sharded_figures(self._step, trainer, result) if getattr(trainer, "fsdp", False) else None
         if self._step is None:
             return
         record = memory_record(self._step, optimizer_state_bytes(trainer.optimizers), result.peak_memory_bytes,
                                result.peak_memory_kind)
         record.update(device_figure_scope=scope, device_figure_steps=fresh_steps, measured_batch=self._batch,
                       measured_batch_shape=self._shape)
+        if sharded:
+            record.update(sharded)  # the figures above are this process's (rank 0's) own
         result.memory = record
+
+
+def _sharded_figures(step: dict | None, trainer, result) -> dict[str, Any]:
+    """A sharded (FSDP) run's ``memory.sharding``, ``memory.whole_model`` (what one process would hold of
+    the same tensors) and ``memory.ranks`` (each process's own figures); a collective: every process calls it."""
+    mine = None
+    if step is not None:
+        mine = {"parameters": step["parameters"], "gradients": step["gradients"],
+                "optimizer_state": optimizer_state_bytes(trainer.optimizers),
+                "saved_activations_peak": step["saved_activations_peak"],
+                "device_figure": result.peak_memory_bytes, "device_figure_kind": result.peak_memory_kind}
+    ranks = distributed.all_gather_objects(mine)
+    whole = dict((step or {}).get("whole_model") or {})
+    whole["optimizer_state"] = optimizer_state_bytes(trainer.optimizers, whole=True)
+    return {"sharding": {"kind": "fsdp", "world_size": distributed.world_size()}, "whole_model": whole,
+            "ranks": ranks}
 
 
 def measure_before_fit(cfg, prepared, trainer, precision, seed: int, *, fresh: bool) -> RunMemory:

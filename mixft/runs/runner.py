@@ -104,6 +104,8 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
         raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
     cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
+    if cfg.fsdp:
+        _check_fsdp(cfg)  # before joining a process group: the launcher is what it checks
     device = resolve_device(cfg.device)
     if distributed.init_from_env() and device.type == "cuda":
         device = torch.device(distributed.local_device("cuda"))  # one GPU per rank
@@ -114,6 +116,24 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
     return recipe, cfg, device, precisions
+
+
+def _check_fsdp(cfg: RunConfig) -> None:
+    """``--fsdp``'s launcher and combinations, before any work (its blocks: ``check_before_training``)."""
+    from ..train.fsdp import check_launch
+
+    check_launch()
+    if cfg.resume:
+        # A sharded run's checkpoints are a DCP directory per run (mixft.train.sharded_checkpoint, from Python);
+        # the run layer's --resume plan reads the one-file format only, so the CLI writes none under --fsdp.
+        raise UsageError("--resume with --fsdp: resuming a sharded run from the command line is not supported yet "
+                         "(no checkpoints are written under --fsdp); rerun without --resume")
+    half = [name for name in cfg.precisions if name in ("bf16", "fp16", "amp")]
+    if cfg.fp32_modules and half:
+        # FSDP gathers every block's weights in the half dtype: an fp32 island would compute in
+        # fp32 on rounded weights, which is not what --fp32-modules promises.
+        raise UsageError(f"--fp32-modules with --fsdp at {', '.join(half)}: the sharded blocks gather their weights "
+                         "in that dtype, so those modules would not run on fp32 weights; drop one of the two")
 
 
 def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
@@ -284,15 +304,31 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
                 trainer.evaluate()
         memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
     finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
-    if cfg.save_model and not cfg.eval_only and distributed.is_main_process() and finished:
+    if cfg.save_model and not cfg.eval_only and finished:
         target = files.saved_model
-        recipe.save_model(trainer.module, prepared, target)
-        logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
+        model = _whole_model(recipe, cfg, prepared, precision, seed, trainer) if trainer.fsdp else trainer.module
+        if distributed.is_main_process():
+            recipe.save_model(model, prepared, target)
+            logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target,
+                        target)
     if predict_source is not None and distributed.is_main_process() and finished:
         target = files.predictions
         result.predict = predict_and_write(trainer, predict_source, target, batch_size=cfg.batch_size * 2)
         logger.info("predictions for %s written to %s", predict_source.path, target)
     return result
+
+
+def _whole_model(recipe, cfg: RunConfig, prepared, precision: Precision, seed: int, trainer):
+    """A sharded run's model, consolidated into a fresh one-process model of the recipe in process 0 (None
+    elsewhere): what ``--save-model`` writes, loadable by one process. A collective: every process calls it."""
+    from ..train.fsdp import full_state_dict
+
+    weights = full_state_dict(trainer.module)  # the whole tensors on process 0's CPU, nothing elsewhere
+    if not distributed.is_main_process():
+        return None
+    model = recipe.build(cfg, prepared, precision, torch.device("cpu"), seed).model
+    model.load_state_dict(weights)
+    return model
 
 
 @contextlib.contextmanager
@@ -377,7 +413,7 @@ def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dic
         callbacks.append(InjectNonFinite(cfg.inject_nonfinite, seed=seed))
     if cfg.detect_collapse:
         callbacks.append(CollapseDetector(cfg.min_loss_scale, cfg.max_consecutive_skips))
-    if distributed.is_main_process():  # one writer per file
+    if distributed.is_main_process() and not cfg.fsdp:  # one writer per file; --fsdp: none (see _check_fsdp)
         callbacks.append(Checkpointer(checkpoint, every=cfg.checkpoint_every, meta=meta, minutes=cfg.checkpoint_minutes,
                                       keep=cfg.save_total_limit, step_name=step_name, states=states))
     return callbacks

@@ -56,11 +56,13 @@ def _evaluate(trainer, loader) -> dict[str, float]:
     clock = Stopwatch(device)
     try:
         with clock:
-            for batch in loader:
+            for batch, real in _batches(trainer, loader):
                 inputs, labels = split_batch(batch, device)
                 with trainer.autocast():
                     outputs = forward(module, inputs)
                     loss = trainer.loss_fn(outputs, labels)
+                if not real:  # a sharded model's extra forward (see _batches): nothing to count
+                    continue
                 n = batch_size(labels)
                 loss_sum += loss.double() * n
                 count += n
@@ -69,6 +71,7 @@ def _evaluate(trainer, loader) -> dict[str, float]:
                     references.append(labels.detach())
     finally:
         trainer.model.train(was_training)
+        _reshard(trainer)
     # Every rank evaluated its shard: sum the losses, gather the predictions.
     loss_sum = distributed.all_reduce_sum(loss_sum)
     count = int(distributed.all_reduce_sum(torch.tensor(count, device=device)).item())
@@ -151,11 +154,30 @@ def predict(trainer, loader) -> torch.Tensor:
     outs = []
     try:
         with configure_matmul(trainer.precision, trainer.device), torch.inference_mode():
-            for batch in loader:
+            for batch, real in _batches(trainer, loader):
                 inputs, _ = split_batch(batch, trainer.device)
                 with trainer.autocast():
                     outputs = forward(trainer.module, inputs)
-                outs.append(outputs.float().cpu())
+                if real:
+                    outs.append(outputs.float().cpu())
     finally:
         trainer.model.train(was_training)
+        _reshard(trainer)
     return torch.cat(outs) if outs else torch.empty(0)
+
+
+def _batches(trainer, loader):
+    """``(batch, real)`` pairs of ``loader``; under FSDP padded so every process runs as many forwards
+    (each forward all-gathers weights from all of them: ``mixft.train.fsdp.lockstep_batches``)."""
+    if getattr(trainer, "fsdp", False):
+        from .fsdp import lockstep_batches
+
+        return lockstep_batches(loader)
+    return ((batch, True) for batch in loader)
+
+
+def _reshard(trainer) -> None:
+    # FSDP keeps the root's weights gathered after a forward that no backward follows: give
+    # them back, or every process would hold them whole (and parameters() would not be shards).
+    if getattr(trainer, "fsdp", False):
+        trainer.module.reshard()

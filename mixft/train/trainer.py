@@ -115,6 +115,10 @@ class Trainer:
             pass (outside autocast, before scaling): adds terms such as a gradient
             penalty (see ``mixft.amp.penalties.gradient_penalty``, which unscales by hand).
         run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
+        fsdp: shard the model over the process group with FSDP2 (``mixft.train.fsdp``) instead of
+            wrapping it in DDP: needs a process group of 2 or more (torchrun) and a model
+            with transformer blocks. The step below is unchanged: gradients are sharded
+            DTensors and each optimizer's norm is made whole (the same on every process).
     """
 
 
@@ -142,6 +146,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         loss_hook: Callable[["Trainer", torch.Tensor, Any, Any], torch.Tensor] | None = None,
         run_info: dict[str, Any] | None = None,
+        fsdp: bool = False,
     ):
         POSITIVE_INT.validate("grad_accum", grad_accum)
         POSITIVE_INT.validate("epochs", epochs)
@@ -153,12 +158,18 @@ class Trainer:
 
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
-        # The model must be on its device before a factory builds the optimizer, or the
-        # optimizer's state would be created for the wrong tensors.
-        self.model = model.to(self.device)
-        # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
-        # module stays reachable as ``self.module`` (saving, evaluation).
-        self.model = distributed.wrap_model(self.model, self.device)
+        self.fsdp = fsdp
+        if fsdp:
+            # Sharded on the CPU, before any move: fully_shard moves only this process's shards
+            # to the device (a model larger than one GPU must never be moved whole).
+            self.model = _sharded(model, self.precision, self.device)
+        else:
+            # The model must be on its device before a factory builds the optimizer, or the
+            # optimizer's state would be created for the wrong tensors.
+            self.model = model.to(self.device)
+            # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
+            # module stays reachable as ``self.module`` (saving, evaluation).
+            self.model = distributed.wrap_model(self.model, self.device)
         # Reversible swaps a builder made in the model (mixft.runs.build: fast dropout, row
         # embedding gradients), by name, each with .remove().
         self.cpu_swaps: dict[str, Any] = {}
@@ -434,12 +445,19 @@ class Trainer:
 
         Usage: ``torch.save(trainer.state_dict(), "ckpt.pt")``
         """
+        return {
+            "model": self.module.state_dict(),  # without a DDP wrapper's "module." prefix
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            **self.loop_state_dict(),
+        }
+
+    def loop_state_dict(self) -> dict[str, Any]:
+        """``state_dict()`` without the model and optimizers: schedulers, GradScaler, loop, RNGs (plain
+        objects; a sharded run's checkpoint, ``mixft.train.sharded_checkpoint``, saves the model apart)."""
         loop = self.state.to_plain()
         if self._meter is not None:  # mid-fit: this fit's time and tokens are not in state yet
             loop.update(self._meter.so_far())
         return {
-            "model": self.module.state_dict(),  # without a DDP wrapper's "module." prefix
-            "optimizers": [opt.state_dict() for opt in self.optimizers],
             "lr_schedulers": [sched.state_dict() for sched in self.lr_schedulers],
             "scaler": self.scaler.state_dict(),  # {} without a scaler
             "loop": loop,
@@ -461,11 +479,20 @@ class Trainer:
                 f"the state has {len(sd['optimizers'])} optimizer(s) and {len(sd['lr_schedulers'])} scheduler(s), "
                 f"this trainer {len(self.optimizers)} and {len(self.lr_schedulers)}"
             )
-        if bool(sd["scaler"]) != self.scaler.is_enabled():
+        if bool(sd["scaler"]) != self.scaler.is_enabled():  # refused before anything is loaded
             raise ValueError("the state's GradScaler does not match this trainer's precision")
         self.module.load_state_dict(sd["model"])
         for opt, opt_state in zip(self.optimizers, sd["optimizers"]):
             opt.load_state_dict(opt_state)
+        self.load_loop_state_dict(sd)
+
+    def load_loop_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Put back what ``loop_state_dict()`` holds (after the model and optimizers)."""
+        if len(sd["lr_schedulers"]) != len(self.lr_schedulers):
+            raise ValueError(f"the state has {len(sd['lr_schedulers'])} scheduler(s), this trainer "
+                             f"{len(self.lr_schedulers)}")
+        if bool(sd["scaler"]) != self.scaler.is_enabled():
+            raise ValueError("the state's GradScaler does not match this trainer's precision")
         for sched, sched_state in zip(self.lr_schedulers, sd["lr_schedulers"]):
             sched.load_state_dict(sched_state)
         if sd["scaler"]:
@@ -505,8 +532,20 @@ def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device
     for opt_grads in grads:
         own = per_param[start:start + len(opt_grads)]
         start += len(opt_grads)
-        norms.append(torch.linalg.vector_norm(torch.stack(own)) if own else torch.zeros((), device=device))
+        norm = torch.linalg.vector_norm(torch.stack(own)) if own else torch.zeros((), device=device)
+        # FSDP's sharded gradients: stacking their partial norms all-reduces once (a replicated
+        # DTensor); its local value is the whole norm, the same on every process.
+        norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     return norms
+
+
+def _sharded(model: nn.Module, precision: Precision, device: torch.device) -> nn.Module:
+    """``model`` sharded by FSDP2 over a process group of 2 or more, or UsageError (one line)."""
+    from . import fsdp
+
+    if not distributed.is_distributed():
+        raise UsageError(fsdp.NO_LAUNCHER)
+    return fsdp.shard_model(model, precision, device)
 
 
 def _check_master_weights(precision: Precision, params: list[nn.Parameter]) -> None:

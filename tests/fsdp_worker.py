@@ -1,0 +1,210 @@
+"""Worker for tests/test_fsdp.py, started by torchrun: mixft's Trainer on FSDP2-sharded tiny models.
+
+One launch runs several checks (each 2-process start costs seconds): every rank writes what
+it saw to OUT.rank<r>.pt, and the test compares with one process trained in pytest itself.
+
+Usage: python -m torch.distributed.run --nproc_per_node 2 tests/fsdp_worker.py OUT CHECK[,CHECK...]
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mixft import distributed  # noqa: E402
+from mixft.train.hooks import Callback  # noqa: E402
+from mixft.data.batching import LengthGroupedBatchSampler  # noqa: E402
+from mixft.train.trainer import Trainer  # noqa: E402
+
+VOCAB, ROWS, SEQ = 96, 32, 12
+
+# name -> (architecture, LoRA, precision, grad_accum per process)
+RUNS = {
+    "bert_fp32": ("bert", False, "fp32", 1),
+    "qwen2_fp32": ("qwen2", False, "fp32", 2),
+    "bert_lora_fp32": ("bert", True, "fp32", 1),
+    "gpt2_lora_fp32": ("gpt2", True, "fp32", 1),
+    "bert_bf16": ("bert", False, "bf16", 1),
+    "qwen2_lora_bf16": ("qwen2", True, "bf16", 1),
+    "bert_fp16_inf": ("bert", False, "fp16", 1),
+    # Dropout on, the same seed: mixft's fast dropout under FSDP vs under DDP, and torch's under FSDP.
+    "bert_dropout_fast": ("bert", False, "fp32", 1),
+    "bert_dropout_fast_ddp": ("bert", False, "fp32", 1),
+    "bert_dropout_torch": ("bert", False, "fp32", 1),
+    # --inject-nonfinite at rate 1 on sharded gradients: every step skipped on every rank.
+    "bert_fp32_injected": ("bert", False, "fp32", 1),
+}
+
+
+class Rows(Dataset):
+    """ROWS fixed-length rows: learnable labels (the parity of the second token)."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(3)
+        self.ids = torch.randint(5, VOCAB, (ROWS, SEQ), generator=g)
+        self.labels = self.ids[:, 1] % 2
+
+    def __len__(self):
+        return ROWS
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones(SEQ, dtype=torch.long), "labels": self.labels[i]}
+
+
+def classifier(arch: str, lora: bool, dropout: bool = False):
+    """A 2-block tiny classifier of ``arch``, without dropout unless asked (one process compares bit for bit)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from mixft.models.lora import LoraOptions, apply_lora
+    from mixft.models.classifiers import SequenceClassifier
+    from tiny_models import tiny_config
+
+    overrides = {"n_layer": 2} if arch == "gpt2" else {"num_hidden_layers": 2}
+    config = tiny_config(arch, VOCAB, num_labels=2, pad_token_id=0, **overrides)
+    for key in () if dropout else ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                "attention_dropout", "summary_first_dropout"):
+        if hasattr(config, key):
+            setattr(config, key, 0.0)
+    torch.manual_seed(0)
+    model = SequenceClassifier(AutoModelForSequenceClassification.from_config(config))
+    if lora:
+        targets = {"bert": "query,value", "qwen2": "q_proj,v_proj", "gpt2": "c_attn"}[arch]
+        model = apply_lora(model, LoraOptions(r=4, alpha=8.0, dropout=0.0, target_modules=targets))
+        torch.manual_seed(1)
+        for name, p in model.named_parameters():  # peft starts B at zero: give the adapters a signal at once
+            if "lora_B" in name:
+                nn.init.normal_(p, std=0.02)
+    return model
+
+
+class Record(Callback):
+    """Per-step facts: stepped or skipped, loss scale, LR, the shards' dtypes; an inf for fp16's check."""
+
+    def __init__(self, inject: tuple[int, int] | None = None):
+        self.inject = inject  # (rank, step index): write inf into that rank's local shard
+        self.steps, self.grad_dtypes, self.gathered = [], set(), set()
+
+    def on_before_optimizer_step(self, trainer):
+        from mixft.train.fsdp import local
+
+        grads = [p.grad for p in trainer.params if p.grad is not None]
+        self.grad_dtypes |= {str(local(g).dtype) for g in grads}
+        if self.inject and self.inject == (distributed.rank(), trainer.state.step):
+            local(grads[0]).view(-1)[0] = float("inf")
+
+    def on_step_end(self, trainer, info):
+        self.steps.append({"skipped": info.skipped, "scale": info.loss_scale, "lr": info.lr})
+
+
+def watch_gathered_dtypes(model, record: Record) -> None:
+    """Note the dtype each Linear and LayerNorm computes with (FSDP's unsharded parameters, in forward)."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.LayerNorm)):
+            module.register_forward_pre_hook(
+                lambda m, args: record.gathered.add(
+                    ("LayerNorm" if isinstance(m, nn.LayerNorm) else "Linear", str(m.weight.dtype)))
+            )
+
+
+def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), before_fit=None):
+    """Train RUNS[name] 4 steps: sharded (fsdp) or in one process (the reference: global batch in grad_accum)."""
+    arch, lora, precision, accum = RUNS[name]
+    ddp = name.endswith("_ddp")
+    fsdp = fsdp and not ddp
+    world = distributed.world_size() if fsdp or ddp else 1
+    ds = Rows()
+    # Equal lengths + no shuffle: global batches 0, 1, 2, ...; rank r takes r, r + world, ...
+    sampler = LengthGroupedBatchSampler([SEQ] * ROWS, batch_size=4, shuffle=False, num_replicas=world,
+                                        rank=distributed.rank() if world > 1 else 0)
+    eval_sampler = LengthGroupedBatchSampler([SEQ] * 12, batch_size=4, shuffle=False, num_replicas=world,
+                                             rank=distributed.rank() if world > 1 else 0)  # 3 batches: 2 + 1
+    model = classifier(arch, lora, dropout="dropout" in name)
+    record = Record(inject=(1, 1) if name.endswith("_inf") else None)
+    if name.endswith("_injected"):
+        from mixft.callbacks.faults import InjectNonFinite
+
+        callbacks = [*callbacks, InjectNonFinite(1.0, seed=0)]
+
+    def optimizer(params):
+        return torch.optim.AdamW([p for p in params if p.requires_grad], lr=1e-3, weight_decay=0.01)
+
+    trainer = Trainer(model, optimizer, model.loss_fn, DataLoader(ds, batch_sampler=sampler),
+                      eval_loader=DataLoader(ds, batch_sampler=eval_sampler), precision=precision, device="cpu",
+                      lr_scheduler=lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / 8),
+                      grad_accum=grad_accum or accum, max_grad_norm=None if "dropout" in name else 0.05, epochs=1, max_steps=4,
+                      predict_fn=model.predict_fn, callbacks=[record, *callbacks], fsdp=fsdp, seed=0,
+                      scaler_kwargs={"init_scale": 1024.0})
+    if "fast" in name:  # as mixft.run.build does: swapped in after the trainer sharded (or wrapped) the model
+        from mixft.train.fast_dropout import use_fast_dropout
+
+        trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
+    if fsdp:
+        watch_gathered_dtypes(trainer.module, record)
+    if before_fit is not None:
+        before_fit(trainer)
+    result = trainer.fit()
+    return trainer, result, record
+
+
+class SaveAndStop(Callback):
+    """Write a sharded checkpoint after optimizer step ``step``, then end the fit (a stop between steps)."""
+
+    def __init__(self, directory, step: int):
+        self.directory, self.step = directory, step
+
+    def on_step_end(self, trainer, info):
+        from mixft.train.hooks import StopTraining
+        from mixft.train.sharded_checkpoint import save_sharded_checkpoint
+
+        if info.step == self.step:
+            save_sharded_checkpoint(trainer, self.directory, {"test": True})
+            raise StopTraining("stopped for the resume check")
+
+
+def stopped_and_resumed(name: str, directory: str):
+    """RUNS[name] under FSDP stopped after step 2 with a sharded checkpoint, then a new trainer resumed from it."""
+    from mixft.train.sharded_checkpoint import load_sharded_checkpoint
+
+    train(name, fsdp=True, callbacks=[SaveAndStop(directory, 2)])
+    return train(name, fsdp=True, before_fit=lambda trainer: load_sharded_checkpoint(trainer, directory))
+
+
+def whole_parameters(module) -> torch.Tensor:
+    from mixft.train.fsdp import whole
+
+    return torch.cat([whole(p.detach()).reshape(-1).float() for p in module.parameters()])
+
+
+if __name__ == "__main__":
+    out, checks = sys.argv[1], sys.argv[2].split(",")
+    assert distributed.init_from_env(), "expected to run under torchrun"
+    from mixft.train.fsdp import is_sharded, local
+
+    seen = {}
+    for name in checks:
+        if name.startswith("resume:"):
+            trainer, result, record = stopped_and_resumed(name.removeprefix("resume:"), f"{out}.{name[7:]}.dcp")
+        else:
+            trainer, result, record = train(name, fsdp=True)
+        seen[name] = {
+            "weights": whole_parameters(trainer.module), "sharded": is_sharded(trainer.module),
+            "shard_dtypes": sorted({str(local(p).dtype) for p in trainer.module.parameters()}),
+            "local_numel": sum(local(p).numel() for p in trainer.module.parameters()),
+            "numel": sum(p.numel() for p in trainer.module.parameters()),
+            "grad_dtypes": sorted(record.grad_dtypes), "gathered": sorted(record.gathered), "steps": record.steps,
+            "losses": [float(x) for x in trainer.state.history["loss"]], "eval": result.eval,
+            "skipped": result.skipped_steps, "final_loss_scale": result.final_loss_scale,
+            "samples": trainer.state.samples, "grad_norms": [float(x) for x in trainer.state.history["grad_norm"]],
+        }
+        del trainer, result
+        gc.collect()
+    torch.save({"rank": distributed.rank(), "world": distributed.world_size(), "runs": seen},
+               f"{out}.rank{distributed.rank()}.pt")
+    distributed.shutdown()

@@ -1,0 +1,277 @@
+"""FSDP2 sharding (--fsdp) for real: two CPU processes (gloo) under torchrun, tiny models, a few steps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import fsdp_worker  # noqa: E402
+
+
+def torchrun(*args, timeout=300, check=True):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXFT_DIST_BACKEND": "gloo", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-12000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """Every check of fsdp_worker.RUNS, trained once under torchrun: ``{name: [rank 0's, rank 1's]}``."""
+    out = tmp_path_factory.mktemp("fsdp") / "runs"
+    checks = [*fsdp_worker.RUNS, *RESUMED]
+    torchrun("tests/fsdp_worker.py", str(out), ",".join(checks))
+    ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    return {name: [r["runs"][name] for r in ranks] for name in checks}
+
+
+RESUMED = ["resume:bert_dropout_fast", "resume:bert_fp16_inf", "resume:qwen2_lora_bf16"]
+
+
+def one_process(name: str):
+    """RUNS[name] in this process: the two ranks' micro-batches accumulated in one window."""
+    accum = fsdp_worker.RUNS[name][3]
+    trainer, result, _ = fsdp_worker.train(name, fsdp=False, grad_accum=2 * accum)
+    return trainer, result
+
+
+@pytest.mark.parametrize("name", ["bert_fp32", "qwen2_fp32", "bert_lora_fp32", "gpt2_lora_fp32"])
+def test_fsdp_fp32_equals_one_process(sharded, name):
+    ranks = sharded[name]
+    trainer, result = one_process(name)
+    for rank in ranks:
+        assert rank["sharded"] and rank["shard_dtypes"] == ["torch.float32"] and rank["grad_dtypes"] == ["torch.float32"]
+        # Every rank holds only its shards (plus FSDP's padding of a dim 0 that does not divide).
+        assert rank["local_numel"] < 0.6 * rank["numel"]
+        assert rank["samples"] == trainer.state.samples == 32  # the global count
+        assert [s["lr"] for s in rank["steps"]] == [s for s in trainer.state.history["lr"]]
+        torch.testing.assert_close(rank["grad_norms"], [float(g) for g in trainer.state.history["grad_norm"]],
+                                   rtol=1e-5, atol=1e-6)
+    assert sum(r["local_numel"] for r in ranks) >= ranks[0]["numel"]
+    single = fsdp_worker.whole_parameters(trainer.module)
+    torch.testing.assert_close(ranks[0]["weights"], ranks[1]["weights"], rtol=0, atol=0)
+    torch.testing.assert_close(ranks[0]["weights"], single, rtol=0, atol=1e-5)
+    # Evaluation: 3 batches over 2 ranks (2 + 1: the short rank runs one extra forward, dropped).
+    assert ranks[0]["eval"]["accuracy"] == pytest.approx(result.eval["accuracy"])
+    assert ranks[0]["eval"]["loss"] == pytest.approx(result.eval["loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bert_bf16", "qwen2_lora_bf16"])
+def test_fsdp_bf16_policy_gathers_bf16_keeps_fp32_shards_and_trains(sharded, name):
+    ranks = sharded[name]
+    for rank in ranks:
+        # Master shards and their gradients fp32; the blocks' Linear layers compute with bf16
+        # weights (param_dtype), the norms with fp32 ones (their own fp32 units).
+        assert rank["shard_dtypes"] == ["torch.float32"] and rank["grad_dtypes"] == ["torch.float32"]
+        assert ("Linear", "torch.bfloat16") in rank["gathered"] and ("Linear", "torch.float32") not in rank["gathered"]
+        if name.startswith("bert"):
+            assert ("LayerNorm", "torch.float32") in rank["gathered"]
+            assert ("LayerNorm", "torch.bfloat16") not in rank["gathered"]
+        assert rank["skipped"] == 0
+    single, _ = one_process(name)  # the same bf16 run in one process (autocast over whole fp32 weights)
+    torch.testing.assert_close(ranks[0]["weights"], fsdp_worker.whole_parameters(single.module),
+                               rtol=2e-2, atol=2e-3)
+    assert ranks[0]["weights"].ne(fsdp_worker.whole_parameters(fsdp_worker.classifier(
+        *fsdp_worker.RUNS[name][:2]))).any()  # it trained
+
+
+def test_fsdp_fp16_inf_on_one_rank_skips_on_every_rank(sharded):
+    ranks = sharded["bert_fp16_inf"]
+    for rank in ranks:  # the inf went into rank 1's shard only, at step index 1
+        assert [s["skipped"] for s in rank["steps"]] == [False, True, False, False]
+        assert [s["scale"] for s in rank["steps"]] == [1024.0, 512.0, 512.0, 512.0]
+        lrs = [s["lr"] for s in rank["steps"]]
+        assert lrs[2] == lrs[1] and lrs[3] < lrs[2]  # the schedule held on the skipped step
+        assert rank["final_loss_scale"] == 512.0 and rank["skipped"] == 1
+        assert ("Linear", "torch.float16") in rank["gathered"] and rank["grad_dtypes"] == ["torch.float32"]
+    torch.testing.assert_close(ranks[0]["weights"], ranks[1]["weights"], rtol=0, atol=0)
+
+
+def test_fast_dropout_under_fsdp_draws_what_it_draws_under_ddp(sharded):
+    # Dropout acts on activations, which FSDP leaves whole in each process: the same masks as DDP's.
+    fast, ddp, torch_dropout = (sharded[n][0]["weights"] for n in ("bert_dropout_fast", "bert_dropout_fast_ddp",
+                                                                   "bert_dropout_torch"))
+    torch.testing.assert_close(fast, ddp, rtol=0, atol=1e-6)
+    assert (fast - torch_dropout).abs().max() > 1e-4  # control: other masks move the weights visibly
+
+
+@pytest.mark.parametrize("resumed", RESUMED)
+def test_sharded_checkpoint_resume_equals_the_run_never_stopped(sharded, resumed):
+    # Stopped after step 2 of 4 with a DCP checkpoint (each rank its shards), resumed by a new
+    # trainer: dropout masks (RNG per rank), AdamW, the schedule and fp16's scale (an inf at
+    # step index 1 in the saved past) all come back, so the weights are bit for bit the same.
+    for stopped, never in zip(sharded[resumed], sharded[resumed.removeprefix("resume:")]):
+        torch.testing.assert_close(stopped["weights"], never["weights"], rtol=0, atol=0)
+        assert stopped["skipped"] == never["skipped"] and stopped["final_loss_scale"] == never["final_loss_scale"]
+        assert [s["lr"] for s in stopped["steps"]] == [s["lr"] for s in never["steps"]][2:]
+
+
+def test_a_damaged_sharded_checkpoint_is_refused_in_one_line(tmp_path):
+    import json
+
+    from mixft.train.checkpoint import CheckpointError
+    from mixft.train.sharded_checkpoint import MANIFEST, verify_sharded_checkpoint
+
+    directory = tmp_path / "checkpoint.dcp"
+    directory.mkdir()
+    (directory / "__0_0.distcp").write_bytes(b"shard bytes")
+    import zlib
+
+    (directory / MANIFEST).write_text(json.dumps({"format": "mixft-sharded-checkpoint", "version": 1, "world_size": 2,
+                                                  "meta": {}, "files": {"__0_0.distcp": {
+                                                      "bytes": 11, "crc32": zlib.crc32(b"shard bytes")}}}))
+    assert verify_sharded_checkpoint(directory, world_size=2)["world_size"] == 2
+    with pytest.raises(CheckpointError, match="written by 2 processes, this run has 4"):
+        verify_sharded_checkpoint(directory, world_size=4)
+    (directory / "__0_0.distcp").write_bytes(b"shard bytez")
+    with pytest.raises(CheckpointError, match="fails its CRC check"):
+        verify_sharded_checkpoint(directory)
+    with pytest.raises(CheckpointError, match="no complete sharded checkpoint"):
+        verify_sharded_checkpoint(tmp_path)
+
+
+def test_inject_nonfinite_reaches_sharded_gradients(sharded):
+    initial = fsdp_worker.whole_parameters(fsdp_worker.classifier("bert", False))
+    for rank in sharded["bert_fp32_injected"]:
+        assert [s["skipped"] for s in rank["steps"]] == [True] * 4 and rank["skipped"] == 4
+        torch.testing.assert_close(rank["weights"], initial, rtol=0, atol=0)  # nothing was written
+
+
+def test_trainer_fsdp_without_a_process_group_is_one_line_usage_error():
+    from mixft.errors import UsageError
+    from mixft.train.trainer import Trainer
+
+    model = fsdp_worker.classifier("bert", False)
+    with pytest.raises(UsageError, match="launch it with torchrun --nproc-per-node N"):
+        Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), model.loss_fn, [], fsdp=True)
+
+
+def test_transformer_blocks_found_in_every_tiny_architecture_and_lora():
+    from mixft.train.fsdp import fp32_units, transformer_blocks
+
+    for arch in ("bert", "qwen2", "gpt2"):
+        for lora in (False, True):
+            model = fsdp_worker.classifier(arch, lora)
+            blocks = transformer_blocks(model)
+            assert len(blocks) == 2 and len({type(b) for b in blocks}) == 1
+            units = fp32_units(model)
+            assert units and all(not any(u is b for b in blocks) for u in units)
+    assert transformer_blocks(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == []
+
+
+def finetune_args(model, data, out, *extra):
+    return ["scripts/finetune.py", "--recipe", "bert-sst2", "--model", str(model), "--data-dir", str(data),
+            "--batch-size", "2", "--epochs", "1", "--output-dir", str(out), "--no-progress", *extra]
+
+
+def test_cli_fsdp_trains_and_saves_a_whole_model_that_one_process_evaluates_alike(tmp_path, tiny_bert_dir,
+                                                                                  tiny_data_dir, capsys):
+    import json
+
+    from mixft.cli.main import main
+
+    out = tmp_path / "out"
+    proc = torchrun(*finetune_args(tiny_bert_dir, tiny_data_dir, out, "--fsdp", "--save-model"))
+    assert proc.stdout.count("mixft run") == 1
+    assert "sharding   FSDP2 over 2 processes" in proc.stdout and "DistributedDataParallel" not in proc.stdout
+    assert "fast dropout on; row-gradient embeddings off (FSDP needs dense gradients)" in proc.stdout
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["steps"] == 4  # 16 examples / (2 per rank x 2 ranks)
+    assert not list(out.glob("checkpoint*"))  # none under --fsdp yet (and no torn DTensor pickle)
+    # Memory per process: its shards of the parameters, gradients and AdamW state, beside the whole model's.
+    memory = run["memory"]
+    assert memory["sharding"] == {"kind": "fsdp", "world_size": 2} and len(memory["ranks"]) == 2
+    whole = memory["whole_model"]
+    for key in ("parameters", "gradients", "optimizer_state"):
+        own = [rank[key] for rank in memory["ranks"]]
+        assert own[0] == memory[key] and all(0 < x <= 0.6 * whole[key] for x in own), (key, own, whole)
+        assert sum(own) >= whole[key]  # every byte held by someone (FSDP pads a dim 0 that does not divide)
+    # The consolidated directory loads in one process, and predicts what the sharded model predicted.
+    capsys.readouterr()
+    assert main(finetune_args(out / "model", tiny_data_dir, tmp_path / "alone", "--eval-only")[1:]) == 0
+    (alone,) = json.loads((tmp_path / "alone" / "results.json").read_text())["runs"]
+    assert alone["eval"]["accuracy"] == run["eval"]["accuracy"]
+    assert alone["eval"]["loss"] == pytest.approx(run["eval"]["loss"], rel=1e-5)  # same weights, same logits
+
+
+@pytest.mark.parametrize("world", [None, "1"])
+def test_cli_fsdp_without_two_processes_exits_2_in_one_line(tmp_path, tiny_bert_dir, tiny_data_dir, monkeypatch,
+                                                           capsys, world):
+    from mixft.cli.main import main
+
+    if world is None:
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("WORLD_SIZE", world)
+    out = tmp_path / "out"
+    assert main(finetune_args(tiny_bert_dir, tiny_data_dir, out, "--fsdp")[1:]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert ("launch it with torchrun --nproc-per-node N" if world is None else "--fsdp with 1 process shards nothing") in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--resume"], "--resume with --fsdp: resuming a sharded run from the command line is not supported yet"),
+    (["--precision", "bf16", "--fp32-modules", "encoder.layer.0.output"], "--fp32-modules with --fsdp at bf16"),
+])
+def test_cli_fsdp_refuses_what_it_does_not_do_before_joining_a_group(tmp_path, tiny_bert_dir, tiny_data_dir,
+                                                                    monkeypatch, capsys, extra, words):
+    from mixft.cli.main import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; refused before any process group is joined
+    out = tmp_path / "out"
+    assert main(finetune_args(tiny_bert_dir, tiny_data_dir, out, "--fsdp", *extra)[1:]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert words in line and not out.exists()
+
+
+def test_cli_fsdp_on_a_model_without_transformer_blocks_exits_2_before_any_work(tmp_path):
+    out = tmp_path / "out"
+    proc = torchrun("scripts/finetune.py", "--recipe", "mlp-synthetic", "--fsdp", "--output-dir", str(out),
+                    "--no-progress", check=False)
+    assert proc.returncode != 0 and "exitcode  : 2" in proc.stderr
+    # One line from each process (the traceback after them is torchrun's own, reporting the exit code).
+    assert proc.stderr.count("finetune.py: error: --fsdp found no transformer blocks to shard in Sequential") == 2
+    assert not out.exists()
+
+
+def test_cli_fsdp_decoder_with_lora_saves_adapters_that_one_process_evaluates_alike(tmp_path, capsys):
+    import json
+
+    from mixft.cli.main import main
+    from tiny_models import TOY_ROWS, make_tiny_model_dir
+
+    model = make_tiny_model_dir("qwen2", tmp_path / "qwen2", num_hidden_layers=2)
+    body = "".join(f"{t},{['neg', 'mid', 'pos'][c]}\n" for t, c, _ in TOY_ROWS)
+    (tmp_path / "train.csv").write_text("text,label\n" + body * 2)
+    (tmp_path / "dev.csv").write_text("text,label\n" + body)
+    data = ["--recipe", "text-classification", "--train-file", str(tmp_path / "train.csv"),
+            "--validation-file", str(tmp_path / "dev.csv"), "--batch-size", "3", "--no-progress"]
+    out = tmp_path / "out"
+    proc = torchrun("scripts/finetune.py", *data, "--model", str(model), "--epochs", "1", "--lora",
+                    "--fsdp", "--save-model", "--output-dir", str(out))
+    assert "sharding   FSDP2 over 2 processes" in proc.stdout and "fp32 weights gathered per block" in proc.stdout
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["steps"] == 4 and run["lora"]  # 24 examples / (3 per rank x 2 ranks)
+    capsys.readouterr()
+    assert main([*data, "--model", str(out / "model"), "--eval-only",
+                 "--output-dir", str(tmp_path / "alone")]) == 0
+    (alone,) = json.loads((tmp_path / "alone" / "results.json").read_text())["runs"]
+    # The consolidated adapters and head, loaded on the frozen base in one process: the sharded run's evaluation.
+    assert alone["eval"]["accuracy"] == run["eval"]["accuracy"]
+    assert alone["eval"]["loss"] == pytest.approx(run["eval"]["loss"], rel=1e-5)
