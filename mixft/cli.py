@@ -272,7 +272,9 @@ def print_result(result) -> None:
         return
     best = result.best or {}
     if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
-        quality += f" (best, step {best['step']} of {result.steps})"
+        ties = best.get("ties") or 0
+        tied = f"; {ties} later evaluation{'s' if ties != 1 else ''} tied, the first is kept" if ties else ""
+        quality += f" (best, step {best['step']} of {result.steps}{tied})"
     if result.stop_kind == "early_stopping":
         quality += ", early stopping"
     writes = f" + checkpoints {result.checkpoint_time_s:.1f} s" if result.checkpoint_time_s else ""

@@ -45,6 +45,7 @@ from .outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_
                      set_aside_previous_run, step_checkpoint_pattern)
 from .predict import predict_and_write, read_predict_file
 from .preflight_step import check_before_training, keep_fp32_modules
+from .shape import check_run_shape
 from .watch import RunWatch
 
 
@@ -145,6 +146,8 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
         logger.warning(notice)
     for notice in dict.fromkeys(choice.notice for choice in choices if choice.notice):
         logger.warning(notice)
+    # Options against the run's shape (warm-up, patience, --load-best, --metric-for-best): exit 2 before any run.
+    check_run_shape(recipe, cfg, prepared, device, precisions)
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
     if cfg.predict_file and distributed.world_size() > 1:
