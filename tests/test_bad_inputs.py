@@ -90,7 +90,7 @@ CASES = {
     "epochs-0": lambda c: (["--epochs", "0"], "--epochs"),
     "epochs-not-a-number": lambda c: (["--epochs", "two"], "--epochs"),
     "lr-0": lambda c: (["--lr", "0"], "--lr"),
-    "lr-negative": lambda c: (["--lr", "-2e-5"], "--lr: must be a positive finite number, got '-2e-5'"),
+    "lr-negative": lambda c: (["--lr", "-2e-5"], "--lr: must be a positive finite number up to float32's 3.4e38, got '-2e-5'"),
     "lr-nan": lambda c: (["--lr", "nan"], "--lr"),
     "grad-accum-0": lambda c: (["--grad-accum", "0"], "--grad-accum"),
     "max-steps-0": lambda c: (["--max-steps", "0"], "--max-steps"),

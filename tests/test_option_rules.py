@@ -22,10 +22,10 @@ def model(tmp_path_factory) -> Path:
     ({"lr_scheduler": "polynomial", "lr": 1e-7}, "--lr-scheduler polynomial decays to 1e-07 (transformers' lr_end): "
                                                  "--lr must be above it, got 1e-07"),
     ({"lr_scheduler": "polynomial", "lr": 1e-8}, "--lr must be above it, got 1e-08"),
-    ({"init_loss_scale": 1e39}, "--init-loss-scale must be a positive number up to float32's 3.4e38"),
-    ({"lr": 1e39}, "--lr must be a positive number up to float32's 3.4e38"),
-    ({"lora": True, "lora_alpha": 1e40}, "--lora-alpha must be a positive number up to float32's 3.4e38"),
-    ({"min_loss_scale": 1e39}, "--min-loss-scale must be a number >= 0 up to float32's 3.4e38"),
+    ({"init_loss_scale": 1e39}, "--init-loss-scale must be a positive finite number up to float32's 3.4e38"),
+    ({"lr": 1e39}, "--lr must be a positive finite number up to float32's 3.4e38"),
+    ({"lora": True, "lora_alpha": 1e40}, "--lora-alpha must be a positive finite number up to float32's 3.4e38"),
+    ({"min_loss_scale": 1e39}, "--min-loss-scale must be a finite number >= 0 up to float32's 3.4e38"),
     ({"precisions": ["fp16"], "init_loss_scale": 0.5}, "--init-loss-scale 0.5 is below --min-loss-scale 1: the "
                                                         "collapse check would stop the run at its first step"),
     ({"precisions": ["fp16"], "min_loss_scale": 1e6}, "fp16's initial loss scale 65536 (the default) is below "
@@ -67,7 +67,7 @@ def assert_refused(code: int, err: str, out: Path, expected: str) -> None:
 
 @pytest.mark.parametrize("args, expected", [
     (("--max-steps", "4", "--precision", "fp16", "--init-loss-scale", "1e39"),
-     "argument --init-loss-scale: must be a positive number up to float32's 3.4e38, got '1e39'"),
+     "argument --init-loss-scale: must be a positive finite number up to float32's 3.4e38, got '1e39'"),
     (("--max-steps", "2", "--compare", "fp32,fp16", "--init-loss-scale", "3.5e38"), "up to float32's 3.4e38"),
     (("--max-steps", "4", "--precision", "fp16", "--init-loss-scale", "0.5"),
      "--init-loss-scale 0.5 is below --min-loss-scale 1"),
