@@ -33,6 +33,8 @@ from ..hardware import describe_hardware
 from ..log import logger
 from ..precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
 from ..registry import get_recipe
+from ..tracker_prepare import prepare_trackers
+from ..trackers import run_name
 from ..results import RunResult, write_results
 from ..callbacks import Callback
 from ..config_file import write_config
@@ -148,6 +150,9 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
         logger.warning(notice)
     # Options against the run's shape (warm-up, patience, --load-best, --metric-for-best): exit 2 before any run.
     check_run_shape(recipe, cfg, prepared, device, precisions)
+    if cfg.report_to and distributed.is_main_process():  # where each tracker writes, and an MLflow server: exit 2 now
+        prepare_trackers(cfg.report_to, Path(cfg.output_dir),
+                         [run_name(p.name, seed) for seed in cfg.seeds for p in precisions])
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, resume_plan)
     if cfg.predict_file and distributed.world_size() > 1:
