@@ -83,9 +83,11 @@ def config_from_argv(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Ru
         return args, cli_cfg
     from .config_file import given_fields, load_config_file, merge
 
-    values = merge(load_config_file(args.config), cli_cfg.to_dict(), given_fields(parser, argv))
-    if values.get("recipe") is None:
+    file_values = load_config_file(args.config)
+    # RunConfig's own default recipe must not stand in for the user's: the file or the flag names one.
+    if args.recipe is None and file_values.get("recipe") is None:
         raise UsageError(f"--recipe is required: neither the command line nor --config {args.config} names one")
+    values = merge(file_values, cli_cfg.to_dict(), given_fields(parser, argv))
     return args, RunConfig(**values)
 
 

@@ -69,3 +69,23 @@ def check_precision_combinations(cfg, precisions) -> None:
     if cfg.fp32_modules and not any(p.autocast_enabled for p in precisions):
         raise UsageError(f"--fp32-modules: only autocast precisions (bf16, fp16) run modules in lower precision; this "
                          f"command trains {trained}")
+
+
+def recipe_extra_options(recipe) -> frozenset[str]:
+    """The ``extra`` keys a recipe reads: its ``EXTRA_OPTIONS`` (or the keys of its ``EXTRA_DEFAULTS``); none else."""
+    declared = getattr(recipe, "EXTRA_OPTIONS", None)
+    if declared is None:
+        declared = getattr(recipe, "EXTRA_DEFAULTS", None) or ()
+    return frozenset(declared)
+
+
+def check_extra_options(cfg, recipe) -> None:
+    """Refuse an ``extra`` key the recipe does not read (it would be ignored without a word).
+
+    Usage: ``check_extra_options(RunConfig(recipe="text-classification", extra={"foo": 1}), recipe)  # UsageError``
+    """
+    known = recipe_extra_options(recipe)
+    unknown = sorted(set(cfg.extra or {}) - known)
+    if unknown:
+        reads = f"it reads: {', '.join(sorted(known))}" if known else "it reads no extra options"
+        raise UsageError(f"extra.{unknown[0]}: not an option of recipe {cfg.recipe} ({reads})")

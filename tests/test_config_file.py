@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +30,9 @@ def test_written_config_loads_back_to_the_same_runconfig(tmp_path):
     assert set(loaded) == {f.name for f in fields(RunConfig)}
     assert RunConfig(**loaded) == cfg
     assert type(loaded["lr"]) is float and loaded["text_column"] == "yes"  # not YAML's boolean
-    # And a default RunConfig, where most fields are None.
-    assert RunConfig(**load_config_file(write_config(RunConfig(), tmp_path / "d.yaml"))) == RunConfig()
+    # And a default RunConfig, where most fields are None; its paths are written absolute (issue 30).
+    assert RunConfig(**load_config_file(write_config(RunConfig(), tmp_path / "d.yaml"))) == \
+        RunConfig(output_dir=str(Path("outputs/run").resolve()))
 
 
 def test_json_and_yaml_with_cli_spellings(tmp_path):

@@ -32,6 +32,7 @@ from ..faults import CollapseDetector, InjectNonFinite
 from ..hardware import describe_hardware
 from ..log import logger
 from ..precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
+from ..option_rules import check_extra_options
 from ..registry import get_recipe
 from ..tracker_prepare import prepare_trackers
 from ..trackers import run_name
@@ -106,6 +107,7 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     if cfg.eval_only and cfg.model is None:
         raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
     cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
+    check_extra_options(cfg, recipe)  # extra: only the keys the recipe reads
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
     device = resolve_device(cfg.device)
     if distributed.init_from_env() and device.type == "cuda":
