@@ -119,6 +119,15 @@ def write_config(cfg: RunConfig, path: str | os.PathLike) -> Path:
 
     Usage: ``write_config(cfg, Path(cfg.output_dir) / "config.yaml")``
     """
+    write_text(path, config_yaml(cfg))
+    return Path(path)
+
+
+def config_yaml(cfg: RunConfig) -> str:
+    """The text ``write_config`` writes: a header, then every option, paths absolute.
+
+    Usage: ``config_yaml(cfg) == Path(out, "config.yaml").read_text()``
+    """
     import yaml
 
     from .config_loader import absolute_paths
@@ -127,9 +136,8 @@ def write_config(cfg: RunConfig, path: str | os.PathLike) -> Path:
     _check_plain(values.get("extra", {}), "extra")
     header = ("# mixft: the effective configuration of this run.\n"
               "# Reproduce it with: python scripts/finetune.py --config THIS_FILE\n")
-    write_text(path, header + yaml.dump(values, Dumper=_no_alias_dumper(), sort_keys=False, default_flow_style=False,
-                                        allow_unicode=True))
-    return Path(path)
+    return header + yaml.dump(values, Dumper=_no_alias_dumper(), sort_keys=False, default_flow_style=False,
+                              allow_unicode=True)
 
 
 # ------------------------------------------------------------------ helpers

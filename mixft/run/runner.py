@@ -38,14 +38,15 @@ from ..tracker_prepare import prepare_trackers
 from ..trackers import run_name
 from ..results import RunResult, write_results
 from ..callbacks import Callback
-from ..config_file import write_config
+from ..config_file import config_yaml, write_config
 from .agreement_step import add_agreement
 from .build import build_trainer
 from .identity import ResumePlan, final_weights, plan_resume, run_meta
 from .memory_figures import measure_before_fit
-from .outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, OutputLock,
+from .outdir import (CONFIG_NAME, PROBE_REPORT_NAME, PROBE_RESULTS_NAME, RESULTS_NAME, OutputLock,
                      check_output_dir, checkpoint_name, planned_entries, predictions_name, saved_model_name,
-                     set_aside_previous_run, step_checkpoint_pattern)
+                     step_checkpoint_pattern)
+from .set_aside import set_aside_earlier_run
 from .predict import predict_and_write, read_predict_file
 from .preflight_step import check_before_training, keep_fp32_modules
 from .shape import check_run_shape
@@ -167,12 +168,9 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
         if distributed.is_main_process() and not cfg.resume:
-            # A new run's results.json must not sit beside an earlier run's report and charts.
-            files, dirs = planned_entries([p.name for p in precisions], cfg.seeds, cfg.save_model)
-            total = len(precisions) * len(cfg.seeds)
-            files = [f for f in files if total > 1 or f != REPORT_NAME]  # only a comparison writes report.md
-            notice = set_aside_previous_run(Path(cfg.output_dir), time.strftime("%Y%m%d-%H%M%S"), files=files,
-                                            dirs=dirs)
+            # A new run never mixes with an earlier one: all of the earlier run moves aside, together.
+            notice = set_aside_earlier_run(Path(cfg.output_dir), time.strftime("%Y%m%d-%H%M%S"),
+                                           config_text=config_yaml(dataclasses.replace(cfg, resume=False)))
             if notice:
                 logger.warning(notice)
         return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), resume_plan, observer,
