@@ -61,3 +61,15 @@ def test_an_unknown_metric_lists_only_rankable_names(tmp_path, model, capsys):
     code, _ = run(tmp_path, model, rows, rows, "--max-steps", "2", "--metric-for-best", "acuracy")
     err = capsys.readouterr().err.strip()
     assert code == 2 and "choose from: accuracy, f1, loss" in err and "time_s" not in err, err
+
+
+def test_evaluations_tied_with_the_best_are_said(tmp_path, model, capsys):
+    rows = [(t, ("neg", "pos")[c == 2]) for t, c, _ in TOY_ROWS]
+    # A learning rate too small to change a prediction: every evaluation ties the first.
+    code, doc = run(tmp_path, model, rows * 2, rows, "--epochs", "2", "--eval-steps", "2", "--lr", "1e-12",
+                    "--metric-for-best", "accuracy", "--load-best")
+    out = capsys.readouterr().out
+    assert code == 0
+    (r,) = doc["runs"]
+    assert r["best"]["step"] == 2 and r["best"]["ties"] == len(r["eval_history"]) - 1 == 5
+    assert "(best, step 2 of 12; 5 later evaluations tied, the first is kept)" in out
