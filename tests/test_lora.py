@@ -293,3 +293,40 @@ def test_two_identical_lora_runs_are_equal_to_the_bit(dirs, tmp_path, arch):
         assert code == 0
         losses.append(json.loads((out / "results.json").read_text())["runs"][0]["history"]["loss"])
     assert losses[0] == losses[1]
+
+
+def test_a_lora_run_resumed_mid_way_ends_bit_identical(dirs, tmp_path, monkeypatch):
+    import shutil
+    from pathlib import Path
+
+    from mixft.checkpoint import Checkpointer, load_checkpoint
+    from mixft.cli import main
+    from tests.cli_runs import toy_files
+
+    train, dev = toy_files(tmp_path / "data")  # 24 rows, batch 4: 6 steps per epoch, 12 in all
+
+    def argv(out):
+        return ["--recipe", "text-classification", "--model", str(dirs["bert"]), "--train-file", str(train),
+                "--validation-file", str(dev), "--batch-size", "4", "--epochs", "2", "--lr", "5e-3", "--lora",
+                "--checkpoint-every", "1", "--output-dir", str(out), "--no-progress"]
+
+    snaps, save = {}, Checkpointer.save
+
+    def save_and_copy(self, trainer):
+        path = save(self, trainer)
+        snaps[trainer.state.step] = Path(shutil.copy(path, tmp_path / f"step{trainer.state.step}.pt"))
+        return path
+
+    monkeypatch.setattr(Checkpointer, "save", save_and_copy)
+    assert main(argv(tmp_path / "ref")) == 0
+    monkeypatch.setattr(Checkpointer, "save", save)
+    torch.randn(100)  # another RNG history before the resumed build
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copy(snaps[8], out / "checkpoint.pt")  # the middle of epoch 2
+    assert main([*argv(out), "--resume"]) == 0
+    ref = load_checkpoint(tmp_path / "ref" / "checkpoint.pt")["trainer"]["model"]
+    new = load_checkpoint(out / "checkpoint.pt")["trainer"]["model"]
+    assert [k for k in ref if not torch.equal(ref[k], new[k])] == []
+    runs = [json.loads((d / "results.json").read_text())["runs"][0] for d in (tmp_path / "ref", out)]
+    assert [e["loss"] for e in runs[0]["eval_history"]] == [e["loss"] for e in runs[1]["eval_history"]]
