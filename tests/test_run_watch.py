@@ -73,3 +73,12 @@ def test_evaluations_tied_with_the_best_are_said(tmp_path, model, capsys):
     (r,) = doc["runs"]
     assert r["best"]["step"] == 2 and r["best"]["ties"] == len(r["eval_history"]) - 1 == 5
     assert "(best, step 2 of 12; 5 later evaluations tied, the first is kept)" in out
+
+
+def test_an_explicit_correlation_undefined_on_the_data_is_refused_before_any_work(tmp_path, model, capsys):
+    code, doc = run(tmp_path, model, regression_rows(False) * 2, regression_rows(True), "--epochs", "3",
+                    "--eval-steps", "2", "--metric-for-best", "pearsonr", "--early-stopping-patience", "2")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not doc and "\n" not in err, err
+    assert err.endswith("--metric-for-best pearsonr is undefined on this data: the validation labels are constant "
+                        "(all 2.5); use --metric-for-best loss"), err

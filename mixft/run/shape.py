@@ -105,6 +105,32 @@ def check_shape(cfg: RunConfig, shape: RunShape) -> None:
                          + "; evaluate more often with --eval-steps N, or drop --load-best")
 
 
+#: Metrics that need the labels to vary (a correlation of constant labels has no value).
+CORRELATIONS = ("pearsonr", "spearmanr")
+
+
+def check_metric_defined(cfg: RunConfig, prepared) -> None:
+    """Refuse an explicit correlation ``--metric-for-best`` that the evaluation data leaves undefined, when the
+    run would rank by it (early stopping or ``--load-best``); the evaluations' own rule keeps any other case
+    from ranking an undefined value (``mixft.best_model``)."""
+    metric = cfg.metric_for_best
+    if metric not in CORRELATIONS or not (cfg.early_stopping_patience or cfg.load_best):
+        return
+    data = getattr(prepared, "data", None)
+    task = getattr(data, "task", None)
+    ds = getattr(data, "eval", None)
+    column = getattr(task, "label_column", None)
+    if ds is None or column is None or column not in getattr(ds, "column_names", ()):
+        return  # the recipe cannot say: the run-time rule applies
+    values = set(ds[column])
+    if len(values) == 1:
+        (value,) = values
+        raise UsageError(f"--metric-for-best {metric} is undefined on this data: the validation labels are constant "
+                         f"(all {value:g}); use --metric-for-best loss" if isinstance(value, (int, float)) else
+                         f"--metric-for-best {metric} is undefined on this data: the validation labels are constant "
+                         f"(all {value}); use --metric-for-best loss")
+
+
 def check_run_shape(recipe, cfg: RunConfig, prepared, device, precisions) -> RunShape | None:
     """Build the first run's parts (when an option depends on them), check the options against them, free them.
 
@@ -120,6 +146,7 @@ def check_run_shape(recipe, cfg: RunConfig, prepared, device, precisions) -> Run
     try:
         parts = recipe.build(cfg, prepared, precisions[0], device, cfg.seeds[0])
         check_metric_for_best(cfg.metric_for_best or main_metric(parts.metric, parts.predict_fn), parts)
+        check_metric_defined(cfg, prepared)
         try:
             n_batches = len(parts.train_loader)
         except TypeError:  # an iterable without a length: only --max-steps says how long the run is
