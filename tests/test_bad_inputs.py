@@ -386,7 +386,11 @@ def test_a_batch_that_does_not_fit_in_memory_is_one_line(ctx, capsys, monkeypatc
     monkeypatch.setattr(Trainer, "fit", fit)
     before = _snapshot(ctx.out)
     code = main(base_args(ctx) + ["--batch-size", "100000"])
-    lines = capsys.readouterr().err.splitlines()
+    err = capsys.readouterr().err.splitlines()
+    # The earlier run was set aside when training began, and is put back when the first step refuses the batch.
+    aside = [line for line in err if "held an earlier run" in line or "the earlier run is back in place" in line]
+    lines = [line for line in err if line not in aside]
+    assert len(aside) in (0, 2), err
     assert code == 2 and len(lines) == 1 and "--batch-size 100000 does not fit in cpu memory" in lines[0], lines
     after = _snapshot(ctx.out)
     after.pop(".mixft.lock")  # the run had started (and held the directory) when the step failed

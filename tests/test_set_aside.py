@@ -18,7 +18,7 @@ def test_everything_a_run_wrote_moves_and_nothing_else(tmp_path):
         (tmp_path / name).write_text(name)
     for folder in ("model", "tensorboard/fp32-seed0", "mlruns/0", "previous-old", "mine"):
         (tmp_path / folder).mkdir(parents=True)
-    notice = set_aside_earlier_run(tmp_path, "20261125-100000")
+    notice = set_aside_earlier_run(tmp_path, "20261125-100000").notice
     target = tmp_path / "previous-20261125-100000"
     assert sorted(p.name for p in target.iterdir()) == sorted(
         ["results.json", "report.md", "config.yaml", "loss.png", "predictions.csv", "checkpoint.pt",
@@ -32,9 +32,21 @@ def test_everything_a_run_wrote_moves_and_nothing_else(tmp_path):
 
 def test_a_killed_runs_checkpoint_is_set_aside_not_overwritten(tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"step 40")  # killed before its first results.json
-    assert "1 checkpoint" in set_aside_earlier_run(tmp_path, "t")
+    assert "1 checkpoint" in set_aside_earlier_run(tmp_path, "t").notice
     assert (tmp_path / "previous-t" / "checkpoint.pt").read_bytes() == b"step 40"
     assert run_entries(tmp_path) == [] and set_aside_earlier_run(tmp_path, "u") is None
+
+
+def test_undo_puts_the_earlier_run_back_unless_the_new_one_wrote(tmp_path):
+    (tmp_path / "results.json").write_text("earlier")
+    (tmp_path / "tensorboard").mkdir()
+    aside = set_aside_earlier_run(tmp_path, "t")
+    assert "back in place" in aside.undo()
+    assert (tmp_path / "results.json").read_text() == "earlier" and (tmp_path / "tensorboard").is_dir()
+    assert not (tmp_path / "previous-t").exists()
+    aside = set_aside_earlier_run(tmp_path, "u")
+    (tmp_path / "results.json").write_text("new")
+    assert aside.undo() is None and (tmp_path / "previous-u" / "results.json").read_text() == "earlier"
 
 
 def test_two_set_asides_in_one_second_keep_both(tmp_path):

@@ -167,14 +167,22 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(Path(cfg.output_dir)) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
+        aside = None
         if distributed.is_main_process() and not cfg.resume:
             # A new run never mixes with an earlier one: all of the earlier run moves aside, together.
-            notice = set_aside_earlier_run(Path(cfg.output_dir), time.strftime("%Y%m%d-%H%M%S"),
-                                           config_text=config_yaml(dataclasses.replace(cfg, resume=False)))
-            if notice:
-                logger.warning(notice)
-        return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), resume_plan, observer,
-                          hardware, predict_source, preflight=checked)
+            aside = set_aside_earlier_run(Path(cfg.output_dir), time.strftime("%Y%m%d-%H%M%S"),
+                                          config_text=config_yaml(dataclasses.replace(cfg, resume=False)))
+            if aside:
+                logger.warning(aside.notice)
+        try:
+            return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), resume_plan, observer,
+                              hardware, predict_source, preflight=checked)
+        except UsageError:
+            # Refused at its first step (a batch too large for memory): the directory is left as it was found.
+            back = aside.undo() if aside else None
+            if back:
+                logger.warning(back)
+            raise
 
 
 def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> list[PrecisionChoice]:

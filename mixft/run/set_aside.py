@@ -12,12 +12,13 @@ and earlier ``previous-*`` folders stay where they are.
 
 Usage::
 
-    notice = set_aside_earlier_run(Path("outputs/run"), "20261125-101500", config_text=config_yaml(cfg))
-    if notice: logger.warning(notice)
+    aside = set_aside_earlier_run(Path("outputs/run"), "20261125-101500", config_text=config_yaml(cfg))
+    if aside: logger.warning(aside.notice)   # aside.undo() if the run is refused before writing
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from .outdir import CHECKPOINT_PATTERN, CONFIG_NAME, PREVIOUS_PREFIX, REPORT_NAME, RESULTS_NAME, SAVED_MODEL_NAME
@@ -42,8 +43,30 @@ def run_entries(out: Path) -> list[Path]:
     return entries
 
 
-def set_aside_earlier_run(out: Path, stamp: str, config_text: str | None = None) -> str | None:
-    """Move everything an earlier run left in ``out`` to ``out/previous-<stamp>/``; the one-line notice, or None.
+@dataclass
+class SetAside:
+    """An earlier run moved to ``folder``: ``notice`` says so; ``undo`` puts it back (a run refused after all)."""
+
+    notice: str
+    folder: Path
+    names: list[str]
+
+    def undo(self) -> str | None:
+        """Move the earlier run back where it was, if the refused run wrote nothing in its place; the line to log."""
+        out = self.folder.parent
+        if any((out / name).exists() for name in self.names):
+            return None  # the new run wrote there: both stay as they are
+        for name in self.names:
+            (self.folder / name).rename(out / name)
+        try:
+            self.folder.rmdir()
+        except OSError:  # something else was put there meanwhile: keep the folder
+            return None
+        return f"{out}: the earlier run is back in place (this run was refused)"
+
+
+def set_aside_earlier_run(out: Path, stamp: str, config_text: str | None = None) -> SetAside | None:
+    """Move everything an earlier run left in ``out`` to ``out/previous-<stamp>/``; None when there was none.
 
     ``config_text``: this run's config.yaml as it will be written; when the earlier one is
     the same, the notice says the new run is an identical re-run.
@@ -65,7 +88,8 @@ def set_aside_earlier_run(out: Path, stamp: str, config_text: str | None = None)
     for path in entries:
         path.rename(target / path.name)
     same = "; the same options as this run: an identical re-run" if identical else ""
-    return f"{out} held an earlier run ({said}): set it aside in {target}{same}"
+    return SetAside(f"{out} held an earlier run ({said}): set it aside in {target}{same}", target,
+                    [p.name for p in entries])
 
 
 def _options_of(text: str) -> list[str]:
