@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from mixft.config import RunConfig
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.precision import Precision
+from mixft.amp.precision import Precision
 from mixft.recipe import TrainerParts
 
 NAME = "mlp-synthetic"

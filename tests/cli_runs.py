@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mixft.cli import main
+from mixft.cli.main import main
 from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS
 
