@@ -69,6 +69,14 @@ POSITIVE_INT = Check(int, lambda v: _is_int(v) and v >= 1, "a positive integer")
 NON_NEGATIVE_INT = Check(int, lambda v: _is_int(v) and v >= 0, "an integer >= 0")
 POSITIVE_FLOAT = Check(float, lambda v: _is_number(v) and v > 0, "a positive finite number")
 NON_NEGATIVE_FLOAT = Check(float, lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
+# Values that become float32 tensors (learning rate, loss scale, LoRA alpha, ...): float32 cannot
+# hold more than 3.4e38, so a larger one would fail at the first step ("cannot be converted to
+# float without overflow") or turn into inf; refused here, from the flag, a config file and Python alike.
+FLOAT32_MAX = 3.4028234663852886e38
+POSITIVE_FLOAT32 = Check(float, lambda v: _is_number(v) and 0 < v <= FLOAT32_MAX,
+                         "a positive finite number up to float32's 3.4e38")
+NON_NEGATIVE_FLOAT32 = Check(float, lambda v: _is_number(v) and 0 <= v <= FLOAT32_MAX,
+                             "a finite number >= 0 up to float32's 3.4e38")
 PROBABILITY = Check(float, lambda v: _is_number(v) and 0 <= v <= 1, "a probability between 0 and 1")
 FRACTION = Check(float, lambda v: _is_number(v) and 0 < v < 1, "a fraction between 0 and 1 (exclusive)")
 # 0 keeps every activation; 1 would drop them all, so LoRA's adapters would learn nothing.

@@ -243,7 +243,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         model = load_classifier(prepared.model_path, seed=seed, labels=None if regression else list(task.label_names),
                                 regression=regression, source=f"--model {cfg.model}", tokenizer=prepared.tokenizer)
         if cfg.lora:
-            model = apply_lora(model, lora_options(cfg))
+            model = apply_lora(model, lora_options(cfg), seed=seed)
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
     trainable, total = trainable_parameters(model)

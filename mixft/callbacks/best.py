@@ -26,11 +26,37 @@ from typing import Any
 import torch
 
 from mixft.errors import UsageError
+from mixft.log import logger
 from mixft.train.hooks import Callback, StopTraining
 
-#: Metrics where lower is better (errors, and the time an evaluation took); every other
-#: metric is higher-is-better.
-LOWER_IS_BETTER = ("loss", "mse", "rmse", "mae", "time_s")
+#: Metrics where lower is better (errors); every other metric is higher-is-better.
+LOWER_IS_BETTER = ("loss", "mse", "rmse", "mae")
+#: What an evaluation also records about itself: how long it took, not how good the model is.
+#: Never a --metric-for-best (the "best" model would be the fastest evaluation's).
+TIMINGS = ("time_s", "samples_per_s")
+
+
+def is_timing(metric: str) -> bool:
+    """Whether ``metric`` is an evaluation's timing (``time_s``, ``eval_samples_per_s``...), not a measure of the model.
+
+    Usage: ``is_timing("time_s") is True``
+    """
+    return any(metric == name or metric.endswith("_" + name) for name in TIMINGS)
+
+
+def check_rankable(metric: str, choices=None) -> None:
+    """Refuse a timing as the metric that ranks evaluations (UsageError naming the choices).
+
+    Usage: ``check_rankable("time_s", ["accuracy", "loss"])  # UsageError``
+    """
+    if isinstance(metric, str) and is_timing(metric):
+        listed = f"; choose from: {', '.join(sorted(choices))}" if choices else ""
+        raise UsageError(f"--metric-for-best {metric} is a timing, not a measure of the model{listed}")
+
+
+def is_undefined(value) -> bool:
+    """None or NaN: a metric with no value on this evaluation (a correlation of constant labels or predictions)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def greater_is_better(metric: str) -> bool:
@@ -60,6 +86,7 @@ class MetricWatch:
     def __init__(self, metric: str, greater: bool | None = None):
         if not isinstance(metric, str) or not metric.strip():
             raise UsageError(f"--metric-for-best must name a metric, got {metric!r}")
+        check_rankable(metric)
         self.metric = metric
         self.greater = greater_is_better(metric) if greater is None else bool(greater)
         self.best: float | None = None
@@ -68,11 +95,12 @@ class MetricWatch:
         if self.metric not in metrics:
             names = ", ".join(sorted(k for k, v in metrics.items() if isinstance(v, (int, float))))
             raise UsageError(f"--metric-for-best {self.metric}: the evaluation has no such metric (it has: {names})")
-        return float(metrics[self.metric])
+        value = metrics[self.metric]
+        return float("nan") if value is None else float(value)
 
     def improves(self, value: float) -> bool:
-        """Strictly better than the best so far; NaN never is (a first finite value always is)."""
-        if math.isnan(value):
+        """Strictly better than the best so far; an undefined value (NaN) never is (a first defined value always is)."""
+        if is_undefined(value):
             return False
         if self.best is None:
             return True
@@ -110,6 +138,8 @@ class BestModel(Callback):
         self.metrics: dict[str, Any] | None = None
         self.weights: dict[str, torch.Tensor] | None = None
         self.evaluations = 0
+        self.ties = 0  # later evaluations equal to the best (the first of equals is kept)
+        self._said_undefined = False
 
     @property
     def metric(self) -> str:
@@ -124,15 +154,31 @@ class BestModel(Callback):
             return
         value = self.watch.value_of(metrics)
         self.evaluations += 1
+        if is_undefined(value):
+            self._say_undefined(trainer, metrics)
+            return
         if not self.watch.improves(value):
+            if value == self.watch.best:
+                self.ties += 1
             return
         self.watch.best = value
+        self.ties = 0
         self.step, self.epoch = evaluation_position(trainer)
         self.metrics = dict(metrics)
         if self.keep_weights:
             # copy=True: on a CPU run .to("cpu") would hand back the live tensors, which
             # the next optimizer step overwrites.
             self.weights = {k: v.detach().to("cpu", copy=True) for k, v in trainer.module.state_dict().items()}
+
+    def _say_undefined(self, trainer, metrics: dict[str, Any]) -> None:
+        """Once per run: which metric had no value, and why (the evaluation's own reason when it gives one)."""
+        if self._said_undefined:
+            return
+        self._said_undefined = True
+        reason = (metrics.get("undefined") or {}).get(self.metric) if isinstance(metrics.get("undefined"), dict) else None
+        logger.warning("eval %s is undefined at step %s%s: not ranked (the best is the best defined evaluation; "
+                       "--metric-for-best loss is always defined)", self.metric, trainer.state.step,
+                       f" ({reason})" if reason else "")
 
     def restore(self, trainer) -> bool:
         """Load the best evaluation's weights into ``trainer``'s model; False when there are none.
@@ -158,6 +204,7 @@ class BestModel(Callback):
             "epoch": self.epoch,
             "metrics": None if self.metrics is None else dict(self.metrics),
             "evaluations": self.evaluations,
+            "ties": self.ties,
             "weights": self.weights if include_weights else None,
         }
 
@@ -166,6 +213,7 @@ class BestModel(Callback):
         self.step, self.epoch = state["step"], state["epoch"]
         self.metrics = None if state["metrics"] is None else dict(state["metrics"])
         self.evaluations = state["evaluations"]
+        self.ties = state.get("ties", 0)  # checkpoints written before ties were counted
         self.weights = state["weights"]
 
 
@@ -196,6 +244,8 @@ class EarlyStopping(Callback):
             self.best_step = trainer.state.step
             self.without_improvement = 0
             return
+        if self.watch.best is None:
+            return  # nothing defined measured yet (an undefined correlation): no patience is used up
         self.without_improvement += 1
         if self.without_improvement >= self.patience:
             raise StopTraining(

@@ -30,10 +30,14 @@ def parse_report_to(value: str | Iterable[str] | None) -> list[str]:
         return []
     parts = value.split(",") if isinstance(value, str) else list(value)
     names: list[str] = []
+    said_none = False
     for part in parts:
         name = str(part).strip().lower()
+        said_none = said_none or name == "none"
         if name and name != "none" and name not in names:
             names.append(name)
+    if said_none and names:
+        raise UsageError(f"--report-to: none means no tracker; it cannot be combined with {', '.join(names)}")
     unknown = [n for n in names if n not in TRACKERS]
     if unknown:
         raise UsageError(f"--report-to: unknown tracker {unknown[0]!r} (choose from {', '.join(TRACKERS)}, or none)")

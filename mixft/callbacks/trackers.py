@@ -40,6 +40,7 @@ from mixft.train.hooks import Callback
 from mixft.distributed import is_main_process
 from mixft.errors import UsageError
 from mixft.log import logger
+from mixft.callbacks.tracker_guard import bounded_mlflow_requests, contained
 from mixft.callbacks.tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
 
 #: Steps between reads of the device tensors (loss, gradient norm).
@@ -51,6 +52,18 @@ def run_name(precision: str, seed: int) -> str:
     return f"{precision}-seed{seed}"
 
 
+def directory_project(out: str | os.PathLike) -> str:
+    """The MLflow experiment / trackio project of an output directory: its name and 8 hex digits of its
+    absolute path, so two directories of one name (``a/run``, ``b/run``) never share one.
+
+    Usage: ``directory_project("outputs/run")  # "run-3f2a9c1e"``
+    """
+    import hashlib
+
+    path = Path(out).resolve()
+    return f"{path.name or 'mixft'}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+
+
 def build_trackers(names: Iterable[str], output_dir: str | os.PathLike, name: str, *,
                    hparams: Mapping[str, Any] | None = None, hardware: Mapping[str, Any] | None = None,
                    every: int = DEFAULT_EVERY, project: str | None = None) -> list["Tracker"]:
@@ -59,23 +72,27 @@ def build_trackers(names: Iterable[str], output_dir: str | os.PathLike, name: st
     ``hparams`` and ``hardware`` default to the trainer's recorded run config (plus its
     precision and seed) and ``mixft.amp.hardware.describe_hardware``. Under data parallelism
     only the main process tracks (the others get ``[]``). ``project`` names the MLflow
-    experiment and the trackio project (default: the output directory's name).
+    experiment and the trackio project (default: ``directory_project(output_dir)``); their run
+    names carry the start time (``fp32-seed0-20261125-054817``).
 
     Usage: ``build_trackers(["tensorboard"], "outputs/run", run_name("fp32", 0))``
     """
     if not is_main_process():
         return []
     out = Path(output_dir)
-    project = project or out.resolve().name or "mixft"
+    project = project or directory_project(out)
+    # MLflow and trackio keep runs in one store for every directory: the start time tells two
+    # runs of one directory apart (TensorBoard's folder is the run's own, set aside with it).
+    started = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     kwargs = {"hparams": hparams, "hardware": hardware, "every": every}
     made: list[Tracker] = []
     for tracker in names:
         if tracker == "tensorboard":
             made.append(TensorBoardTracker(out / "tensorboard", name, **kwargs))
         elif tracker == "mlflow":
-            made.append(MLflowTracker(out / "mlruns", name, experiment=project, **kwargs))
+            made.append(MLflowTracker(out / "mlruns", started, experiment=project, **kwargs))
         elif tracker == "trackio":
-            made.append(TrackioTracker(project, name, **kwargs))
+            made.append(TrackioTracker(project, started, **kwargs))
         else:
             raise UsageError(f"--report-to: unknown tracker {tracker!r} (choose from {', '.join(TRACKERS)}, or none)")
     return made
@@ -105,7 +122,14 @@ class Tracker(Callback):
 
     A subclass writes: ``_open(trainer)``, ``_log_params(params)``,
     ``_log_metrics(step, {name: float})``, ``_close()``.
+
+    A tracker's failure never costs the run (a full disk, a server gone mid-run, a bug in
+    the tracker's library): the first exception in a hook is said in one warning, the
+    writer is closed quietly, and the tracker is off for the rest of the run; training
+    and results.json go on (``mixft.callbacks.tracker_guard``).
     """
+
+    KIND = "tracker"  # the --report-to name, for messages
 
     def __init__(self, name: str, *, hparams: Mapping[str, Any] | None = None,
                  hardware: Mapping[str, Any] | None = None, every: int = DEFAULT_EVERY):
@@ -117,25 +141,29 @@ class Tracker(Callback):
         self._open_now = False
 
     # -------------------------------------------------------------- the hooks
+    @contained
     def on_train_begin(self, trainer) -> None:
         if self._open_now:  # a second fit() with the same callback keeps writing the same run
             return
+        self._open_now = True  # set first: a failure below still closes what _open made
         self._open(trainer)
-        self._open_now = True
         self._log_params(self._params(trainer))
 
+    @contained
     def on_step_end(self, trainer, info) -> None:
         self._pending.append((info.step, info.loss.detach(), info.grad_norm.detach(), info.lr,
                               info.loss_scale, info.skipped))
         if len(self._pending) >= self.every:
             self.flush()
 
+    @contained
     def on_evaluate(self, trainer, metrics: dict[str, Any]) -> None:
         self.flush()  # the steps before this evaluation first: each writer sees steps in order
         values = {f"eval/{k}": float(v) for k, v in metrics.items()
                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
         self._write(trainer.state.step, values)
 
+    @contained
     def on_train_end(self, trainer, result) -> None:
         self.close()
 
@@ -203,6 +231,8 @@ class TensorBoardTracker(Tracker):
     Usage: ``TensorBoardTracker("outputs/run/tensorboard", "bf16-seed0")``
     """
 
+    KIND = "tensorboard"
+
     def __init__(self, log_dir: str | os.PathLike, name: str, **kwargs):
         super().__init__(name, **kwargs)
         self.log_dir = Path(log_dir) / name
@@ -227,7 +257,8 @@ class TensorBoardTracker(Tracker):
             self.writer.add_scalar(key, value, global_step=step)
 
     def _close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
 class MLflowTracker(Tracker):
@@ -239,6 +270,7 @@ class MLflowTracker(Tracker):
     Usage: ``MLflowTracker("outputs/run/mlruns", "fp32-seed0", experiment="run")``
     """
 
+    KIND = "mlflow"
     MAX_METRICS, MAX_PARAMS, MAX_VALUE = 1000, 100, 6000  # MLflow's log_batch limits
 
     def __init__(self, store_dir: str | os.PathLike, name: str, *, experiment: str = "mixft",
@@ -254,7 +286,7 @@ class MLflowTracker(Tracker):
 
         # MLflow 3 keeps the file store working but refuses it unless told: the opt-out is
         # read when the store is built, so it is set only for that moment.
-        with _env(MLFLOW_ALLOW_FILE_STORE="true"):
+        with _env(MLFLOW_ALLOW_FILE_STORE="true"), bounded_mlflow_requests():
             self.client = MlflowClient(tracking_uri=self.tracking_uri)
             found = self.client.get_experiment_by_name(self.experiment)
             experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
@@ -264,19 +296,24 @@ class MLflowTracker(Tracker):
         from mlflow.entities import Param
 
         items = [Param(k, str(v)[: self.MAX_VALUE]) for k, v in params.items()]
-        for i in range(0, len(items), self.MAX_PARAMS):
-            self.client.log_batch(self.run_id, params=items[i : i + self.MAX_PARAMS])
+        with bounded_mlflow_requests():
+            for i in range(0, len(items), self.MAX_PARAMS):
+                self.client.log_batch(self.run_id, params=items[i : i + self.MAX_PARAMS])
 
     def _log_metrics(self, step: int, values: dict[str, float]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(k, v, now, step) for k, v in values.items()]
-        for i in range(0, len(items), self.MAX_METRICS):
-            self.client.log_batch(self.run_id, metrics=items[i : i + self.MAX_METRICS])
+        with bounded_mlflow_requests():
+            for i in range(0, len(items), self.MAX_METRICS):
+                self.client.log_batch(self.run_id, metrics=items[i : i + self.MAX_METRICS])
 
     def _close(self) -> None:
-        self.client.set_terminated(self.run_id)
+        if self.client is None or self.run_id is None:
+            return  # _open failed before the run existed
+        with bounded_mlflow_requests():
+            self.client.set_terminated(self.run_id)
 
 
 class TrackioTracker(Tracker):
@@ -287,6 +324,8 @@ class TrackioTracker(Tracker):
 
     Usage: ``TrackioTracker("my-experiment", "bf16-seed1")``
     """
+
+    KIND = "trackio"
 
     def __init__(self, project: str, name: str, **kwargs):
         super().__init__(name, **kwargs)
@@ -311,6 +350,8 @@ class TrackioTracker(Tracker):
     def _close(self) -> None:
         import trackio
 
+        if self.run is None:
+            return  # trackio.init failed: nothing to finish
         with _quiet():
             # trackio.finish() also forgets the run; run.finish() alone leaves it "current",
             # and trackio's exit handler finishes it again (printing as it does).

@@ -83,9 +83,11 @@ def config_from_argv(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Ru
         return args, cli_cfg
     from mixft.config.file import given_fields, load_config_file, merge
 
-    values = merge(load_config_file(args.config), cli_cfg.to_dict(), given_fields(parser, argv))
-    if values.get("recipe") is None:
+    file_values = load_config_file(args.config)
+    # RunConfig's own default recipe must not stand in for the user's: the file or the flag names one.
+    if args.recipe is None and file_values.get("recipe") is None:
         raise UsageError(f"--recipe is required: neither the command line nor --config {args.config} names one")
+    values = merge(file_values, cli_cfg.to_dict(), given_fields(parser, argv))
     return args, RunConfig(**values)
 
 
@@ -294,7 +296,9 @@ def print_result(result) -> None:
         return
     best = result.best or {}
     if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
-        quality += f" (best, step {best['step']} of {result.steps})"
+        ties = best.get("ties") or 0
+        tied = f"; {ties} later evaluation{'s' if ties != 1 else ''} tied, the first is kept" if ties else ""
+        quality += f" (best, step {best['step']} of {result.steps}{tied})"
     if result.stop_kind == "early_stopping":
         quality += ", early stopping"
     writes = f" + checkpoints {result.checkpoint_time_s:.1f} s" if result.checkpoint_time_s else ""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, fields
@@ -40,19 +39,16 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
 
     Usage: ``RunConfig(**load_config_file("run.yaml")).validate()``
     """
+    from mixft.config.loader import read_mapping, resolve_paths
+
     source = f"--config {path}"
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{source}: not a text file (UTF-8)") from None
-    except OSError as e:
-        raise UsageError(f"{source}: cannot read it ({e.strerror or e})") from None
-    data = _parse(text, Path(path).suffix.lower(), source)
+    data = read_mapping(path)  # bounded and strict: size, aliases, depth, duplicate keys
     if data is None:  # an empty file sets nothing
         return {}
     if not isinstance(data, Mapping):
         raise UsageError(f"{source}: must hold a mapping of option names to values, got a {type(data).__name__}")
-    return config_values(data, source)
+    # The file's relative paths are the file's: a config beside its data runs from any folder.
+    return resolve_paths(config_values(data, source), Path(path).parent)
 
 
 def config_values(data: Mapping[str, Any], source: str = "--config") -> dict[str, Any]:
@@ -123,34 +119,41 @@ def write_config(cfg: RunConfig, path: str | os.PathLike) -> Path:
 
     Usage: ``write_config(cfg, Path(cfg.output_dir) / "config.yaml")``
     """
-    import yaml
-
-    values = cfg.to_dict()
-    _check_plain(values.get("extra", {}), "extra")
-    header = ("# mixft: the effective configuration of this run.\n"
-              "# Reproduce it with: python scripts/finetune.py --config THIS_FILE\n")
-    write_text(path, header + yaml.safe_dump(values, sort_keys=False, default_flow_style=False, allow_unicode=True))
+    write_text(path, config_yaml(cfg))
     return Path(path)
 
 
-# ------------------------------------------------------------------ helpers
-_UNSET = object()  # a spelling that sets nothing (``amp: false``)
+def config_yaml(cfg: RunConfig) -> str:
+    """The text ``write_config`` writes: a header, then every option, paths absolute.
 
-
-def _parse(text: str, suffix: str, source: str):
-    if suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{source}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    Usage: ``config_yaml(cfg) == Path(out, "config.yaml").read_text()``
+    """
     import yaml
 
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise UsageError(f"{source}: not valid YAML ({where}{getattr(e, 'problem', None) or e})") from None
+    from mixft.config.loader import absolute_paths
+
+    values = absolute_paths(cfg.to_dict())  # --config THIS_FILE reproduces the run from any folder
+    _check_plain(values.get("extra", {}), "extra")
+    header = ("# mixft: the effective configuration of this run.\n"
+              "# Reproduce it with: python scripts/finetune.py --config THIS_FILE\n")
+    return header + yaml.dump(values, Dumper=_no_alias_dumper(), sort_keys=False, default_flow_style=False,
+                              allow_unicode=True)
+
+
+# ------------------------------------------------------------------ helpers
+_UNSET = object()
+
+
+def _no_alias_dumper():
+    import yaml
+
+    class NoAliases(yaml.SafeDumper):
+        """Writes a value shared twice out twice: a config file holds no anchors (mixft.config_loader refuses them)."""
+
+        def ignore_aliases(self, data):
+            return True
+
+    return NoAliases  # a spelling that sets nothing (``amp: false``)
 
 
 def _suggestion(name: str, by_name: Mapping[str, Field]) -> str:
@@ -165,12 +168,11 @@ def _field_value(f: Field, key: str, value, source: str):
             raise UsageError(f"{where} cannot be null")
         return None
     if f.name == "extra":
-        if not isinstance(value, Mapping):
-            raise UsageError(f"{where} must be a mapping of recipe-specific options, got {value!r}")
-        return dict(value)
+        return _extra_value(value, where)
     check = f.metadata.get("check")
     if check is None:
         return value
+    value = _one_list_rule(f, value, where)
     # YAML reads "2e-5" (no dot) as text: numbers written as text are read as the flag would read them.
     if isinstance(value, str) and check.convert in (int, float):
         try:
@@ -180,6 +182,44 @@ def _field_value(f: Field, key: str, value, source: str):
     if check.convert is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     check.validate(where, value)
+    return value
+
+
+def _scalar(value) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _extra_value(value, where: str) -> dict[str, Any]:
+    """``extra``: a recipe's own small options, a flat mapping of scalars (or lists of scalars)."""
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{where} must be a mapping of recipe-specific options, got {value!r}")
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise UsageError(f"{where}: option names are strings, got {key!r}")
+        if not (_scalar(item) or (isinstance(item, list) and all(_scalar(v) for v in item))):
+            raise UsageError(f"{where}.{key} must be a number, text, true/false or a list of them (a recipe's "
+                             f"own option), got a {type(item).__name__}")
+    return dict(value)
+
+
+#: Options whose value is several names, stored as one comma-separated text (their declared form).
+_NAMES_AS_TEXT = ("report_to", "lora_target_modules")
+
+
+def _one_list_rule(f: Field, value, where: str):
+    """Every option of several names takes a list or a comma-separated text in a file, as its flag does;
+    the value is stored in the field's declared form (a list, or one text)."""
+    from mixft.options import NAMES
+
+    if f.metadata.get("check") is NAMES and isinstance(value, str):
+        try:
+            return NAMES.parse(value)
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"{where} {e}") from None
+    if f.name in _NAMES_AS_TEXT and isinstance(value, list):
+        if not value or not all(isinstance(v, str) and v.strip() and "," not in v for v in value):
+            raise UsageError(f"{where} must list names, e.g. [query, value], got {value!r}")
+        return ",".join(v.strip() for v in value)
     return value
 
 

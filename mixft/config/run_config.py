@@ -22,8 +22,9 @@ from mixft.options import (
     NAMES,
     LORA_DROPOUT,
     NON_NEGATIVE_FLOAT,
+    NON_NEGATIVE_FLOAT32,
     NON_NEGATIVE_INT,
-    POSITIVE_FLOAT,
+    POSITIVE_FLOAT32,
     POSITIVE_INT,
     PROBABILITY,
     SEED,
@@ -33,6 +34,7 @@ from mixft.options import (
     option,
 )
 from mixft.amp.hardware import DEVICE_CHOICES
+from mixft.config.option_rules import check_option_combinations
 from mixft.train.schedules import CLASS_WEIGHTS, SCHEDULER, SCHEDULERS, check_schedule
 
 DATA = "data (which recipes read which: --help of each recipe's USES; others refuse them)"
@@ -101,7 +103,7 @@ class RunConfig:
     lora: bool = per_recipe(False, "train LoRA adapters on the frozen model (the classification head trains in "
                             "full); --save-model then writes the adapters + head only", check=BOOL, group=LORA)
     lora_r: int = per_recipe(8, "rank of each LoRA update", check=POSITIVE_INT, metavar="N", group=LORA)
-    lora_alpha: float = per_recipe(16.0, "LoRA scaling: updates are multiplied by alpha / r", check=POSITIVE_FLOAT,
+    lora_alpha: float = per_recipe(16.0, "LoRA scaling: updates are multiplied by alpha / r", check=POSITIVE_FLOAT32,
                                    metavar="F", group=LORA)
     lora_dropout: float = per_recipe(0.05, "dropout on the LoRA branch's input", check=LORA_DROPOUT, metavar="P",
                                      group=LORA)
@@ -114,9 +116,9 @@ class RunConfig:
                                    metavar="N")
     batch_size: int | None = option(None, "micro-batch size; effective batch = batch size x grad accum",
                                     check=POSITIVE_INT, metavar="N")
-    lr: float | None = option(None, "peak learning rate", check=POSITIVE_FLOAT, metavar="F")
+    lr: float | None = option(None, "peak learning rate", check=POSITIVE_FLOAT32, metavar="F")
     max_grad_norm: float | None = option(None, "clip the unscaled gradient norm to F (0: no clipping)",
-                                         check=NON_NEGATIVE_FLOAT, metavar="F")
+                                         check=NON_NEGATIVE_FLOAT32, metavar="F")
     grad_accum: int = option(1, "micro-batches per optimizer step", check=POSITIVE_INT, metavar="N")
     lr_scheduler: str = per_recipe("linear", "learning-rate schedule after the warm-up (transformers' get_scheduler): "
                                    + ", ".join(SCHEDULERS), check=SCHEDULER, metavar="NAME",
@@ -127,7 +129,7 @@ class RunConfig:
     warmup_steps: int | None = per_recipe(None, "warm up over N optimizer steps instead of --warmup-ratio",
                                           check=NON_NEGATIVE_INT, metavar="N", group=OPTIMISATION)
     weight_decay: float = per_recipe(0.01, "AdamW weight decay (biases and LayerNorm weights get none)",
-                                     check=NON_NEGATIVE_FLOAT, metavar="F", group=OPTIMISATION)
+                                     check=NON_NEGATIVE_FLOAT32, metavar="F", group=OPTIMISATION)
     label_smoothing: float = per_recipe(0.0, "classification: train towards (1 - F) on the label and F spread over "
                                         "all classes (the evaluation loss is smoothed too)", check=PROBABILITY,
                                         metavar="F", group=OPTIMISATION)
@@ -202,7 +204,7 @@ class RunConfig:
                                      "optimizer steps", check=PROBABILITY, metavar="RATE", group=RELIABILITY)
     detect_collapse: bool = option(True, "do not stop (exit code 3) when the loss scale, skipped steps or loss "
                                    "show a collapse", check=BOOL, flag="--no-collapse-check", group=RELIABILITY)
-    min_loss_scale: float = option(1.0, "collapse when the fp16 loss scale falls below F", check=NON_NEGATIVE_FLOAT,
+    min_loss_scale: float = option(1.0, "collapse when the fp16 loss scale falls below F", check=NON_NEGATIVE_FLOAT32,
                                    metavar="F", group=RELIABILITY)
     max_consecutive_skips: int = option(10, "collapse after N skipped optimizer steps in a row",
                                         check=POSITIVE_INT, metavar="N", group=RELIABILITY)
@@ -214,7 +216,7 @@ class RunConfig:
                                             "them), e.g. encoder.layer.3.output", check=NAMES, metavar="NAME,...",
                                             group=RELIABILITY)
     init_loss_scale: float | None = option(None, "fp16's initial GradScaler loss scale (default 65536)",
-                                           check=POSITIVE_FLOAT, metavar="F", group=RELIABILITY)
+                                           check=POSITIVE_FLOAT32, metavar="F", group=RELIABILITY)
 
     def with_defaults(self, defaults: dict[str, Any]) -> "RunConfig":
         """A copy where every None field takes the recipe's default; unknown keys are a bug."""
@@ -254,6 +256,7 @@ class RunConfig:
         self._validate_lora()
         self._validate_optimisation()
         self._validate_real_run()
+        check_option_combinations(self)  # options that meet (schedule x lr, loss scale x floor, ...)
         out = Path(self.output_dir)
         if out.exists() and not out.is_dir():
             raise UsageError(f"--output-dir {self.output_dir}: exists and is not a directory")

@@ -406,8 +406,17 @@ def _compatible(train_type: str, eval_type: str) -> bool:
     return train_type == eval_type or {train_type, eval_type} <= {"int", "float"}
 
 
-def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str) -> None:
+class UnscorableLabels(UsageError):
+    """Well-formed evaluation labels that cannot be scored against the training labels (another type,
+    names or classes). Validation data needs scoring (a refusal); a predict file can go on without metrics."""
+
+
+def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str, role: str = "validation") -> None:
     """Raise unless the evaluation data's labels fit ``info`` (same type, classes seen in training).
+
+    ``role`` names the labels in messages (``"validation"``, ``"--predict-file"``). Malformed
+    labels raise ``UsageError``; labels that are fine but cannot be scored raise its subclass
+    ``UnscorableLabels``.
 
     Usage: ``check_eval_labels(eval_ds, "label", info, where="--validation-file dev.csv")``
     """
@@ -416,13 +425,13 @@ def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str) -> None:
     kind = scan.kind
     if info.kind == "regression":
         if kind not in ("int", "float"):
-            raise UsageError(f"{where}: mixed label types: validation labels in column {column!r} are {kind}, "
-                             "training labels numbers (regression); use one type for every label")
+            raise UnscorableLabels(f"{where}: mixed label types: {role} labels in column {column!r} are {kind}, "
+                                   "training labels numbers (regression); use one type for every label")
         _refuse_too_large(scan, column, where)
         return
     if not _compatible(info.value_type, kind):
-        raise UsageError(
-            f"{where}: mixed label types: validation labels in column {column!r} are {kind} "
+        raise UnscorableLabels(
+            f"{where}: mixed label types: {role} labels in column {column!r} are {kind} "
             f"but training labels are {info.value_type}; use one type for every label"
         )
     if scan.keys is None:
@@ -430,17 +439,17 @@ def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str) -> None:
     if info.value_type == "classlabel":
         names = tuple(ds.features[column].names)
         if names != info.names:
-            raise UsageError(
-                f"{where}: validation label names {list(names)} differ from training label names {list(info.names)}"
+            raise UnscorableLabels(
+                f"{where}: {role} label names {list(names)} differ from training label names {list(info.names)}"
             )
     if kind == "float" and not scan.all_integral:
-        raise UsageError(f"{where}: validation labels in column {column!r} have fractional values")
+        raise UnscorableLabels(f"{where}: {role} labels in column {column!r} have fractional values")
     unseen = scan.keys - set(info.mapping)
     if info.value_type == "classlabel":
         unseen = {info.names[i] if 0 <= i < len(info.names) else i for i in unseen}
     if unseen:
-        raise UsageError(
-            f"{where}: validation label{'s' if len(unseen) > 1 else ''} {_show(unseen, 5)} never seen in training "
+        raise UnscorableLabels(
+            f"{where}: {role} label{'s' if len(unseen) > 1 else ''} {_show(unseen, 5)} never seen in training "
             f"(training labels: {_show(info.names, 10)})"
         )
 

@@ -34,7 +34,7 @@ from torch import nn
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.models.classifiers import SequenceClassifier, load_classifier
-from mixft.options import LORA_DROPOUT, POSITIVE_FLOAT, POSITIVE_INT
+from mixft.options import LORA_DROPOUT, POSITIVE_FLOAT32, POSITIVE_INT
 
 ALL_LINEAR = "all-linear"
 LORA_FILE = "lora_classifier.json"
@@ -62,7 +62,7 @@ class LoraOptions:
 
     def __post_init__(self):
         POSITIVE_INT.validate("--lora-r", self.r)
-        POSITIVE_FLOAT.validate("--lora-alpha", self.alpha)
+        POSITIVE_FLOAT32.validate("--lora-alpha", self.alpha)
         LORA_DROPOUT.validate("--lora-dropout", self.dropout)
         targets = self.target_modules
         if isinstance(targets, str):
@@ -160,6 +160,23 @@ def resolve_targets(model: SequenceClassifier, options: LoraOptions) -> list[str
     return sorted(full for full, short in candidates.items() if short in wanted)
 
 
+def check_lora_rank(model: nn.Module, targets: Sequence[str], r: int) -> None:
+    """Refuse a rank above what the adapted layers can use, before peft allocates anything.
+
+    An update ``B @ A`` of a layer ``in -> out`` has rank at most ``min(in, out)``: a larger
+    ``r`` only adds parameters (and memory: ``--lora-r 100000000`` asks peft for gigabytes per
+    layer). Reads shapes only, so it works on a model built on the meta device.
+
+    Usage: ``check_lora_rank(classifier.model, resolve_targets(classifier, options), options.r)``
+    """
+    modules = dict(model.named_modules())
+    widths = [min(modules[name].weight.shape) for name in targets if getattr(modules[name], "weight", None) is not None]
+    if widths and r > max(widths):
+        short = ", ".join(sorted({name.rpartition(".")[2] for name in targets}))
+        raise UsageError(f"--lora-r {r} is above the rank the adapted layers can use (at most {max(widths)}: "
+                         f"min(in, out) of {short}); a larger rank adds parameters and nothing else")
+
+
 def check_lora_targets(config, options: LoraOptions) -> list[str]:
     """:func:`resolve_targets` before any weight is read: the model built from ``config`` on no memory.
 
@@ -172,18 +189,24 @@ def check_lora_targets(config, options: LoraOptions) -> list[str]:
 
     with torch.device("meta"):  # shapes and names only: nothing allocated or initialised for real
         model = AutoModelForSequenceClassification.from_config(config)
-    return resolve_targets(SequenceClassifier(model), options)
+    targets = resolve_targets(SequenceClassifier(model), options)
+    check_lora_rank(model, targets, options.r)
+    return targets
 
 
-def apply_lora(model: SequenceClassifier, options: LoraOptions | None = None) -> LoraClassifier:
+def apply_lora(model: SequenceClassifier, options: LoraOptions | None = None, seed: int = 0) -> LoraClassifier:
     """Freeze ``model`` and add LoRA adapters; the head (and weights the checkpoint lacked) train in full.
 
     Returns a :class:`LoraClassifier` (forward, loss_fn, predict_fn, labels as before).
     peft adds the adapters inside ``model``'s transformers model (in place, nothing copied):
-    use the returned classifier from then on.
+    use the returned classifier from then on. The adapters' initial ``A`` matrices are drawn
+    from ``seed`` alone (peft draws them from torch's global RNG, which no earlier stage
+    seeds, so two identical runs would start from different adapters); the caller's RNG
+    stream is left as it was.
 
-    Usage: ``model = apply_lora(load_classifier(path, seed=0, labels=names), LoraOptions(r=8))``
+    Usage: ``model = apply_lora(load_classifier(path, seed=0, labels=names), LoraOptions(r=8), seed=0)``
     """
+    import torch
     from peft import LoraConfig, TaskType, get_peft_model
 
     options = options or LoraOptions()
@@ -192,6 +215,7 @@ def apply_lora(model: SequenceClassifier, options: LoraOptions | None = None) ->
     if isinstance(model, LoraClassifier):
         raise UsageError("the model already has LoRA adapters")
     targets = resolve_targets(model, options)
+    check_lora_rank(model.model, targets, options.r)
     conv1d = _linear_types()[1]
     modules = dict(model.model.named_modules())
     config = LoraConfig(
@@ -202,7 +226,9 @@ def apply_lora(model: SequenceClassifier, options: LoraOptions | None = None) ->
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        peft_model = get_peft_model(model.model, config)
+        with torch.random.fork_rng(devices=[]):  # the adapters depend on the seed alone; the caller's stream is kept
+            torch.manual_seed(seed)
+            peft_model = get_peft_model(model.model, config)
     for warning in caught:  # transformers' deprecation notices raised inside peft: not the user's concern
         logger.debug("peft: %s", warning.message)
     base = model.config.name_or_path

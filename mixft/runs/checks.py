@@ -31,6 +31,7 @@ from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.amp.fp32 import Fp32Modules, keep_in_fp32
 from mixft.log import logger
+from mixft.config.option_rules import check_precision_combinations
 from mixft.amp.precision import Precision, resolve_precision
 from mixft.amp.preflight import PreflightResult, preflight
 from mixft.rng import capture_rng_state, restore_rng_state
@@ -61,9 +62,7 @@ def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: 
 
     Usage: ``checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)``
     """
-    if cfg.init_loss_scale is not None and not any(p.grad_scaler for p in precisions):
-        raise UsageError(f"--init-loss-scale: only fp16 uses a loss scale; this command trains "
-                         f"{', '.join(p.name for p in precisions)}")
+    check_precision_combinations(cfg, precisions)  # --init-loss-scale, --min-loss-scale, --fp32-modules: not idle
     due = preflight_due(cfg, precisions) and not _all_finished(cfg, precisions, run_plan)
     if not (due or cfg.fp32_modules or cfg.fsdp):
         return None
@@ -75,6 +74,7 @@ def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: 
         model = parts.model
         if cfg.fp32_modules:
             keep_in_fp32(model, cfg.fp32_modules).remove()  # unknown name: UsageError with the closest ones
+            check_not_whole_model(model, cfg.fp32_modules, precision.name)
         if cfg.fsdp:
             from ..train.fsdp import check_shardable
 
@@ -90,6 +90,18 @@ def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: 
         parts = model = None
         gc.collect()  # the checked model is not kept: give its memory back before the first run
     return _record(result, cfg)
+
+
+def check_not_whole_model(model, names: list[str], precision: str) -> None:
+    """Refuse ``--fp32-modules`` that hold every parameter of ``model``: the run would be fp32 under another name.
+
+    Usage: ``check_not_whole_model(parts.model, ["model"], "bf16")  # UsageError``
+    """
+    kept = [name for name, _ in model.named_parameters() if any(_within(name, k) or k == "" for k in names)]
+    total = sum(1 for _ in model.named_parameters())
+    if total and len(kept) == total:
+        raise UsageError(f"--fp32-modules {','.join(names)} covers the whole model: the {precision} run would be an "
+                         "fp32 run; name the modules at risk (the preflight lists them), or use --precision fp32")
 
 
 def keep_fp32_modules(model, cfg: RunConfig) -> Fp32Modules | None:

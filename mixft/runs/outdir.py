@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,10 +43,7 @@ LOCK_NAME = ".mixft.lock"
 CONFIG_NAME = "config.yaml"
 PROBE_RESULTS_NAME = "probe.json"  # --probe writes its own files: it never replaces a run's results
 PROBE_REPORT_NAME = "probe.md"
-PREVIOUS_PREFIX = "previous-"  # where a new run sets an earlier run's results aside
-# What a run writes besides results.json, report.md and its checkpoints and saved models:
-# set aside with them, so nothing left in the directory contradicts the new results.json.
-RUN_OUTPUT_PATTERNS = ("*.png", "predictions*.csv", "predictions*.jsonl")
+PREVIOUS_PREFIX = "previous-"  # where a new run sets an earlier run aside (mixft.runs.set_aside)
 # Matches every checkpoint name below, single or one of a comparison.
 CHECKPOINT_PATTERN = "checkpoint*.pt"
 
@@ -177,42 +173,6 @@ def check_output_dir(out: Path, *, files=(), dirs=()) -> None:
         os.unlink(probe)
     except OSError as e:
         raise UsageError(f"--output-dir {out}: not writable ({e.strerror or e})") from None
-
-
-def set_aside_previous_run(out: Path, stamp: str, *, files: Sequence[str] = (), dirs: Sequence[str] = ()) -> str | None:
-    """Before a new run (not ``--resume``): set aside what an earlier run left that this one will not replace.
-
-    ``files``/``dirs``: the names this run writes itself (each replaced atomically when it is
-    written, so a run that fails first leaves them as they were). Any other result of the
-    earlier run (report.md, charts, saved models) would sit beside the new results.json
-    contradicting it: those move to ``OUTPUT_DIR/previous-<stamp>/`` together with a copy of
-    the earlier results.json; checkpoints this run will not overwrite are deleted (working
-    state, not results: ``--resume`` is how to continue them). Files mixft did not write
-    stay. Returns the one-line notice, or None when nothing had to move.
-
-    Usage: ``set_aside_previous_run(out, "20261123-213000", files=["results.json", "checkpoint.pt"])``
-    """
-    out = Path(out)
-    results = out / RESULTS_NAME
-    if not results.is_file():
-        return None
-    keep = set(files) | set(dirs)
-    moving = [p for p in [out / REPORT_NAME] if p.is_file() and p.name not in keep]
-    moving += sorted(p for pattern in RUN_OUTPUT_PATTERNS for p in out.glob(pattern) if p.is_file())
-    moving += sorted(p for p in out.glob(f"{SAVED_MODEL_NAME}*") if p.is_dir() and p.name not in keep)
-    stale = sorted(p for p in out.glob(CHECKPOINT_PATTERN) if p.is_file() and p.name not in keep)
-    if not moving and not stale:
-        return None  # the same kind of run again: each file is replaced as the new run writes it
-    target = out / f"{PREVIOUS_PREFIX}{stamp}"
-    target.mkdir()
-    shutil.copy2(results, target / RESULTS_NAME)
-    for path in moving:
-        path.rename(target / path.name)
-    for path in stale:
-        path.unlink()
-    dropped = f"; {len(stale)} checkpoint(s) it left deleted (--resume continues a run)" if stale else ""
-    return (f"{out} held an earlier run's results: set them aside in {target} (results.json and "
-            f"{len(moving)} file(s) this run does not write){dropped}")
 
 
 class OutputLock:

@@ -23,7 +23,6 @@ from typing import Any
 
 from mixft import distributed
 from mixft.config.run_config import RunConfig
-from mixft.report import REPORT_NAME
 from mixft.results import RunResult
 from mixft.runs.identity import RunKey, plan_identities
 from mixft.runs.outdir import CONFIG_NAME, RESULTS_NAME, check_output_dir, planned_entries, run_names
@@ -52,8 +51,7 @@ class RunPlan:
 
     ``finished``: the runs ``--resume`` keeps as results.json holds them; ``continued``: the
     runs that continue from their (already checked) checkpoint; every other run starts.
-    ``set_aside``: the files and directories a new run (not ``--resume``) writes itself, so
-    that ``set_aside_previous_run`` moves everything else an earlier run left.
+    (An earlier run in the directory is set aside whole: ``mixft.runs.set_aside``.)
     """
 
     out: Path
@@ -62,7 +60,6 @@ class RunPlan:
     runs: Mapping[RunKey, RunFiles]
     finished: Mapping[RunKey, RunResult] = field(default_factory=dict)
     continued: frozenset[RunKey] = frozenset()
-    set_aside: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     @property
     def total(self) -> int:
@@ -104,8 +101,4 @@ def make_plan(cfg: RunConfig, precisions: Sequence[str]) -> RunPlan:
                           saved_model=out / n.saved_model,
                           predictions=out / n.predictions if n.predictions else None, meta=metas[key])
             for key, n in table.items()}
-    # What a new run replaces itself (not its predictions: an earlier run's are set aside; report.md only
-    # when comparing): everything else an earlier run left is set aside.
-    predictions = {n.predictions for n in table.values()}
-    kept_names = tuple(f for f in files if f not in predictions and (len(table) > 1 or f != REPORT_NAME))
-    return RunPlan(out, names, seeds, runs, dict(resume.finished), frozenset(resume.continued), (kept_names, tuple(dirs)))
+    return RunPlan(out, names, seeds, runs, dict(resume.finished), frozenset(resume.continued))

@@ -26,10 +26,11 @@ import torch
 from mixft.config.run_config import RunConfig
 from mixft.data.columns import Columns, check_text_columns
 from mixft.data.files import load_data_file
-from mixft.data.labels import LabelInfo, ModelLabels, check_eval_labels, labels_for_model
+from mixft.data.labels import LabelInfo, ModelLabels, UnscorableLabels, check_eval_labels, labels_for_model
 from mixft.data.loaders import make_loader
 from mixft.data.tokenize import tokenize_dataset
 from mixft.errors import UsageError
+from mixft.log import logger
 from mixft.runs.predictions_file import find_id_column, write_predictions
 
 # Tokens per example when the run does not say (the text recipes' own default).
@@ -49,6 +50,7 @@ class PredictSource:
     ids: list | None
     id_column: str | None
     has_labels: bool
+    metrics_skipped: str | None = None  # why the file's labels are not scored (results.json predict.metrics_skipped)
 
     @property
     def rows(self) -> int:
@@ -72,15 +74,23 @@ def read_predict_file(cfg: RunConfig, prepared) -> PredictSource:
                          f"columns: {', '.join(repr(c) for c in ds.column_names)}")
     check_text_columns(ds, Columns(task.text_column, task.text_pair_column, task.label_column), where=where)
     has_labels = task.label_column in ds.column_names
+    skipped = None
     if has_labels and cfg.eval_only:
         # A saved model's label space: the file's labels are matched to its names, as the validation data's are.
         names = tuple(task.label_names) if task.kind == "classification" else None
         label_column = task.label_column
         labels = labels_for_model(ds, label_column, ModelLabels(names, f"--model {cfg.model}"), where=where)
     elif has_labels:
-        check_eval_labels(ds, task.label_column, task.labels, where=where)
+        try:
+            check_eval_labels(ds, task.label_column, task.labels, where=where, role="--predict-file")
+        except UnscorableLabels as e:
+            # A predict file's labels are optional: labels that cannot be scored cost the metrics, not the run.
+            skipped = str(e).removeprefix(f"{where}: ")
+            logger.warning("%s: its labels cannot be scored (%s): predicting without metrics", where, skipped)
+            has_labels = False
+    if has_labels and not cfg.eval_only:
         label_column, labels = task.label_column, task.labels
-    else:
+    elif not has_labels:
         ds = ds.add_column(_PLACEHOLDER, [0.0] * len(ds))
         label_column, labels = _PLACEHOLDER, LabelInfo(kind="regression", value_type="float")
     id_column = find_id_column(ds.column_names)
@@ -92,6 +102,7 @@ def read_predict_file(cfg: RunConfig, prepared) -> PredictSource:
         path=str(cfg.predict_file), examples=examples, tokenizer=tokenizer, kind=task.kind,
         label_names=list(task.label_names) if task.kind == "classification" else None,
         ids=list(ds[id_column]) if id_column else None, id_column=id_column, has_labels=has_labels,
+        metrics_skipped=skipped,
     )
 
 
@@ -113,4 +124,7 @@ def predict_and_write(trainer, source: PredictSource, path: Path, batch_size: in
     metrics = None
     if source.has_labels:
         metrics = trainer.evaluate(loader)
-    return {"file": source.path, "output": str(path), "rows": source.rows, "metrics": metrics}
+    record = {"file": source.path, "output": str(path), "rows": source.rows, "metrics": metrics}
+    if source.metrics_skipped:
+        record["metrics_skipped"] = source.metrics_skipped
+    return record

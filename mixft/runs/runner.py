@@ -26,7 +26,10 @@ import torch
 
 from mixft import distributed
 from mixft.callbacks.checkpointer import Checkpointer
+from mixft.callbacks.tracker_prepare import prepare_trackers
+from mixft.callbacks.trackers import run_name
 from mixft.train.checkpoint import resume
+from mixft.config.option_rules import check_extra_options
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
@@ -36,15 +39,17 @@ from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, re
 from mixft.recipe import get_recipe
 from mixft.results import RunResult, write_results
 from mixft.train.hooks import Callback
-from mixft.config.file import write_config
+from mixft.config.file import config_yaml, write_config
 from mixft.report.agreement import add_agreement
 from mixft.runs.build import build_trainer
 from mixft.runs.identity import final_weights
 from mixft.runs.memory_figures import measure_before_fit
-from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, OutputLock, set_aside_previous_run
+from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, OutputLock
 from mixft.runs.plan import RunPlan, make_plan
 from mixft.runs.predict import predict_and_write, read_predict_file
 from mixft.runs.checks import check_before_training, keep_fp32_modules
+from mixft.runs.set_aside import set_aside_earlier_run
+from mixft.runs.shape import check_run_shape
 from mixft.runs.watch import RunWatch
 
 
@@ -103,6 +108,7 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     if cfg.eval_only and cfg.model is None:
         raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
     cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
+    check_extra_options(cfg, recipe)  # extra: only the keys the recipe reads
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
     if cfg.fsdp:
         _check_fsdp(cfg)  # before joining a process group: the launcher is what it checks
@@ -159,6 +165,11 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
         logger.warning(notice)
     for notice in dict.fromkeys(choice.notice for choice in choices if choice.notice):
         logger.warning(notice)
+    # Options against the run's shape (warm-up, patience, --load-best, --metric-for-best): exit 2 before any run.
+    check_run_shape(recipe, cfg, prepared, device, precisions)
+    if cfg.report_to and distributed.is_main_process():  # where each tracker writes, and an MLflow server: exit 2 now
+        prepare_trackers(cfg.report_to, Path(cfg.output_dir),
+                         [run_name(p.name, seed) for seed in cfg.seeds for p in precisions])
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)
     if cfg.predict_file and distributed.world_size() > 1:
@@ -170,14 +181,22 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(run_plan.out) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
+        aside = None
         if distributed.is_main_process() and not cfg.resume:
-            # A new run's results.json must not sit beside an earlier run's report and charts.
-            files, dirs = run_plan.set_aside
-            notice = set_aside_previous_run(run_plan.out, time.strftime("%Y%m%d-%H%M%S"), files=files, dirs=dirs)
-            if notice:
-                logger.warning(notice)
-        return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), run_plan, observer,
-                          hardware, predict_source, preflight=checked)
+            # A new run never mixes with an earlier one: all of the earlier run moves aside, together.
+            aside = set_aside_earlier_run(run_plan.out, time.strftime("%Y%m%d-%H%M%S"),
+                                          config_text=config_yaml(dataclasses.replace(cfg, resume=False)))
+            if aside:
+                logger.warning(aside.notice)
+        try:
+            return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), run_plan, observer,
+                              hardware, predict_source, preflight=checked)
+        except UsageError:
+            # Refused at its first step (a batch too large for memory): the directory is left as it was found.
+            back = aside.undo() if aside else None
+            if back:
+                logger.warning(back)
+            raise
 
 
 def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> list[PrecisionChoice]:

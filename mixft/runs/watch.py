@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mixft.callbacks.best import BestModel, EarlyStopping
+from mixft.callbacks.best import TIMINGS, BestModel, EarlyStopping, check_rankable
 from mixft.train.hooks import Callback
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
@@ -26,8 +26,8 @@ from mixft.results import RunResult
 from mixft.callbacks.tracker_names import check_trackers
 from mixft.callbacks.trackers import build_trackers, run_name
 
-# Figures every evaluation has besides the task's metrics.
-EVALUATION_FIGURES = ("loss", "time_s", "samples_per_s")
+# Figures every evaluation has besides the task's metrics (the timings: mixft.best_model.TIMINGS).
+EVALUATION_FIGURES = ("loss", *TIMINGS)
 
 
 def _metric_names(metric) -> list[str] | None:
@@ -60,6 +60,24 @@ def known_metrics(metric, predict_fn) -> list[str] | None:
     return [*EVALUATION_FIGURES, *names] if names else None
 
 
+def rankable_metrics(metric, predict_fn) -> list[str] | None:
+    """The names ``--metric-for-best`` may choose: loss and the task's metrics, never a timing (None: unknown).
+
+    Usage: ``rankable_metrics(parts.metric, parts.predict_fn)  # ["loss", "accuracy", "f1"]``
+    """
+    known = known_metrics(metric, predict_fn)
+    return None if known is None else [name for name in known if name not in TIMINGS]
+
+
+def check_metric_for_best(metric: str, parts) -> None:
+    """UsageError before training when ``metric`` is a timing or not one the evaluation will hold."""
+    rankable = rankable_metrics(parts.metric, parts.predict_fn)
+    check_rankable(metric, rankable)
+    if rankable is not None and metric not in rankable:
+        raise UsageError(f"--metric-for-best {metric}: the evaluation has no such metric (choose from: "
+                         f"{', '.join(sorted(rankable))})")
+
+
 def load_best_default(cfg: RunConfig) -> bool:
     """``--load-best``'s value: as given, else on when the run evaluates more than once.
 
@@ -83,10 +101,7 @@ class RunWatch:
     def for_run(cfg_cls, cfg: RunConfig, parts, *, precision: str, seed: int) -> "RunWatch":
         """Checks ``--metric-for-best`` against the task's metrics (UsageError before training) and builds the callbacks."""
         metric = cfg.metric_for_best or main_metric(parts.metric, parts.predict_fn)
-        known = known_metrics(parts.metric, parts.predict_fn)
-        if known is not None and metric not in known:
-            raise UsageError(f"--metric-for-best {metric}: the evaluation has no such metric (it has: "
-                             f"{', '.join(sorted(known))})")
+        check_metric_for_best(metric, parts)
         load_best = load_best_default(cfg)
         stop = EarlyStopping(metric, cfg.early_stopping_patience) if cfg.early_stopping_patience else None
         names = check_trackers(cfg.report_to)
@@ -120,7 +135,8 @@ class RunWatch:
         if summary is None:
             return result
         loaded = self.load_best and self.best.restore(trainer)
-        result.best = {**summary, "loaded": bool(loaded), "evaluations": self.best.evaluations}
+        result.best = {**summary, "loaded": bool(loaded), "evaluations": self.best.evaluations,
+                       "ties": self.best.ties}
         if loaded:
             result.eval = dict(self.best.metrics)
         return result

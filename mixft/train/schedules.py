@@ -63,6 +63,10 @@ def build_scheduler_factory(name: str = "linear", warmup_ratio: float | None = N
         from transformers import get_scheduler  # importing transformers takes seconds: only when training
 
         warmup = warmup_steps if warmup_steps is not None else int(warmup_ratio * total_steps)
+        if name == "polynomial" and warmup >= total_steps:
+            # transformers divides by (total - warm-up) after the warm-up: a ZeroDivisionError at the last step.
+            raise UsageError(f"--lr-scheduler polynomial needs at least one optimizer step after the warm-up: a "
+                             f"warm-up of {warmup} covers all {total_steps} steps")
         return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
 
     return build

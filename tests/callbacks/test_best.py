@@ -181,3 +181,41 @@ def test_in_a_real_fit_early_stopping_ends_the_run_and_the_best_model_comes_back
     assert best.step == 6 and best.best_value == losses[0]
     assert best.restore(trainer)
     assert trainer.evaluate()["loss"] == pytest.approx(losses[0], rel=1e-6)
+
+
+# ---------------------------------------------------------------- undefined metrics and timings (issue 30)
+
+
+def test_undefined_values_never_rank_and_early_stopping_counts_only_after_a_defined_best(caplog):
+    trainer = make_trainer()
+    best, stop = BestModel("pearsonr"), EarlyStopping("pearsonr", patience=1)
+    nan = float("nan")
+    for step in (2, 4, 6):  # constant labels: no correlation yet, no patience used up, no exception
+        evaluate_at(trainer, [best, stop], step, {"loss": 1.0, "pearsonr": nan,
+                                                  "undefined": {"pearsonr": "the labels are constant (all 2.5)"}})
+    assert best.summary() is None and stop.without_improvement == 0
+    assert sum("pearsonr is undefined at step 2 (the labels are constant (all 2.5))" in r.getMessage()
+               for r in caplog.records) == 1  # said once per run
+    evaluate_at(trainer, [best, stop], 8, {"loss": 0.9, "pearsonr": 0.5})
+    assert best.summary()["step"] == 8
+    with pytest.raises(StopTraining, match=r"best 0\.5 at step 8"):  # an undefined value after one: no improvement
+        evaluate_at(trainer, [best, stop], 10, {"loss": 0.9, "pearsonr": None})
+
+
+@pytest.mark.parametrize("metric", ["time_s", "samples_per_s", "eval_time_s"])
+def test_a_timing_never_ranks_evaluations(metric):
+    with pytest.raises(UsageError, match=f"--metric-for-best {metric} is a timing, not a measure of the model"):
+        BestModel(metric)
+    with pytest.raises(UsageError, match="is a timing"):
+        EarlyStopping(metric, patience=2)
+
+
+def test_ties_with_the_best_are_counted():
+    trainer = make_trainer()
+    best = BestModel("accuracy")
+    for step, acc in [(2, 0.5), (4, 0.5), (6, 0.4), (8, 0.5)]:
+        evaluate_at(trainer, [best], step, {"loss": 1.0, "accuracy": acc})
+    assert best.summary()["step"] == 2 and best.ties == 2
+    restored = BestModel("accuracy")
+    restored.load_state_dict(best.state_dict())
+    assert restored.ties == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +30,9 @@ def test_written_config_loads_back_to_the_same_runconfig(tmp_path):
     assert set(loaded) == {f.name for f in fields(RunConfig)}
     assert RunConfig(**loaded) == cfg
     assert type(loaded["lr"]) is float and loaded["text_column"] == "yes"  # not YAML's boolean
-    # And a default RunConfig, where most fields are None.
-    assert RunConfig(**load_config_file(write_config(RunConfig(), tmp_path / "d.yaml"))) == RunConfig()
+    # And a default RunConfig, where most fields are None; its paths are written absolute (issue 30).
+    assert RunConfig(**load_config_file(write_config(RunConfig(), tmp_path / "d.yaml"))) == \
+        RunConfig(output_dir=str(Path("outputs/run").resolve()))
 
 
 def test_json_and_yaml_with_cli_spellings(tmp_path):
@@ -47,8 +49,8 @@ def test_json_and_yaml_with_cli_spellings(tmp_path):
     ("max_step: 5\n", r"--config .*run.yaml: unknown option 'max_step' \(did you mean 'max_steps'\?\)"),
     ("zzz: 1\n", r"unknown option 'zzz' \(keys are RunConfig field names"),
     ("epochs: 0\n", r"run.yaml: epochs must be a positive integer, got 0$"),
-    ("lr: -1e-3\n", r"lr must be a positive finite number, got '-1e-3'"),
-    ("lr: .nan\n", r"lr must be a positive finite number, got nan"),
+    ("lr: -1e-3\n", r"lr must be a positive finite number up to float32's 3.4e38, got '-1e-3'"),
+    ("lr: .nan\n", r"lr must be a positive finite number up to float32's 3.4e38, got nan"),
     ("batch_size: many\n", r"batch_size must be a positive integer, got 'many'"),
     ("resume: 'yes'\n", r"resume must be True or False, got 'yes'"),
     ("device: tpu\n", r"device must be one of: auto, cpu, cuda, got 'tpu'"),

@@ -60,7 +60,7 @@ def _inputs(batch):
     [
         ({"r": 0}, "--lora-r must be a positive integer, got 0"),
         ({"r": 2.5}, "--lora-r must be a positive integer, got 2.5"),
-        ({"alpha": 0}, "--lora-alpha must be a positive finite number, got 0"),
+        ({"alpha": 0}, "--lora-alpha must be a positive finite number up to float32's 3.4e38, got 0"),
         ({"dropout": 1.0}, "--lora-dropout must be a number >= 0 and below 1, got 1.0"),
         ({"dropout": -0.1}, "--lora-dropout must be a number >= 0 and below 1, got -0.1"),
         ({"target_modules": ""}, "--lora-target-modules must name Linear layers"),
@@ -246,3 +246,88 @@ def test_targets_are_checked_from_the_config_alone(dirs):
     assert check_lora_targets(config, options) == resolve_targets(_classifier(dirs["gpt2"]), options)
     with pytest.raises(UsageError, match="gpt2 has no Linear layer named q_proj; its Linear layers: c_attn, c_fc, c_proj"):
         check_lora_targets(config, LoraOptions(target_modules="q_proj"))
+
+
+# ---------------------------------------------------------------------------------------
+# Reproducible adapters, and a rank the layers can use (issue 30)
+# ---------------------------------------------------------------------------------------
+
+
+def _lora_a(model) -> dict:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_A" in name}
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+def test_adapters_depend_on_the_seed_alone_and_leave_the_callers_rng_alone(dirs, arch):
+    torch.manual_seed(123)
+    first = _lora_a(apply_lora(_classifier(dirs[arch]), LoraOptions(r=4), seed=0))
+    torch.randn(1000)  # another RNG history before the second build
+    state = torch.get_rng_state()
+    second = _lora_a(apply_lora(_classifier(dirs[arch]), LoraOptions(r=4), seed=0))
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's stream is untouched
+    assert first.keys() == second.keys() and first
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    other = _lora_a(apply_lora(_classifier(dirs[arch]), LoraOptions(r=4), seed=1))
+    assert not all(torch.equal(first[k], other[k]) for k in first)  # the seed does choose them
+
+
+def test_a_rank_above_the_layers_width_is_refused_before_peft_allocates(dirs):
+    # The tiny models are 32 wide: a rank-33 update of a 32 x 32 layer adds parameters and nothing else.
+    with pytest.raises(UsageError, match=r"--lora-r 33 is above the rank the adapted layers can use \(at most 32: "
+                                         r"min\(in, out\) of query, value\)"):
+        apply_lora(_classifier(dirs["bert"]), LoraOptions(r=33))
+    apply_lora(_classifier(dirs["bert"]), LoraOptions(r=32))  # full rank: allowed
+    from transformers import AutoConfig
+
+    with pytest.raises(UsageError, match="--lora-r 100000000 is above"):  # shapes only: no 12.8 GB allocation
+        check_lora_targets(AutoConfig.from_pretrained(dirs["gpt2"]), LoraOptions(r=100_000_000))
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2"])
+def test_two_identical_lora_runs_are_equal_to_the_bit(dirs, tmp_path, arch):
+    from tests.cli_runs import run_cli
+
+    losses = []
+    for name in ("a", "b"):
+        code, _, out = run_cli(tmp_path / name, dirs[arch], "--max-steps", "6", "--lr", "5e-3", "--lora")
+        assert code == 0
+        losses.append(json.loads((out / "results.json").read_text())["runs"][0]["history"]["loss"])
+    assert losses[0] == losses[1]
+
+
+def test_a_lora_run_resumed_mid_way_ends_bit_identical(dirs, tmp_path, monkeypatch):
+    import shutil
+    from pathlib import Path
+
+    from mixft.callbacks.checkpointer import Checkpointer
+    from mixft.train.checkpoint import load_checkpoint
+    from mixft.cli.main import main
+    from tests.cli_runs import toy_files
+
+    train, dev = toy_files(tmp_path / "data")  # 24 rows, batch 4: 6 steps per epoch, 12 in all
+
+    def argv(out):
+        return ["--recipe", "text-classification", "--model", str(dirs["bert"]), "--train-file", str(train),
+                "--validation-file", str(dev), "--batch-size", "4", "--epochs", "2", "--lr", "5e-3", "--lora",
+                "--checkpoint-every", "1", "--output-dir", str(out), "--no-progress"]
+
+    snaps, save = {}, Checkpointer.save
+
+    def save_and_copy(self, trainer):
+        path = save(self, trainer)
+        snaps[trainer.state.step] = Path(shutil.copy(path, tmp_path / f"step{trainer.state.step}.pt"))
+        return path
+
+    monkeypatch.setattr(Checkpointer, "save", save_and_copy)
+    assert main(argv(tmp_path / "ref")) == 0
+    monkeypatch.setattr(Checkpointer, "save", save)
+    torch.randn(100)  # another RNG history before the resumed build
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copy(snaps[8], out / "checkpoint.pt")  # the middle of epoch 2
+    assert main([*argv(out), "--resume"]) == 0
+    ref = load_checkpoint(tmp_path / "ref" / "checkpoint.pt")["trainer"]["model"]
+    new = load_checkpoint(out / "checkpoint.pt")["trainer"]["model"]
+    assert [k for k in ref if not torch.equal(ref[k], new[k])] == []
+    runs = [json.loads((d / "results.json").read_text())["runs"][0] for d in (tmp_path / "ref", out)]
+    assert [e["loss"] for e in runs[0]["eval_history"]] == [e["loss"] for e in runs[1]["eval_history"]]

@@ -120,9 +120,10 @@ def test_a_run_refused_for_its_data_leaves_no_output_directory(tmp_path):
     assert code == 2 and not out.exists()
 
 
-def test_a_new_run_sets_an_earlier_runs_results_aside(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
+def test_a_new_run_sets_an_earlier_run_aside_whole(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
     # Was: a single run into a directory that held a comparison left its report.md, charts and
-    # checkpoints beside a results.json they contradicted.
+    # checkpoints beside a results.json they contradicted; then (issue 30) its config.yaml was
+    # overwritten and its checkpoints deleted.
     import json
 
     from mixft.cli.main import main
@@ -130,29 +131,16 @@ def test_a_new_run_sets_an_earlier_runs_results_aside(tmp_path, tiny_bert_dir, t
     args = ["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
             "--output-dir", str(tmp_path), "--no-progress", "--max-steps", "1"]
     assert main(args + ["--compare", "fp32,bf16"]) == 0
-    earlier = {p.name for p in tmp_path.iterdir() if p.suffix in (".json", ".md", ".png")}
-    assert {"results.json", "report.md"} <= earlier and any(tmp_path.glob("checkpoint-*.pt"))
+    earlier = {p.name for p in tmp_path.iterdir() if p.name not in (".mixft.lock", tiny_data_dir.name)}
+    assert {"results.json", "report.md", "config.yaml"} <= earlier and any(tmp_path.glob("checkpoint-*.pt"))
     capsys.readouterr()
     assert main(args + ["--precision", "bf16"]) == 0
-    notices = [line for line in capsys.readouterr().err.splitlines() if "held an earlier run's results" in line]
-    assert len(notices) == 1 and "2 checkpoint(s) it left deleted" in notices[0], notices
+    notices = [line for line in capsys.readouterr().err.splitlines() if "held an earlier run" in line]
+    assert len(notices) == 1 and "2 checkpoints" in notices[0] and "identical" not in notices[0], notices
     (previous,) = tmp_path.glob("previous-*")
-    assert {p.name for p in previous.iterdir()} == earlier  # nothing of the comparison lost
+    assert {p.name for p in previous.iterdir()} == earlier  # nothing of the comparison lost or left behind
     assert len(json.loads((previous / "results.json").read_text())["runs"]) == 2
+    assert "fp32,bf16" in (previous / "config.yaml").read_text() or "- bf16" in (previous / "config.yaml").read_text()
     assert not (tmp_path / "report.md").exists() and not list(tmp_path.glob("*.png"))
     assert not list(tmp_path.glob("checkpoint-*.pt")) and (tmp_path / "checkpoint.pt").is_file()
     assert [r["precision"] for r in json.loads((tmp_path / "results.json").read_text())["runs"]] == ["bf16"]
-
-
-def test_the_same_kind_of_run_again_moves_nothing(tmp_path):
-    from mixft.runs.outdir import set_aside_previous_run
-
-    (tmp_path / "results.json").write_text("{}")
-    (tmp_path / "checkpoint.pt").write_bytes(b"x")
-    (tmp_path / "notes.txt").write_text("mine")
-    assert set_aside_previous_run(tmp_path, "t", files=["results.json", "report.md", "checkpoint.pt"]) is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "notes.txt", "results.json"]
-    (tmp_path / "loss.png").write_bytes(b"png")
-    assert "set them aside" in set_aside_previous_run(tmp_path, "t", files=["results.json", "checkpoint.pt"])
-    assert sorted(p.name for p in (tmp_path / "previous-t").iterdir()) == ["loss.png", "results.json"]
-    assert (tmp_path / "notes.txt").exists() and (tmp_path / "results.json").exists()  # not mixft's / replaced later

@@ -24,9 +24,6 @@ def test_a_comparison_plan_names_every_run_file_and_identity(tmp_path):
     assert files.predictions == tmp_path / "predictions-bf16-seed1.jsonl"
     assert dict(files.meta) == run_meta(cfg, "bf16", 1)
     assert plan.total == 4 and plan.results_path == tmp_path / "results.json"
-    kept_files, kept_dirs = plan.set_aside  # what a new run replaces itself: no predictions (set aside)
-    assert "report.md" in kept_files and not any(f.startswith("predictions") for f in kept_files)
-    assert kept_dirs == ("model-fp32-seed0", "model-bf16-seed0", "model-fp32-seed1", "model-bf16-seed1")
     assert plan.kept("fp32", 0) is None and not plan.continues("fp32", 0)  # no --resume: every run starts
 
 
@@ -35,7 +32,6 @@ def test_a_single_run_gets_the_short_names_and_writes_no_report(tmp_path):
     files = plan.runs[("bf16", 0)]
     assert files.checkpoint == tmp_path / "checkpoint.pt" and files.saved_model == tmp_path / "model"
     assert files.predictions is None
-    assert "report.md" not in plan.set_aside[0] and "checkpoint.pt" in plan.set_aside[0]
 
 
 def test_resume_is_planned_once_and_the_plan_answers_it(tmp_path):

@@ -47,9 +47,16 @@ def temporaries(d: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.name.endswith(".tmp") or p.name.endswith(".partial"))
 
 
+def set_aside(out: Path) -> Path:
+    """Where the new run set the earlier one aside (mixft.run.set_aside): the earlier files live on there."""
+    (previous,) = out.glob("previous-*")
+    return previous
+
+
 def one_error_line(capsys) -> str:
     err = capsys.readouterr().err
-    lines = err.splitlines()
+    # The notice that the earlier run was set aside (before any work) is not part of the error.
+    lines = [line for line in err.splitlines() if " held an earlier run (" not in line]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("finetune.py: error: cannot write "), lines[0]
     return lines[0]
@@ -103,7 +110,7 @@ def test_a_checkpoint_write_on_a_full_disk(fail, tmp_path, out, tiny_bert_dir, t
     assert code == EXIT_WRITE_FAILED == 4
     assert f"cannot write {out / 'checkpoint.pt'}: No space left on device (errno ENOSPC)" in line, line
     assert "--resume" in line  # a good checkpoint exists to continue from
-    assert (out / "results.json").read_bytes() == EARLIER
+    assert (set_aside(out) / "results.json").read_bytes() == EARLIER
     assert load_checkpoint(out / "checkpoint.pt")["meta"]["step"] == 2  # the last good one, CRC-checked
     assert temporaries(out) == []
 
@@ -187,7 +194,7 @@ def test_results_json_that_cannot_be_written(case, out, tiny_bert_dir, tiny_data
     assert code == 4
     assert f"cannot write {out / 'results.json'}: {cause}" in line, line
     assert "rerun the same command with --resume" in line
-    assert (out / "results.json").read_bytes() == EARLIER
+    assert (set_aside(out) / "results.json").read_bytes() == EARLIER and not (out / "results.json").exists()
     assert load_checkpoint(out / "checkpoint.pt")["meta"]["step"] == 4  # the finished run's final state
     assert temporaries(out) == []
 
@@ -212,7 +219,7 @@ def test_report_md_that_cannot_be_written_keeps_the_results(out, tiny_bert_dir, 
     assert not (out / "report.md").exists() and temporaries(out) == []
 
 
-def test_a_saved_model_that_cannot_be_swapped_in_keeps_the_previous_one(out, tiny_bert_dir, tiny_data_dir,
+def test_a_saved_model_that_cannot_be_written_keeps_the_previous_one(out, tiny_bert_dir, tiny_data_dir,
                                                                        monkeypatch, capsys):
     (out / "model").mkdir()
     (out / "model" / "marker").write_text("the previous model")
@@ -227,6 +234,6 @@ def test_a_saved_model_that_cannot_be_swapped_in_keeps_the_previous_one(out, tin
     code = main(args(tiny_bert_dir, tiny_data_dir, out, "--save-model"))
     line = one_error_line(capsys)
     assert code == 4 and f"cannot write {out / 'model'}: No space left on device" in line, line
-    assert (out / "model" / "marker").read_text() == "the previous model"
+    assert (set_aside(out) / "model" / "marker").read_text() == "the previous model"
     assert not (out / ".model.old").exists() and temporaries(out) == []
-    assert (out / "results.json").read_bytes() == EARLIER  # the model is saved before the results
+    assert (set_aside(out) / "results.json").read_bytes() == EARLIER  # the model is saved before the results
