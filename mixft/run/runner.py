@@ -32,6 +32,7 @@ from ..faults import CollapseDetector, InjectNonFinite
 from ..hardware import describe_hardware
 from ..log import logger
 from ..precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
+from ..pure_bf16 import check_run_options
 from ..registry import get_recipe
 from ..results import RunResult, write_results
 from ..callbacks import Callback
@@ -111,6 +112,7 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     names = [p.name for p in precisions]
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
+    check_run_options(precisions, fp32_modules=cfg.fp32_modules, init_loss_scale=cfg.init_loss_scale)  # bf16-pure
     return recipe, cfg, device, precisions
 
 
