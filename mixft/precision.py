@@ -115,7 +115,7 @@ def amp_precision_names(device: torch.device) -> list[str]:
 
 
 def resolve_precision(name: str | Precision | None, device: torch.device) -> Precision:
-    """Validate ``name`` ("amp", "fp32", "tf32", "fp16", "bf16") for ``device``.
+    """Validate ``name`` ("amp", "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true") for ``device``.
 
     Raises UsageError with a one-line reason when the device cannot run it.
     """
