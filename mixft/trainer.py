@@ -156,10 +156,10 @@ class Trainer:
         self.precision = resolve_precision(precision, self.device)
         # The model must be on its device (and, for bf16-pure, in bf16) before a factory builds
         # the optimizer, or the optimizer's state would be created for the wrong tensors.
-        self.model = model.to(self.device, dtype=self.precision.param_dtype)
         if self.precision.param_dtype is not None and scaler_kwargs:
             raise UsageError(f"precision {self.precision.name} has no GradScaler: scaler_kwargs {scaler_kwargs} "
                              "would be ignored (loss scaling is fp16's)")
+        self.model = model.to(self.device, dtype=self.precision.param_dtype)
         # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
         # module stays reachable as ``self.module`` (saving, evaluation).
         self.model = distributed.wrap_model(self.model, self.device)

@@ -355,3 +355,13 @@ def test_mlp_recipe_trains_in_bf16_pure_with_a_compensated_sgd(tmp_path, monkeyp
                  "--max-steps", "3"]) == 0
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["optimizer"] == "optimi.SGD(kahan_sum=True)" and run["param_dtype"] == "bfloat16"
+
+
+def test_init_loss_scale_goes_to_fp16_only_when_a_compare_also_trains_bf16_pure(tiny_bert_dir, tiny_data_dir,
+                                                                                 tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "c"
+    assert _cli(tiny_bert_dir, tiny_data_dir, out, "--compare", "fp16,bf16-pure", "--init-loss-scale", "128",
+                "--no-preflight", "--max-steps", "1", "--batch-size", "4") == 0
+    runs = {r["precision"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    assert runs["fp16"]["history"]["loss_scale"][0] == 128.0 and runs["bf16-pure"]["final_loss_scale"] is None
