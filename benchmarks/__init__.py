@@ -1,8 +1,8 @@
 """Benchmarks: what mixed precision buys on this device, measured side by side in one run.
 
 An application beside ``scripts/``, not part of the library: it reaches recipes only
-through the recipe protocol (``mixft.registry.get_recipe``, ``recipe.prepare``,
-``recipe.build``) and trains every mixft run through ``mixft.run.build.build_trainer``.
+through the recipe protocol (``mixft.recipe.get_recipe``, ``recipe.prepare``,
+``recipe.build``) and trains every mixft run through ``mixft.runs.build.build_trainer``.
 
 Modules, one job each:
 

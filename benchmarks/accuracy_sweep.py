@@ -8,7 +8,7 @@ A candidate is a framework, optionally with ``RunConfig`` options after a colon
 (``mixft:group_by_length=false``, ``mixft:length_group_size=15,fast_dropout=false``):
 
 * ``mixft``: the bert-sst2 recipe's parts (``recipe.build``) trained by
-  ``mixft.run.build.build_trainer``, as ``scripts/finetune.py`` trains them;
+  ``mixft.runs.build.build_trainer``, as ``scripts/finetune.py`` trains them;
 * ``mixft-2logit``: the same with a diagnostic head, two logits + cross-entropy instead of the
   recipe's one logit + sigmoid/BCE (the recipe's head is fixed by the project: measured, not adopted);
 * ``hf-grouped`` / ``hf-random``: ``transformers.Trainer`` on the same recipe parts (model, data,
@@ -42,18 +42,15 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+from torch import nn
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from benchmarks.bert import BertSetup, WorkCounter, evaluate_accuracy, prepare_bert  # noqa: E402
-from benchmarks.timing import TimedRegion, markdown_table, rotated  # noqa: E402
-from mixft.atomic import write_json  # noqa: E402
-from mixft.config import RunConfig  # noqa: E402
-from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
-from mixft.precision import resolve_device, resolve_precision  # noqa: E402
+from benchmarks.bert import BertSetup, WorkCounter, evaluate_accuracy, prepare_bert
+from benchmarks.timing import TimedRegion, markdown_table, rotated
+from mixft.atomic import write_json
+from mixft.config.run_config import RunConfig
+from mixft.amp.hardware import describe_hardware, hardware_line
+from mixft.amp.precision import resolve_device, resolve_precision
 
 FRAMEWORKS = ("mixft", "mixft-2logit", "hf-grouped", "hf-random", "hf-auto")
 _BOOLS = {"true": True, "false": False}
@@ -90,7 +87,7 @@ def _two_logit(parts, seed: int):
 
 
 def train_mixft(bert, cfg: RunConfig, precision, device, seed: int, two_logits: bool):
-    from mixft.run.build import build_trainer
+    from mixft.runs.build import build_trainer
 
     parts = bert.recipe.build(cfg, bert.prepared, precision, device, seed)
     if two_logits:

@@ -10,7 +10,7 @@ inputs, with dropout ``--p``:
 
 * ``torch``: ``scaled_dot_product_attention(dropout_p=p)`` under bf16 autocast (on the CPU its
   math kernel: fp32 inside, ``aten::dropout``);
-* ``mixft``: ``mixft.dropout_attention.attention_math`` under bf16 autocast, the function a
+* ``mixft``: ``mixft.train.fast_dropout.attention_math`` under bf16 autocast, the function a
   fast-dropout run uses (whichever mixft is imported: run it with ``PYTHONPATH`` set to an
   older checkout to measure that one; the file measured is printed and recorded);
 
@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 
 import mixft
-from mixft.dropout_attention import attention_math
-from mixft.dropout_kernel import keep_mask
-from mixft.hardware import describe_hardware, hardware_line
-from mixft.precision import resolve_device
+from mixft.train.fast_dropout import attention_math
+from mixft.train.fast_dropout import keep_mask
+from mixft.amp.hardware import describe_hardware, hardware_line
+from mixft.amp.precision import resolve_device
 
 
 def capture_attention_inputs(model_name: str, data_dir: str, batch_size: int) -> list[tuple]:
@@ -45,7 +45,7 @@ def capture_attention_inputs(model_name: str, data_dir: str, batch_size: int) ->
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     from transformers.utils import logging as hf_logging
 
-    from mixft.hub import resolve_model
+    from mixft.models.hub import resolve_model
 
     hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar
 

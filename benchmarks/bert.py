@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from mixft.config import RunConfig
-from mixft.precision import Precision
+from mixft.config.run_config import RunConfig
+from mixft.amp.precision import Precision
 from mixft.recipe import TrainerParts
-from mixft.registry import get_recipe
+from mixft.recipe import get_recipe
 
 RECIPE = "bert-sst2"
 
@@ -33,7 +33,7 @@ RECIPE = "bert-sst2"
 class BertSetup:
     """What to fine-tune: model name or path, data sizes, sequence cap, batch, seed."""
 
-    model: str = "bert-base-uncased"  # offline: resolves to the shipped MiniLM (mixft.hub)
+    model: str = "bert-base-uncased"  # offline: resolves to the shipped MiniLM (mixft.models.hub)
     train_samples: int = 1000
     eval_samples: int = 500
     max_length: int = 128

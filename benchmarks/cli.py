@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from mixft import __version__
-from mixft.hardware import describe_hardware, hardware_line
-from mixft.cli_common import OneLineParser, non_negative_int, positive_int, setup_logging
+from mixft.amp.hardware import describe_hardware, hardware_line
+from mixft.cli.parser import OneLineParser, non_negative_int, positive_int, setup_logging
 from mixft.errors import UsageError
-from mixft.precision import DEVICE_CHOICES
+from mixft.amp.precision import DEVICE_CHOICES
 
 PROG = "benchmark.py"
 
@@ -121,8 +121,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     import torch
 
     from mixft.atomic import write_json
-    from mixft.measure import device_name
-    from mixft.precision import resolve_device, resolve_precision
+    from mixft.train.measure import device_name
+    from mixft.amp.precision import resolve_device, resolve_precision
 
     from .bert import BertSetup
     from .peers import check_frameworks
@@ -240,7 +240,7 @@ def _check_seeds(text: str) -> list[int]:
 
 
 def _check_precisions(text: str) -> list[str]:
-    from mixft.precision import PRECISIONS
+    from mixft.amp.precision import PRECISIONS
 
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if not names or any(n not in (*PRECISIONS, "amp") for n in names):
@@ -249,7 +249,7 @@ def _check_precisions(text: str) -> list[str]:
 
 
 def _amp(name: str, dev) -> str:
-    from mixft.precision import amp_precision_names
+    from mixft.amp.precision import amp_precision_names
 
     return amp_precision_names(dev)[0] if name == "amp" else name
 

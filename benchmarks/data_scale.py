@@ -46,7 +46,7 @@ def worker(path: str, max_length: int) -> dict:
 
     from mixft.data.user_data import load_text_data
     from mixft.data.tokenize import tokenize_text_data
-    from mixft.hub import shipped_model_dir
+    from mixft.models.hub import shipped_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(shipped_model_dir())
     tokenizer("warm up the tokenizer and its threads")
@@ -89,7 +89,7 @@ def _run_worker(path: Path, max_length: int, cache: Path) -> dict:
 
 def _cpu() -> str:
     """The CPU line every mixft figure carries (model, cores, amx_bf16/avx512_bf16/avx512_fp16)."""
-    from mixft.hardware import describe_hardware, hardware_line
+    from mixft.amp.hardware import describe_hardware, hardware_line
 
     return hardware_line(describe_hardware("cpu"))
 

@@ -44,11 +44,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixft.config import RunConfig
-from mixft.measure import device_name
-from mixft.precision import PRECISIONS, Precision, resolve_device, resolve_precision
-from mixft.registry import get_recipe
-from mixft.run.build import build_trainer
+from mixft.config.run_config import RunConfig
+from mixft.train.measure import device_name
+from mixft.amp.precision import PRECISIONS, Precision, resolve_device, resolve_precision
+from mixft.recipe import get_recipe
+from mixft.runs.build import build_trainer
 
 from .timing import MatmulPeak, TimedRegion, flops, fmt, markdown_table, matmul_peak, mib, ratio, rotated
 

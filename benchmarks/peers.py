@@ -58,14 +58,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixft.config import RunConfig
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.measure import device_name
-from mixft.optim import planned_steps
-from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
+from mixft.train.measure import device_name
+from mixft.train.optim import planned_steps
+from mixft.amp.precision import Precision, amp_precision_names, resolve_device, resolve_precision
 from mixft.recipe import TrainerParts
-from mixft.run.build import build_trainer
+from mixft.runs.build import build_trainer
 
 from .bert import (
     BertSetup,

@@ -21,18 +21,15 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.timing import SameBatch  # noqa: E402
-from mixft.config import RunConfig  # noqa: E402
-from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
-from mixft.measure import synchronize  # noqa: E402
-from mixft.precision import resolve_device, resolve_precision  # noqa: E402
-from mixft.registry import get_recipe  # noqa: E402
-from mixft.run.build import build_trainer  # noqa: E402
+from benchmarks.timing import SameBatch
+from mixft.config.run_config import RunConfig
+from mixft.amp.hardware import describe_hardware, hardware_line
+from mixft.train.measure import synchronize
+from mixft.amp.precision import resolve_device, resolve_precision
+from mixft.recipe import get_recipe
+from mixft.runs.build import build_trainer
 
 
 def profile_precision(recipe, cfg: RunConfig, prepared, name: str, device, steps: int, warmup: int):

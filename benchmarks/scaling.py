@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from mixft.measure import device_name
-from mixft.precision import Precision, amp_precision_names, resolve_device, resolve_precision
-from mixft.run.build import build_trainer
+from mixft.train.measure import device_name
+from mixft.amp.precision import Precision, amp_precision_names, resolve_device, resolve_precision
+from mixft.runs.build import build_trainer
 
 from .bert import BertSetup, PreparedBert, WorkCounter, prepare_bert
 from .timing import StepTimer, TimedRegion, markdown_table, mib

@@ -5,9 +5,9 @@
 
 What is switched (all on is what ``scripts/finetune.py`` runs on a CPU; none is torch's own step):
 
-* ``fast_dropout``: :mod:`mixft.dropout`'s exact masks from one random byte per element
+* ``fast_dropout``: :mod:`mixft.train.fast_dropout`'s exact masks from one random byte per element
   instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
-* ``row_embedding_grad``: :mod:`mixft.embedding_grad`'s row gradients into a kept buffer,
+* ``row_embedding_grad``: :mod:`mixft.train.row_grad`'s row gradients into a kept buffer,
   zeroed each step, instead of a freshly allocated vocabulary-sized zero tensor per step
   (bit-identical gradients).
 
@@ -38,16 +38,13 @@ import statistics
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.bert import BertSetup, prepare_bert  # noqa: E402
-from benchmarks.timing import SameBatch, StepTimer, markdown_table, rotated  # noqa: E402
-from mixft.hardware import describe_hardware, hardware_line  # noqa: E402
-from mixft.precision import resolve_device, resolve_precision  # noqa: E402
-from mixft.run.build import build_trainer  # noqa: E402
+from benchmarks.bert import BertSetup, prepare_bert
+from benchmarks.timing import SameBatch, StepTimer, markdown_table, rotated
+from mixft.amp.hardware import describe_hardware, hardware_line
+from mixft.amp.precision import resolve_device, resolve_precision
+from mixft.runs.build import build_trainer
 
 SWITCHES = ("fast_dropout", "row_embedding_grad")
 PRECISIONS = ("fp32", "bf16")

@@ -1,7 +1,7 @@
 """bert-sst2 step time: fp32 against the device's AMP precision, side by side in one process.
 
 Each precision trains a fresh model (same seed: same initial weights, same batches) in
-mixft's Trainer (``mixft.run.build.build_trainer``) for ``warmup + steps`` optimizer steps; a ``StepTimer`` reads the
+mixft's Trainer (``mixft.runs.build.build_trainer``) for ``warmup + steps`` optimizer steps; a ``StepTimer`` reads the
 synchronised clock after every step. With ``rounds > 1`` this repeats, the precisions
 in a rotated order each round, so load from other processes on a shared machine falls
 on both alike. Reported per precision: the median (and the minimum) step time over every
@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from mixft.measure import device_name
-from mixft.precision import amp_precision_names, configure_matmul, resolve_device, resolve_precision
-from mixft.run.build import build_trainer
+from mixft.train.measure import device_name
+from mixft.amp.precision import amp_precision_names, configure_matmul, resolve_device, resolve_precision
+from mixft.runs.build import build_trainer
 
 from .bert import BertSetup, bert_matmul_flops, encoder_config, prepare_bert
 from .timing import StepTimer, TimedRegion, flops, markdown_table, matmul_peak, mib, ratio, rotated

@@ -4,7 +4,7 @@ Every timed region starts the way the seed notebook's ``start_timer`` does: coll
 garbage, empty the CUDA cache and reset its peak counter, synchronise, then read the
 clock; it ends by synchronising before reading the clock again. Peak memory is
 ``torch.cuda.max_memory_allocated`` on CUDA and the process's peak RSS on CPU (see
-``mixft.measure``), always reported with its kind.
+``mixft.train.measure``), always reported with its kind.
 
 Usage::
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from mixft.measure import PeakMemory, current_rss_bytes, synchronize
-from mixft.callbacks import Callback
+from mixft.train.measure import PeakMemory, current_rss_bytes, synchronize
+from mixft.train.hooks import Callback
 
 
 def fresh_region(device: torch.device) -> None:

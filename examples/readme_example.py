@@ -42,9 +42,9 @@ from torch import nn
 
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.measure import PeakMemory, Stopwatch, device_name
-from mixft.models import BertClassifier
-from mixft.precision import Precision, precision_notice, resolve_device, resolve_precision
+from mixft.train.measure import PeakMemory, Stopwatch, device_name
+from mixft.models.classifiers import BertClassifier
+from mixft.amp.precision import Precision, precision_notice, resolve_device, resolve_precision
 from mixft.results import RunResult
 
 PROG = "readme_example.py"
@@ -374,7 +374,7 @@ class ExampleConfig:
     precisions) takes minutes on a 2-core CPU; ``--epochs 5 --lr 2e-5`` with the full data
     is the README's run, for a GPU."""
 
-    model: str = "bert-base-uncased"  # resolved offline-first (mixft.hub.resolve_model)
+    model: str = "bert-base-uncased"  # resolved offline-first (mixft.models.hub.resolve_model)
     data_dir: str | None = None  # GLUE layout train.tsv / dev.tsv; default: SST-2 or generated
     max_train_samples: int = 1000
     max_eval_samples: int = 500
@@ -403,7 +403,8 @@ class ExampleConfig:
 
     def precisions(self, device: torch.device) -> tuple[Precision, Precision]:
         """(fp32, the AMP precision) for ``device``; UsageError where the device cannot run it."""
-        return resolve_precision("fp32", device), resolve_precision("amp" if self.amp == "auto" else self.amp, device)
+        return resolve_precision("fp32", device), resolve_precision("amp" if self.amp == "auto" else self.amp, device,
+                                                                   policy=False)  # a comparison measures AMP
 
 
 @dataclass
@@ -432,7 +433,7 @@ def prepare(cfg: ExampleConfig) -> Prepared:
     from transformers.utils import logging as hf_logging
 
     from mixft.data.tokenize import tokenize_text_data
-    from mixft.hub import resolve_model
+    from mixft.models.hub import resolve_model
     from recipes.bert_sst2 import load_sst2
 
     cfg.validate()
@@ -691,7 +692,7 @@ def side_by_side(fp32: RunResult, amp: RunResult) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mixft.cli_common import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
+    from mixft.cli.parser import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
 
     d = ExampleConfig()
     p = _Parser(
@@ -732,8 +733,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args).validate()
         if args.output_dir:
-            from mixft.run.outdir import REPORT_NAME, RESULTS_NAME, check_output_dir
-            from mixft.aggregate import CHART_TITLES
+            from mixft.runs.outdir import REPORT_NAME, RESULTS_NAME, check_output_dir
+            from mixft.report.summary import CHART_TITLES
 
             check_output_dir(Path(args.output_dir), files=[RESULTS_NAME, REPORT_NAME, *CHART_TITLES])
         prepared = prepare(cfg)  # model, data, device, precisions: every check before any work
@@ -779,10 +780,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("Peak memory on CPU is the process's RSS (Python, libraries and data included), and the "
             "AMP run follows the fp32 run in the same process: read it as an upper bound, not tensor memory.")
     if args.output_dir:
-        from mixft.plots import write_plots
-        from mixft.report import write_report
+        from mixft.report.plots import write_plots
+        from mixft.report.markdown import write_report
         from mixft.results import results_document, write_results
-        from mixft.run.outdir import REPORT_NAME, RESULTS_NAME
+        from mixft.runs.outdir import REPORT_NAME, RESULTS_NAME
 
         out = Path(args.output_dir)
         write_results(out / RESULTS_NAME, [fp32, amp])

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import first_line
+from mixft.errors import first_line
 
 
 class WriteFailed(OSError):

@@ -1,6 +1,6 @@
 """How one option is described once: its type check, its help and its command-line spelling.
 
-``RunConfig`` (mixft/config.py) declares every field with :func:`option`; the CLI's
+``RunConfig`` (mixft/config/run_config.py) declares every field with :func:`option`; the CLI's
 parser is generated from those declarations and ``RunConfig.validate`` runs the same
 checks on values that come from Python. So an option's type, default and help are
 written in one place only.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from mixft.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The recipe contract (a typed Protocol) and what a recipe hands the trainer.
 
 A recipe module (``recipes/<name>.py``, or any module a package registers under the
-entry-point group ``mixft.recipes``, see mixft.registry) defines::
+entry-point group ``mixft.recipes``, see mixft.recipe) defines::
 
     NAME = "bert-sst2"
     USES = frozenset({"model", "data_dir", ...})     # the per-recipe RunConfig options it reads
@@ -21,6 +21,8 @@ Usage::
     from mixft.recipe import Recipe, SavesModel
     isinstance(module, Recipe)       # has NAME, USES, DEFAULTS, prepare, build
     isinstance(module, SavesModel)   # instead of hasattr(module, "save_model")
+
+Also here: the registry (``get_recipe``, ``recipe_names``), recipes found by the entry-point group ``mixft.recipes``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+
+from mixft.errors import UsageError
 
 
 @dataclass
@@ -45,7 +51,7 @@ class TrainerParts:
 
 @runtime_checkable
 class Recipe(Protocol):
-    """What every recipe module provides (checked by mixft.registry when it loads one)."""
+    """What every recipe module provides (checked by mixft.recipe when it loads one)."""
 
     NAME: str
     USES: frozenset[str]
@@ -76,3 +82,57 @@ class ConfiguresProbe(Protocol):
 
 #: Attributes a Recipe must have, for one-line error messages (Protocol members are not listed at runtime).
 REQUIRED = ("NAME", "USES", "DEFAULTS", "prepare", "build")
+
+
+# ------------------------------------------------------------------------------------------
+# The registry: recipes by entry point (was mixft/registry.py)
+#
+# Recipes by name, found through the entry-point group ``mixft.recipes``; mixft names no recipe module.
+#
+# A package adds a recipe without editing mixft, in its pyproject.toml::
+#
+#     [project.entry-points."mixft.recipes"]
+#     my-task = "my_package.my_recipe"
+#
+# Usage::
+#
+#     from mixft.recipe import get_recipe, recipe_names
+#     recipe = get_recipe("bert-sst2")   # the module, checked against mixft.recipe.Recipe
+#     recipe_names()                     # ["bert-sst2", "glue", "mlp-synthetic", "text-classification"]
+#
+# Entry points are read fresh on every call (cheap: installed metadata only), so a package
+# installed or put on ``sys.path`` after import is found too.
+# ------------------------------------------------------------------------------------------
+
+GROUP = "mixft.recipes"
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    # Two distributions registering one name (an editable install beside an old one):
+    # the first on sys.path wins, as Python's own imports would.
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=GROUP):
+        found.setdefault(ep.name, ep)
+    return found
+
+
+def recipe_names() -> list[str]:
+    """The names of every registered recipe, sorted. Usage: ``", ".join(recipe_names())``"""
+    return sorted(_entry_points())
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe module registered as ``name``. Usage: ``get_recipe("bert-sst2").DEFAULTS``
+
+    Raises UsageError listing the available recipes for an unknown name, and for a
+    registered module that does not provide the recipe contract (mixft.recipe.Recipe).
+    """
+    found = _entry_points()
+    if name not in found:
+        available = ", ".join(sorted(found)) or "none (is mixft installed? pip install -e .)"
+        raise UsageError(f"unknown recipe {name!r}; available: {available}")
+    module: ModuleType = found[name].load()
+    if not isinstance(module, Recipe):
+        missing = [attr for attr in REQUIRED if not hasattr(module, attr)]
+        raise UsageError(f"recipe {name!r} ({found[name].value}) is not a mixft recipe: it lacks {', '.join(missing)}")
+    return module

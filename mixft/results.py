@@ -3,8 +3,8 @@
 Schema (DESIGN.md's keys are a contract; everything else is an extension)::
 
     {"mixft_version": "0.1.0", "created": "2026-11-21T10:00:00+00:00",
-     "hardware": {...},                    # mixft.hardware.describe_hardware (+ "probe" when one was made)
-     "preflight": {...},                   # the fp16 risk check before training (mixft.preflight, to_dict());
+     "hardware": {...},                    # mixft.amp.hardware.describe_hardware (+ "probe" when one was made)
+     "preflight": {...},                   # the fp16 risk check before training (mixft.amp.preflight, to_dict());
                                            # only when one ran (--preflight, or before an fp16 run)
      "runs": [run, ...]}
 
@@ -12,7 +12,7 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
       "precision": "bf16",                 # policy name: fp32 | tf32 | fp16 | bf16 (the one used)
       "precision_requested": "amp",        # as asked: "amp" | a name; null in runs made before it existed
       "precision_reason": "--amp chose bf16: this CPU runs bf16 natively (...)",  # one sentence: why the
-                                           # precision used is this one (mixft.precision.choose_precision)
+                                           # precision used is this one (mixft.amp.precision.choose_precision)
       "autocast_dtype": "bfloat16",        # null for fp32/tf32
       "grad_scaler": false,
       "param_dtype": null,                 # "bfloat16" for bf16-pure/bf16-true (weights, gradients, optimizer
@@ -30,7 +30,7 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
                                            # checkpoint writes excluded (those: checkpoint_time_s)
       "train_samples_per_s": 97.1,         # over train_time_s: checkpoint writes excluded; both 0 for an
                                            # --eval-only run (nothing trained: its speed is eval.samples_per_s,
-                                           # mixft.aggregate.is_eval_only tells it apart)
+                                           # mixft.report.summary.is_eval_only tells it apart)
       "train_tokens_per_s": 1630.0,        # null when batches have no attention_mask
       "peak_memory_bytes": 123456789,      # null where the device cannot tell
       "peak_memory_kind": "cpu_rss" | "cuda_max_allocated",
@@ -53,20 +53,20 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
       "checkpoint_time_s": 1.2,            # seconds spent writing checkpoints (not in train_time_s); null: none written here
       "predict": {"file": "new.csv", "output": "OUT/predictions.csv", "rows": 100,
                   "metrics": {...}}        # --predict-file; metrics null when the file has no labels
-      "memory": {                          # where a training step's memory goes (mixft.memory.MEMORY_KEYS)
+      "memory": {                          # where a training step's memory goes (mixft.amp.memory.MEMORY_KEYS)
         "parameters": 90000000, "gradients": 90000000, "optimizer_state": 180000000,
         "saved_activations_peak": 170000000, "saved_by_dtype": {"bfloat16": ..., "float32": ...},
         "saved_by_op": [["linear", 120000000], ...],
         "device_figure": 812000000, "device_figure_kind": "cpu_rss" | "cuda_max_allocated",
-        "device_figure_scope": "run" | "fresh_process",  # see mixft.run.memory_figures
+        "device_figure_scope": "run" | "fresh_process",  # see mixft.runs.memory_figures
         "device_figure_steps": 3,          # steps the fresh process trained; null for "run"
         "measured_batch": "first training batch (epoch 0 order)", "measured_batch_shape": [32, 41]},
       "parameters": {"trainable": 22700000, "total": 22700000},
-      "lora": null,                        # the recipe's LoRA description (mixft.lora.describe_lora)
+      "lora": null,                        # the recipe's LoRA description (mixft.models.lora.describe_lora)
       "eval_predictions": [1, 0, 2, ...],  # the final evaluation's predictions in eval order
                                            # (label ids; values for regression); null without one
       "eval_labels": [1, 0, 1, ...],       # the references of those predictions, same order
-      "agreement_vs_fp32": {...}           # non-fp32 runs of a --compare: mixft.agreement.agreement_vs_fp32
+      "agreement_vs_fp32": {...}           # non-fp32 runs of a --compare: mixft.report.agreement.agreement_vs_fp32
                                            # against the fp32 run of the same seed
     }
 """
@@ -78,9 +78,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .atomic import write_json
-from .aggregate import reported_metric_names, run_accuracy, run_metric, summarize
+from mixft import __version__
+from mixft.atomic import write_json
 
 
 @dataclass
@@ -120,18 +119,18 @@ class RunResult:
     last: dict[str, Any] | None = None  # the last evaluation: {"step", "epoch", "metrics"}
     checkpoint_time_s: float | None = None  # time spent writing checkpoints, outside train_time_s
     predict: dict[str, Any] | None = None  # --predict-file: {"file", "output", "rows", "metrics"}
-    # Memory breakdown, model size and per-example predictions (mixft.run.memory_figures and
-    # mixft.run.agreement_step fill them; null in runs made before they existed).
+    # Memory breakdown, model size and per-example predictions (mixft.runs.memory_figures and
+    # mixft.report.agreement fill them; null in runs made before they existed).
     memory: dict[str, Any] | None = None
     parameters: dict[str, int] | None = None
     lora: dict[str, Any] | None = None
     eval_predictions: list | None = None
     eval_labels: list | None = None
     agreement_vs_fp32: dict[str, Any] | None = None
-    # What the user asked ("amp" or a name) and why the run used ``precision`` (mixft.precision.choose_precision).
+    # What the user asked ("amp" or a name) and why the run used ``precision`` (mixft.amp.precision.choose_precision).
     precision_requested: str | None = None
     precision_reason: str | None = None
-    # Pure low precision (mixft.pure_bf16): the dtype the weights are held in (null: fp32) and the optimizer.
+    # Pure low precision (mixft.train.pure_bf16): the dtype the weights are held in (null: fp32) and the optimizer.
     param_dtype: str | None = None
     optimizer: str | None = None
 
@@ -160,7 +159,7 @@ def results_document(runs: list[RunResult | dict], hardware: dict[str, Any] | No
                      preflight: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole results.json document for ``runs``.
 
-    ``hardware``: the machine that measured them (``mixft.hardware.describe_hardware``,
+    ``hardware``: the machine that measured them (``mixft.amp.hardware.describe_hardware``,
     optionally with ``"probe"``: ``ProbeResult.to_dict()``), stored at the top level;
     left out when None, as in documents written before it existed. ``preflight``: the fp16
     risk check made before the runs (``PreflightResult.to_dict()``), top level, left out when None.
@@ -183,7 +182,7 @@ def write_results(path: str | Path, runs: list[RunResult | dict], hardware: dict
                   preflight: dict | None = None) -> Path:
     """Atomically write results.json: a kill at any moment leaves the old file or the new one.
 
-    ``hardware``: the machine that measured the runs (``mixft.hardware.describe_hardware``,
+    ``hardware``: the machine that measured the runs (``mixft.amp.hardware.describe_hardware``,
     with a ``probe`` when one was made), stored at the top level; ``preflight`` likewise.
 
     Usage: ``write_results("outputs/run/results.json", [result])``
@@ -191,72 +190,3 @@ def write_results(path: str | Path, runs: list[RunResult | dict], hardware: dict
     path = Path(path)
     write_json(path, results_document(runs, hardware=hardware, preflight=preflight))
     return path
-
-
-#: Columns of :func:`results_frame`, in order (each other task metric follows ``accuracy``).
-RESULTS_FRAME_COLUMNS = (
-    "precision", "seed", "accuracy", "eval_loss", "train_time_s", "train_samples_per_s",
-    "peak_memory_mib", "peak_memory_kind", "steps", "skipped_steps", "final_loss_scale",
-    "device", "model", "dataset",
-)
-
-
-def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is imported lazily)
-    """Several runs as a pandas DataFrame, one row per run (columns: ``RESULTS_FRAME_COLUMNS``,
-    with a column per other task metric the runs report right after ``accuracy``: ``f1``,
-    ``matthews_correlation``, ``pearsonr``, ``spearmanr``...; ``accuracy`` is NaN for regression).
-
-    ``results``: RunResults, ``results.json`` run dicts, or a whole results document
-    (``{"runs": [...]}``). Values are the runs' own; nothing is aggregated (see
-    :func:`compare_frame` for one row per precision with speedups).
-
-    Usage: ``results_frame([fp32_result, bf16_result]).set_index("precision")``
-    """
-    import pandas as pd
-
-    if isinstance(results, dict):
-        results = results.get("runs") or []
-    runs = [run.to_dict() if isinstance(run, RunResult) else dict(run) for run in results]
-    others = [m for m in reported_metric_names({"runs": runs}) if m != "accuracy" and m not in RESULTS_FRAME_COLUMNS]
-    columns = list(RESULTS_FRAME_COLUMNS)
-    columns[columns.index("accuracy") + 1:columns.index("accuracy") + 1] = others
-    rows = []
-    for run in runs:
-        mem = run.get("peak_memory_bytes")
-        rows.append(
-            {
-                "precision": run.get("precision"),
-                "seed": run.get("seed"),
-                "accuracy": run_accuracy(run),
-                **{m: run_metric(run, m) for m in others},
-                "eval_loss": (run.get("eval") or {}).get("loss"),
-                "train_time_s": run.get("train_time_s"),
-                "train_samples_per_s": run.get("train_samples_per_s"),
-                "peak_memory_mib": mem / 2**20 if mem is not None else None,
-                "peak_memory_kind": run.get("peak_memory_kind"),
-                "steps": run.get("steps"),
-                "skipped_steps": run.get("skipped_steps"),
-                "final_loss_scale": run.get("final_loss_scale"),
-                "device": run.get("device_name") or run.get("device"),
-                "model": run.get("model"),
-                "dataset": run.get("dataset"),
-            }
-        )
-    return pd.DataFrame(rows, columns=columns)
-
-
-def compare_frame(results, baseline: str = "fp32") -> "pandas.DataFrame":  # noqa: F821
-    """One row per precision, aggregated over seeds, with Δaccuracy, speedup and memory ratio
-    against ``baseline`` (the rows of :func:`mixft.aggregate.summarize`), indexed by precision.
-    Every task metric ``m`` has ``m_mean``, ``m_std`` and its Δ (``delta_m_pts`` for scores
-    in [0, 1], ``delta_m`` for correlations).
-
-    Usage: ``compare_frame(results)[["accuracy_mean", "speedup", "memory_ratio"]]``
-    """
-    import pandas as pd
-
-    doc = results if isinstance(results, dict) else results_document(list(results))
-    rows = summarize(doc, baseline)
-    if not rows:
-        return pd.DataFrame(index=pd.Index([], name="precision"))
-    return pd.DataFrame(rows).set_index("precision")

@@ -1,6 +1,6 @@
 """Capture and restore every global random number generator a training step draws from.
 
-Checkpoints save these (``mixft.checkpoint``) and the trainer restores them when it
+Checkpoints save these (``mixft.train.checkpoint``) and the trainer restores them when it
 resumes mid-epoch (``ResumeRng``: which state, when), so dropout and data shuffling draw
 the same numbers as a run that was never stopped. Its own module so that the trainer and
 the checkpoint code both import it and neither imports the other for it.

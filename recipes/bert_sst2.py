@@ -23,21 +23,21 @@ import torch
 from torch import nn
 
 from mixft.atomic import atomic_directory
-from mixft.config import RunConfig, describe_setting
+from mixft.config.run_config import RunConfig, describe_setting
 from mixft.errors import UsageError
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.data.synthetic.stand_ins import SST2
 from mixft.data.user_data import TextData, load_glue_data, load_text_data
 from mixft.log import logger
 from mixft.metrics import load_metric
-from mixft.models import BertClassifier, logits_to_labels
-from mixft.precision import Precision
+from mixft.models.classifiers import BertClassifier, logits_to_labels
+from mixft.amp.precision import Precision
 from mixft.recipe import TrainerParts
-from mixft.optim import adamw_factory
-from mixft.schedules import build_scheduler_factory
+from mixft.train.optim import adamw_factory
+from mixft.train.schedules import build_scheduler_factory
 
 NAME = "bert-sst2"
-# The per-recipe options this recipe reads (mixft.config refuses the others).
+# The per-recipe options this recipe reads (mixft.config.run_config refuses the others).
 USES = frozenset({"model", "data_dir", "max_train_samples", "max_eval_samples", "max_length", "lr_scheduler",
                   "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
                   "gradient_checkpointing", "group_by_length", "length_group_size"})
@@ -93,8 +93,8 @@ def load_sst2(data_dir=None, *, max_train_samples: int | None = None, max_eval_s
 def prepare(cfg: RunConfig) -> Prepared:
     """Resolve model and data, read and tokenise everything once, before any training."""
     from mixft.data.tokenize import tokenize_text_data
-    from mixft.hub import resolve_model
-    from mixft.model_check import check_model
+    from mixft.models.hub import resolve_model
+    from mixft.models.check import check_model
 
     resolved = resolve_model(cfg.model)
     # Broken directories, a missing tokenizer, a decoder, --max-length past the model's
@@ -111,7 +111,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     train, evaluation = tokenize_text_data(data, tokenizer, cfg.max_length, float_labels=True)
     pos_weight = None
     if cfg.class_weights == "balanced":
-        from mixft.schedules import class_weights_balanced
+        from mixft.train.schedules import class_weights_balanced
 
         # Balanced weights w_c = n / (2 n_c) weigh the two terms of the BCE in the ratio
         # w_1 / w_0 = n_0 / n_1; BCE's pos_weight is that ratio (its overall scale, w_0, is
@@ -193,7 +193,7 @@ def make_loss_fn(label_smoothing: float = 0.0, pos_weight: torch.Tensor | None =
 
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
-    from mixft.models import enable_gradient_checkpointing
+    from mixft.models.classifiers import enable_gradient_checkpointing
 
     model = build_model(prepared.model_path, seed)
     if cfg.gradient_checkpointing:

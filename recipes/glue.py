@@ -13,7 +13,7 @@ and everything text-classification refuses.
 
 from __future__ import annotations
 
-from mixft.config import RunConfig
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from recipes.text_classification import (  # noqa: F401
     BATCHING_OPTIONS,

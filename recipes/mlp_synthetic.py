@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from mixft.config import RunConfig
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.precision import Precision
+from mixft.amp.precision import Precision
 from mixft.recipe import TrainerParts
 
 NAME = "mlp-synthetic"
@@ -138,7 +138,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
 
     def optimizer(params):
         if precision.param_dtype is not None:  # bf16-pure / bf16-true: torch-optimi's SGD on the bf16 weights
-            from mixft.pure_bf16 import compensated_sgd
+            from mixft.train.pure_bf16 import compensated_sgd
 
             return compensated_sgd(params, lr, compensated=precision.compensated)
         return torch.optim.SGD(params, lr=lr)

@@ -1,7 +1,7 @@
 """text-classification: any encoder or decoder-only model fine-tuned on the user's own data, files or a hub dataset.
 
 Model: the model's own sequence-classification head (``AutoModelForSequenceClassification``
-via ``mixft.models.load_classifier``): N logits with softmax cross-entropy for two or more
+via ``mixft.models.classifiers.load_classifier``): N logits with softmax cross-entropy for two or more
 classes, one output with MSE for regression. Encoders (BERT, RoBERTa, DistilBERT, ELECTRA,
 DeBERTa-v2, XLM-R, MiniLM...) pool their first token; decoder-only models (GPT-2, Llama,
 Qwen2, Mistral...) their last non-padding token, padded on the right with the end-of-text
@@ -37,13 +37,13 @@ from pathlib import Path
 import torch
 
 from mixft.atomic import atomic_directory
-from mixft.config import RunConfig, describe_setting
+from mixft.config.run_config import RunConfig, describe_setting
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
-from mixft.optim import adamw_factory
-from mixft.schedules import build_scheduler_factory
-from mixft.precision import Precision
+from mixft.train.optim import adamw_factory
+from mixft.train.schedules import build_scheduler_factory
+from mixft.amp.precision import Precision
 from mixft.recipe import TrainerParts
 
 NAME = "text-classification"
@@ -112,7 +112,7 @@ class CheckedRunModel:
     path: str  # what from_pretrained gets (a LoRA directory's base model)
     description: str
     notice: str | None
-    checked: object  # mixft.model_check.CheckedModel
+    checked: object  # mixft.models.check.CheckedModel
     tokenizer: object
     source: str  # "--model X" for messages
     lora_dir: str | None
@@ -122,10 +122,10 @@ class CheckedRunModel:
 def check_run_model(cfg: RunConfig) -> CheckedRunModel:
     """Resolve and check ``--model`` (LoRA directories included); ``--eval-only``: load the saved
     model once, refuse one without a fine-tuned head, and read its label space."""
-    from mixft.hub import resolve_model
-    from mixft.lora import check_lora_targets, is_lora_directory, lora_base_model
-    from mixft.model_check import check_model
-    from mixft.models import pad_for_classification
+    from mixft.models.hub import resolve_model
+    from mixft.models.lora import check_lora_targets, is_lora_directory, lora_base_model
+    from mixft.models.check import check_model
+    from mixft.models.classifiers import pad_for_classification
 
     options = lora_options(cfg) if cfg.lora else None  # "--lora-target-modules q,,v" refused before any reading
     source = f"--model {cfg.model}"
@@ -155,7 +155,7 @@ def prepare_model_and_tokens(cfg: RunConfig, data, model: CheckedRunModel | None
     """The model half of ``prepare`` (shared with the glue recipe): check (unless ``model`` is
     already checked: ``check_run_model``), tokenise."""
     from mixft.data.tokenize import tokenize_text_data
-    from mixft.models import refuse_for_regression
+    from mixft.models.classifiers import refuse_for_regression
 
     if cfg.lora:
         lora_options(cfg)  # "--lora-target-modules q,,v" refused before the model is read
@@ -166,7 +166,7 @@ def prepare_model_and_tokens(cfg: RunConfig, data, model: CheckedRunModel | None
     train, evaluation = tokenize_text_data(data, tokenizer, max_length)
     weights = None
     if cfg.class_weights == "balanced":
-        from mixft.schedules import class_weights_balanced
+        from mixft.train.schedules import class_weights_balanced
 
         # numpy format: the label column in one array, not a Python object per row.
         weights = class_weights_balanced(torch.as_tensor(train.with_format("numpy")["labels"][:]),
@@ -186,8 +186,8 @@ def prepare_model_and_tokens(cfg: RunConfig, data, model: CheckedRunModel | None
 
 
 def lora_options(cfg: RunConfig):
-    """``--lora-*`` as a checked :class:`mixft.lora.LoraOptions`."""
-    from mixft.lora import LoraOptions
+    """``--lora-*`` as a checked :class:`mixft.models.lora.LoraOptions`."""
+    from mixft.models.lora import LoraOptions
 
     return LoraOptions(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
                        target_modules=cfg.lora_target_modules)
@@ -195,8 +195,8 @@ def lora_options(cfg: RunConfig):
 
 def _load_saved(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None, seed: int):
     """The model --eval-only evaluates: a --save-model directory, or a LoRA one on its base."""
-    from mixft.lora import load_lora_classifier
-    from mixft.models import load_classifier
+    from mixft.models.lora import load_lora_classifier
+    from mixft.models.classifiers import load_classifier
 
     if lora_dir:
         return load_lora_classifier(lora_dir, base_model=path, seed=seed, tokenizer=tokenizer)
@@ -226,8 +226,8 @@ def describe_task(task) -> str:
 
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
-    from mixft.lora import apply_lora, trainable_parameters
-    from mixft.models import enable_gradient_checkpointing, load_classifier, task_loss
+    from mixft.models.lora import apply_lora, trainable_parameters
+    from mixft.models.classifiers import enable_gradient_checkpointing, load_classifier, task_loss
 
     task = prepared.data.task
     if cfg.eval_only:  # the saved model brings its own head and labels (checked in prepare)
@@ -277,7 +277,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
 
 def describe_lora(model) -> dict | None:
     """``{"r", "alpha", "dropout", "target_modules"}`` of a LoRA model (None for any other)."""
-    from mixft.lora import LoraClassifier
+    from mixft.models.lora import LoraClassifier
 
     if not isinstance(model, LoraClassifier):
         return None

@@ -29,7 +29,7 @@ def make_tiny_bert_dir(path: Path, seed: int = 0) -> Path:
     """Save a 1-layer, 32-wide BertModel plus the shipped tokenizer into ``path``."""
     from transformers import BertConfig, BertModel
 
-    from mixft.hub import shipped_model_dir
+    from mixft.models.hub import shipped_model_dir
 
     torch.manual_seed(seed)
     config = BertConfig(
@@ -106,7 +106,7 @@ def isolated_hf(monkeypatch, tmp_path):
     import datasets.config  # imported now so its import-time flags can be restored
     from huggingface_hub import constants
 
-    import mixft.hub as hub
+    import mixft.models.hub as hub
 
     for name in (*hub.OFFLINE_ENV_VARS, "HF_ENDPOINT"):
         monkeypatch.setenv(name, "x")  # records the original value (or its absence)...

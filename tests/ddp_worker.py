@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mixft import distributed
 from mixft.data.batching import LengthGroupedBatchSampler
-from mixft.trainer import Trainer
+from mixft.train.trainer import Trainer
 
 
 def data():

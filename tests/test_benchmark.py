@@ -25,7 +25,7 @@ from benchmarks.scaling import ScalingConfig, run_scaling, saved_activation_byte
 from benchmarks.steps import run_step_benchmark
 from benchmarks.timing import StepTimer, markdown_table, matmul_peak
 from mixft.data.synthetic.sentiment import generated_splits
-from mixft.precision import PRECISIONS
+from mixft.amp.precision import PRECISIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""No import cycles inside mixft/, late imports included; ``import mixft`` stays light.
+"""The layers are the folders: imports only go down, no cycles (late imports included), ``import mixft`` stays light.
 
 A cycle held together by a function-level import still ties two modules into one: neither
 can be read, tested or changed alone. The graph is built from the source with ``ast``
@@ -100,7 +100,7 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path):
 
 def test_mixft_has_no_import_cycle():
     graph = import_graph()
-    assert "mixft.trainer" in graph and graph["mixft.trainer"]  # the walk found the package
+    assert "mixft.train.trainer" in graph and graph["mixft.train.trainer"]  # the walk found the package
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle in mixft/: " + " -> ".join(cycle)
 
@@ -111,57 +111,93 @@ def test_import_mixft_loads_neither_torch_nor_matplotlib():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-# The layers, lowest first (docs: DESIGN.md "Layout"): a module may import its own layer
-# and the ones below, never one above. Checked for the layers whose borders issue 17 drew.
-CORE = ("mixft.options", "mixft.config", "mixft.precision", "mixft.rng", "mixft.measure", "mixft.errors",
-        "mixft.log", "mixft.atomic")
-ABOVE_CORE = ("mixft.trainer", "mixft.checkpoint", "mixft.run", "mixft.cli")
-# What may import the run layer: itself and the layers above it (reports, probe, CLI).
-RUN_LAYER_USERS = ("mixft.run", "mixft.cli", "mixft.report", "mixft.plots", "mixft.aggregate", "mixft.probe",
-                   "mixft.probe_result")
+# The layers, lowest first (docs/architecture.md): a module imports modules of its own layer and
+# of the layers below, never one above. A layer is a folder of mixft/; the ground is mixft/'s
+# top-level modules. models/, data/ and metrics/ sit on one floor above amp/, ordered by the
+# two imports between them today: data/hubdata asks models/hub whether the hub is reachable,
+# metrics/task reads data/'s task kinds; models/ imports neither.
+LAYERS = ("ground", "amp", "models", "data", "metrics", "train", "callbacks", "config", "report", "runs", "cli")
+APPLICATIONS = ("recipes", "scripts", "benchmarks", "examples", "tests")
 
 
-def _within(module: str, prefixes) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+def layer_of(module: str) -> str:
+    """``mixft.train.trainer`` -> ``train``; ``mixft.errors`` (or ``mixft``) -> ``ground``."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (PACKAGE / parts[1]).is_dir():
+        return parts[1]
+    return "ground"
 
 
-def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for child in graph.get(todo.pop(), ()):
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return seen
+def layer_violations(graph: dict[str, set[str]], layers=LAYERS, layer=layer_of) -> list[str]:
+    """Every import that climbs: ``a -> b`` where b's layer is above a's (or not in the table)."""
+    rank = {name: i for i, name in enumerate(layers)}
+    wrong = []
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            here, there = layer(module), layer(dep)
+            if here not in rank or there not in rank or rank[there] > rank[here]:
+                wrong.append(f"{module} ({here}) -> {dep} ({there})")
+    return wrong
+
+
+def test_every_folder_of_mixft_is_in_the_layer_table():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders == set(LAYERS) - {"ground"}, sorted(folders ^ (set(LAYERS) - {"ground"}))
+
+
+def test_every_import_goes_down_or_stays_in_its_layer():
+    graph = import_graph()
+    assert graph["mixft.train.trainer"] and graph["mixft.cli.main"]  # the walk found the package
+    wrong = layer_violations(graph)
+    assert not wrong, "imports that climb a layer:\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_catches_an_import_that_climbs():
+    # Guards the test above with a synthetic graph: one upward edge (amp -> runs), one through
+    # a sideways-looking name, one into a folder the table does not know.
+    graph = {
+        "mixft.errors": set(),
+        "mixft.amp.precision": {"mixft.errors", "mixft.runs.outdir"},    # climbs: amp -> runs
+        "mixft.runs.outdir": {"mixft.errors"},
+        "mixft.train.trainer": {"mixft.amp.precision", "mixft.train.hooks"},  # down and sideways: fine
+        "mixft.train.hooks": set(),
+        "mixft.report.markdown": {"mixft.runs.outdir"},                  # climbs: report -> runs
+    }
+    assert layer_violations(graph) == [
+        "mixft.amp.precision (amp) -> mixft.runs.outdir (runs)",
+        "mixft.report.markdown (report) -> mixft.runs.outdir (runs)",
+    ]
+    unknown = layer_violations({"mixft.x.y": {"mixft.errors"}}, layer=lambda m: m.split(".")[1] if m.count(".") > 1 else "ground")
+    assert unknown == ["mixft.x.y (x) -> mixft.errors (ground)"]
+    assert layer_of("mixft.errors") == "ground" and layer_of("mixft.runs.runner") == "runs" and layer_of("mixft") == "ground"
+
+
+def test_nothing_in_mixft_imports_the_applications():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offenders += [f"{path.relative_to(PACKAGE.parent)}: {n}" for n in names if n.split(".")[0] in APPLICATIONS]
+    assert not offenders, offenders
+
+
+def test_no_package_level_cycle():
+    # The layers as nodes (a folder is one node, each ground module its own): no two packages
+    # may import each other, even through module-level edges that are not cycles themselves.
+    graph = import_graph()
+    rooms: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        room = layer_of(module) if layer_of(module) != "ground" else module
+        rooms.setdefault(room, set()).update(
+            (layer_of(d) if layer_of(d) != "ground" else d) for d in deps)
+        rooms[room].discard(room)
+    cycle = find_cycle(rooms)
+    assert cycle is None, "package-level import cycle: " + " -> ".join(cycle)
 
 
 def test_checkpoint_is_only_the_file_format():
     graph = import_graph()
-    wrong = {m for m in graph["mixft.checkpoint"]
-             if _within(m, ("mixft.config", "mixft.results", "mixft.interrupt", "mixft.run", "mixft.cli"))}
-    assert not wrong, f"mixft.checkpoint imports run-level modules: {sorted(wrong)}"
-    assert "mixft.trainer" in graph["mixft.checkpoint"]  # the walk saw its imports
-
-
-def test_only_the_layers_above_import_the_run_layer():
-    graph = import_graph()
-    assert {"mixft.run.runner", "mixft.run.outdir", "mixft.run.identity", "mixft.run.build"} <= set(graph)
-    importers = {m for m, deps in graph.items() if any(_within(d, ("mixft.run",)) for d in deps)}
-    assert "mixft.cli" in importers  # the check sees the run layer's users
-    wrong = {m for m in importers if not _within(m, RUN_LAYER_USERS)}
-    assert not wrong, f"below the run layer, yet importing it: {sorted(wrong)}"
-
-
-def test_core_modules_import_nothing_above_the_core():
-    graph = import_graph()
-    for module in CORE:
-        assert module in graph, module
-        wrong = {m for m in _reaches(graph, module) if _within(m, ABOVE_CORE)}
-        assert not wrong, f"{module} reaches {sorted(wrong)}"
-
-
-def test_the_layer_checks_catch_a_violation():
-    # Guards the three tests above: the helpers do see an upward edge, direct or through another module.
-    graph = {"mixft.config": {"mixft.errors"}, "mixft.errors": {"mixft.run.outdir"}, "mixft.run.outdir": set()}
-    assert _within("mixft.run.outdir", ABOVE_CORE) and "mixft.run.outdir" in _reaches(graph, "mixft.config")
-    assert not _within("mixft.runner_like", ("mixft.run",))
+    assert "mixft.train.trainer" in graph["mixft.train.checkpoint"]  # the walk saw its imports
+    assert "Checkpointer" not in (PACKAGE / "train" / "checkpoint.py").read_text(encoding="utf-8").split('"""', 2)[2]
+    assert "mixft.train.checkpoint" in graph["mixft.callbacks.checkpointer"]

@@ -17,7 +17,7 @@ import torch
 from nbclient import NotebookClient
 
 from mixft.data.synthetic.sentiment import generate_sentiment
-from mixft.hub import shipped_model_dir
+from mixft.models.hub import shipped_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"

@@ -21,8 +21,8 @@ from torch import nn
 
 import mixft
 from mixft.data.synthetic.sentiment import generate_sentiment
-from mixft.hub import shipped_model_dir
-from mixft.models import BertClassifier
+from mixft.models.hub import shipped_model_dir
+from mixft.models.classifiers import BertClassifier
 from examples.readme_example import (
     BUGS,
     ReadmeModelAsWritten,
@@ -36,7 +36,8 @@ from examples.readme_example import (
     reproduce_readme_bugs,
     single_precision_loop,
 )
-from mixft.results import RunResult, compare_frame, results_frame
+from mixft.report.frames import compare_frame, results_frame
+from mixft.results import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "readme_example.py"
@@ -348,8 +349,8 @@ def test_compare_frame_speedup_against_fp32():
 
 
 def test_public_exports():
-    from mixft.precision import resolve_precision
-    from mixft.trainer import Trainer
+    from mixft.amp.precision import resolve_precision
+    from mixft.train.trainer import Trainer
 
     assert mixft.Trainer is Trainer and mixft.resolve_precision is resolve_precision
     assert mixft.BertClassifier is BertClassifier and mixft.RunResult is RunResult
@@ -364,22 +365,22 @@ def test_run_stays_the_function_after_importing_its_module():
     code = (
         "import sys, mixft; assert 'torch' not in sys.modules, 'import mixft pulled in torch'\n"
         "import inspect; assert inspect.isfunction(mixft.run), mixft.run\n"
-        "import mixft.run.runner\nfrom mixft.run.runner import RunObserver\n"
+        "import mixft.runs.runner\nfrom mixft.runs.runner import RunObserver\n"
         "assert inspect.isfunction(mixft.run), mixft.run\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
-def test_run_is_still_callable_when_its_package_was_imported_first():
-    # `import mixft.run.outdir` (the reports and the CLI do) makes the package mixft's `run`
-    # attribute: calling it must still run, with the same arguments as the function.
+def test_run_is_still_the_function_when_the_run_layer_was_imported_first():
+    # The run layer is the package mixft.runs, so importing it (the reports and the CLI do)
+    # cannot shadow the function mixft.run: there is no package of that name.
     code = (
-        "import mixft, mixft.run.outdir, mixft.run.runner as runner\n"
-        "assert mixft.run is sys.modules['mixft.run']\n"
+        "import inspect, mixft, mixft.runs.outdir, mixft.runs.runner as runner\n"
+        "assert inspect.isfunction(mixft.run) and mixft.run is runner.run, mixft.run\n"
+        "assert 'mixft.run' not in sys.modules\n"
         "runner.run = lambda cfg, observer=None: ('ran', cfg, observer)\n"
-        "assert mixft.run('cfg', 'obs') == ('ran', 'cfg', 'obs'), mixft.run('cfg', 'obs')\n"
-        "from mixft.run import run; assert run is runner.run\n"
+        "from mixft.runs import run; assert run('cfg', 'obs') == ('ran', 'cfg', 'obs')\n"
     )
     done = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 
 from torch.utils.data import Sampler
 
-from ..options import POSITIVE_INT
+from mixft.options import POSITIVE_INT
 
 
 class LengthGroupedBatchSampler(Sampler[list[int]]):
@@ -37,7 +37,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
                  shuffle: bool = True, num_replicas: int | None = None, rank: int | None = None):
         POSITIVE_INT.validate("batch_size", batch_size)
         POSITIVE_INT.validate("group_factor", group_factor)
-        from ..distributed import rank as current_rank, world_size
+        from mixft.distributed import rank as current_rank, world_size
 
         self.lengths = list(lengths)
         self.batch_size = batch_size

@@ -5,8 +5,8 @@ Usage::
     from mixft.data.hubdata import fetch_hub_dataset
     splits, source = fetch_hub_dataset("glue", "mrpc")   # a DatasetDict, "hub" or "cache"
 
-The hub is probed once (:func:`mixft.hub.hub_reachable`, seconds); when it does not answer,
-:func:`mixft.hub.go_offline` stops `datasets` from retrying for ~50 s, and the dataset
+The hub is probed once (:func:`mixft.models.hub.hub_reachable`, seconds); when it does not answer,
+:func:`mixft.models.hub.go_offline` stops `datasets` from retrying for ~50 s, and the dataset
 loads from the local cache or not at all. A dataset that cannot be had raises
 :class:`DatasetUnavailable`, a one-line UsageError.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from mixft.data.files import first_line
 from mixft.data.glue import GLUE_REPO
 from mixft.errors import UsageError
-from mixft.hub import go_offline, hub_reachable, offline_mode_set
+from mixft.models.hub import go_offline, hub_reachable, offline_mode_set
 from mixft.log import logger
 
 # Canonical hub repositories of datasets best known by their old, namespace-less names: the

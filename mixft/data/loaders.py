@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader
 
-from .batching import LengthGroupedBatchSampler
+from mixft.data.batching import LengthGroupedBatchSampler
 
 
 def _is_arrow(examples) -> bool:

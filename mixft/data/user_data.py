@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from mixft.data.columns import check_columns, check_text_columns, resolve_columns
 from mixft.data.labels import TASK_KINDS, LabelInfo, ModelLabels, analyze_labels, check_eval_labels, labels_for_model
@@ -313,73 +314,131 @@ def load_text_data(
     if dataset is not None and glue_task is None:
         glue_task = _glue_config(dataset, dataset_config)
     if glue_task is not None:
-        from mixft.data.glue import glue_task as lookup
-
-        table = lookup(glue_task)
-        task_kind = task_kind or table.kind
-        eval_split = eval_split or (table.validation_split if dataset is not None else None)
-        if text_column is None and text_pair_column is None:
-            text_column, text_pair_column = table.text_columns[0], (table.text_columns[1:] or (None,))[0]
-        elif text_pair_column is not None and not table.is_pair:
-            raise UsageError(f"GLUE {table.name} is single-text data (column {table.text_columns[0]!r}); "
-                             f"--text-pair-column {text_pair_column} does not apply")
+        task_kind, eval_split, text_column, text_pair_column = _glue_defaults(
+            glue_task, dataset is not None, task_kind, eval_split, text_column, text_pair_column)
+    columns = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
 
     if evaluation_only and train_file is None and data_dir is None and dataset is None:  # evaluation data alone
-        from mixft.data.files import load_data_file
+        return _validation_file_for_model(validation_file, columns, model_labels, max_eval_samples, glue_task)
+    src = _read_source(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, user_eval_split,
+                       seed, hub_timeout, stand_in, max_train_samples or demo_train_size,
+                       max_eval_samples or demo_eval_size, dataset_shown, other_data)
+    _check_validation_source(src, validation_split)
+    cols = _checked_columns(src, columns)
+    if evaluation_only:  # the model's labels, not the training data's, say what each name means
+        eval_ds, eval_where = src.eval, src.eval_where
+        if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
+            _, eval_ds = _carve(src.train, validation_split, seed, src.where, model_labels.kind, cols.label)
+            eval_where = f"{src.where} (rows held out by --validation-split {validation_split})"
+        return _for_model(eval_ds, cols, model_labels, eval_where, max_eval_samples, glue_task, name=src.name,
+                          source=src.source, notice=src.notice)
+    train, eval_ds, labels = _labelled_and_capped(src, cols, task_kind, validation_split, seed, max_train_samples,
+                                                  max_eval_samples)
+    notice = src.notice
+    if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
+        # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
+        notice = (f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
+                  "well the model fits its training data, not how it does on unseen data")
+    task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
+                    labels=labels, glue_task=glue_task)
+    return TextData(train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice)
 
-        eval_ds = load_data_file(validation_file, "--validation-file")
-        eval_where = f"--validation-file {validation_file}"
-        columns = resolve_columns(eval_ds.column_names, where=eval_where, text_column=text_column,
-                                  text_pair_column=text_pair_column, label_column=label_column)
-        check_text_columns(eval_ds, columns, where=eval_where)
-        return _for_model(eval_ds, columns, model_labels, eval_where, max_eval_samples, glue_task,
-                          name=str(validation_file), source="files", notice=None)
+
+# The steps of load_text_data, in its order. ---------------------------------------------------
+def _glue_defaults(glue_task: str, from_hub: bool, task_kind, eval_split, text_column, text_pair_column):
+    """A GLUE task's own kind, evaluation split and text columns, where the user named none."""
+    from mixft.data.glue import glue_task as lookup
+
+    table = lookup(glue_task)
+    task_kind = task_kind or table.kind
+    eval_split = eval_split or (table.validation_split if from_hub else None)
+    if text_column is None and text_pair_column is None:
+        text_column, text_pair_column = table.text_columns[0], (table.text_columns[1:] or (None,))[0]
+    elif text_pair_column is not None and not table.is_pair:
+        raise UsageError(f"GLUE {table.name} is single-text data (column {table.text_columns[0]!r}); "
+                         f"--text-pair-column {text_pair_column} does not apply")
+    return task_kind, eval_split, text_column, text_pair_column
+
+
+def _validation_file_for_model(validation_file, columns: dict, model_labels: ModelLabels,
+                               max_eval_samples: int | None, glue_task: str | None) -> TextData:
+    """``--eval-only`` with ``--validation-file`` alone: that file, read against the model's labels."""
+    from mixft.data.files import load_data_file
+
+    eval_ds = load_data_file(validation_file, "--validation-file")
+    eval_where = f"--validation-file {validation_file}"
+    cols = resolve_columns(eval_ds.column_names, where=eval_where, **columns)
+    check_text_columns(eval_ds, cols, where=eval_where)
+    return _for_model(eval_ds, cols, model_labels, eval_where, max_eval_samples, glue_task,
+                      name=str(validation_file), source="files", notice=None)
+
+
+@dataclass
+class _Source:
+    """The data as read, before any check: where each split came from, for messages."""
+
+    train: Any
+    eval: Any  # None: no validation split in the source
+    name: str
+    source: str  # "files" | "data-dir" | "hub" | "generated"
+    notice: str | None
+    where: str
+    eval_where: str
+    listing: str | None  # a hub dataset's split names (for the message when none is the evaluation split)
+
+
+def _read_source(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, user_eval_split,
+                 seed, hub_timeout, stand_in, demo_train, demo_eval, dataset_shown, other_data) -> _Source:
+    """Files, a GLUE directory, or a hub dataset (or its generated stand-in), read whole."""
     if train_file is not None:
         from mixft.data.files import load_data_file
 
-        where = f"--train-file {train_file}"
         train = load_data_file(train_file, "--train-file")
         eval_ds = load_data_file(validation_file, "--validation-file") if validation_file is not None else None
-        eval_where = f"--validation-file {validation_file}"
-        name, source, notice, listing = str(train_file), "files", None, None
-    elif data_dir is not None:
+        return _Source(train, eval_ds, str(train_file), "files", None, f"--train-file {train_file}",
+                       f"--validation-file {validation_file}", None)
+    if data_dir is not None:
         from mixft.data.glue_dir import read_glue_dir
 
         train, eval_ds = read_glue_dir(data_dir)
-        where, eval_where = f"--data-dir {data_dir} (train.tsv)", f"--data-dir {data_dir} (dev.tsv)"
-        name, source, notice, listing = str(data_dir), "data-dir", None, None
-    else:
-        demo_train = max_train_samples or demo_train_size
-        demo_eval = max_eval_samples or demo_eval_size
-        train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
-            dataset, dataset_config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train,
-            demo_eval, dataset_shown, other_data
-        )
+        return _Source(train, eval_ds, str(data_dir), "data-dir", None, f"--data-dir {data_dir} (train.tsv)",
+                       f"--data-dir {data_dir} (dev.tsv)", None)
+    train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
+        dataset, dataset_config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train,
+        demo_eval, dataset_shown, other_data
+    )
+    return _Source(train, eval_ds, name, source, notice, where, eval_where, listing)
 
-    if eval_ds is not None and validation_split is not None:
-        raise UsageError(f"{where}: the data has a validation split already; drop --validation-split")
-    if eval_ds is None and validation_split is None:
+
+def _check_validation_source(src: _Source, validation_split: float | None) -> None:
+    """Exactly one source of validation data: a split of the data, or ``--validation-split``'s hold-out."""
+    if src.eval is not None and validation_split is not None:
+        raise UsageError(f"{src.where}: the data has a validation split already; drop --validation-split")
+    if src.eval is None and validation_split is None:
         # --validation-file goes with --train-file only: a hub dataset is offered what it accepts.
-        choices = (f"its splits are {listing}: pass --eval-split NAME" if listing is not None
+        choices = (f"its splits are {src.listing}: pass --eval-split NAME" if src.listing is not None
                    else "pass --validation-file")
         raise UsageError(
-            f"{where}: no validation data; {choices}, or --validation-split F "
+            f"{src.where}: no validation data; {choices}, or --validation-split F "
             "(0 < F < 1) to hold out a fraction of the training data"
         )
 
-    cols = resolve_columns(train.column_names, where=where, text_column=text_column,
-                           text_pair_column=text_pair_column, label_column=label_column)
+
+def _checked_columns(src: _Source, columns: dict):
+    """The columns, resolved on train and checked on every row of both splits."""
+    cols = resolve_columns(src.train.column_names, where=src.where, **columns)
     # Checked whole, before any hold-out or cap, so a bad row is reported by its row in the file.
-    check_text_columns(train, cols, where=where)
-    if eval_ds is not None:
-        check_columns(eval_ds.column_names, cols, where=eval_where)
-        check_text_columns(eval_ds, cols, where=eval_where)
-    if evaluation_only:  # the model's labels, not the training data's, say what each name means
-        if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
-            train, eval_ds = _carve(train, validation_split, seed, where, model_labels.kind, cols.label)
-            eval_where = f"{where} (rows held out by --validation-split {validation_split})"
-        return _for_model(eval_ds, cols, model_labels, eval_where, max_eval_samples, glue_task, name=name,
-                          source=source, notice=notice)
+    check_text_columns(src.train, cols, where=src.where)
+    if src.eval is not None:
+        check_columns(src.eval.column_names, cols, where=src.eval_where)
+        check_text_columns(src.eval, cols, where=src.eval_where)
+    return cols
+
+
+def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, max_train_samples,
+                         max_eval_samples):
+    """(train, eval, labels): the label space read from train, the hold-out carved, the caps applied, eval checked."""
+    train, eval_ds, where, eval_where = src.train, src.eval, src.where, src.eval_where
     labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
     if eval_ds is None:
         train, eval_ds = _carve(train, validation_split, seed, where, labels.kind, cols.label)
@@ -396,13 +455,7 @@ def load_text_data(
         check_eval_labels(eval_ds, cols.label, all_labels, where=eval_where)
     with _blamed_on_the_cap(capped, max_train_samples):
         check_eval_labels(eval_ds, cols.label, labels, where=eval_where)
-    if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
-        # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
-        notice = (f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
-                  "well the model fits its training data, not how it does on unseen data")
-    task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
-                    labels=labels, glue_task=glue_task)
-    return TextData(train=train, eval=eval_ds, task=task, name=name, source=source, notice=notice)
+    return train, eval_ds, labels
 
 
 def _for_model(eval_ds, cols, model_labels: ModelLabels, eval_where: str, max_eval_samples: int | None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UsageError
+from mixft.errors import UsageError
 
 _HERE = Path(__file__).parent
 SHIPPED = sorted(p.name for p in _HERE.iterdir() if (p / f"{p.name}.py").is_file())

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.cli import main
+from mixft.cli.main import main
 from recipes import bert_sst2
 
 CONTRACT_KEYS = {
@@ -31,9 +31,9 @@ def test_cli_trains_two_steps_and_writes_the_contract(tmp_path, tiny_bert_dir, t
                                                       flags, precision):
     # --amp trains bf16 where torch reports native bf16 (tests/test_amp_run.py has the other machines):
     # simulated, so the contract is checked alike on every CPU.
-    import mixft.hardware
+    import mixft.amp.hardware
 
-    monkeypatch.setattr(mixft.hardware, "native_precisions", lambda device: {
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: {
         "bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None})
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))  # no probe: the capability decides
     code, out = run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *flags)
@@ -119,8 +119,8 @@ def test_malformed_labels_exit_2_before_training(tmp_path, tiny_bert_dir, capsys
 
 def test_optimizer_factory_updates_the_parameters_it_is_given(tiny_bert_dir, tiny_data_dir):
     # Peers and notebooks hand the factory another model's parameters: it must use those.
-    from mixft.config import RunConfig
-    from mixft.precision import PRECISIONS
+    from mixft.config.run_config import RunConfig
+    from mixft.amp.precision import PRECISIONS
 
     cfg = RunConfig(model=str(tiny_bert_dir), data_dir=str(tiny_data_dir)).with_defaults(bert_sst2.DEFAULTS)
     prepared = bert_sst2.prepare(cfg)
@@ -156,8 +156,8 @@ def test_weights_missing_from_the_checkpoint_are_the_same_in_every_run(tmp_path)
 def test_every_precision_of_a_comparison_gets_the_same_padding(tiny_bert_dir, tiny_data_dir):
     # Audit 6d: padding to a multiple of 8 only for the AMP runs on CUDA gave fp32 and
     # AMP different batch shapes. Built for a CUDA device (nothing is moved there).
-    from mixft.config import RunConfig
-    from mixft.precision import PRECISIONS
+    from mixft.config.run_config import RunConfig
+    from mixft.amp.precision import PRECISIONS
 
     cfg = RunConfig(model=str(tiny_bert_dir), data_dir=str(tiny_data_dir)).with_defaults(bert_sst2.DEFAULTS)
     prepared = bert_sst2.prepare(cfg)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mixft.cli import main
+from mixft.cli.main import main
 from tests.recipes.test_text_classification import three_class_csv
 from tests.tiny_models import DECODER_ARCHITECTURES, make_tiny_model_dir
 

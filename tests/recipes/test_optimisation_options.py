@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from mixft.cli import main
-from mixft.config import RunConfig
-from mixft.precision import PRECISIONS
+from mixft.cli.main import main
+from mixft.config.run_config import RunConfig
+from mixft.amp.precision import PRECISIONS
 from recipes import bert_sst2, text_classification
 from tests.recipes.test_text_classification import NAMES, regression_tsv, three_class_csv, write_csv
 from tests.tiny_models import TOY_ROWS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mixft.cli import main
+from mixft.cli.main import main
 from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 

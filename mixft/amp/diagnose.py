@@ -1,0 +1,167 @@
+"""Where did the inf/NaN come from? One forward pass with a hook on every module.
+
+When a run collapses (``mixft.callbacks.faults.CollapseDetector``), ``diagnose`` re-runs the
+forward pass on a training batch under the run's autocast, records every module's
+output as it finishes (execution order), and reports the first module whose output
+holds an inf or NaN, how large the activations around it are compared with float16's
+limit (65504), and a fix: switch to bf16 (fp32's exponent range), keep that module in
+fp32 (``torch.autocast(enabled=False)``), or lower the learning rate.
+
+Usage::
+
+    d = diagnose(trainer)          # a Diagnosis; also fine on a healthy model
+    print(d.summary())             # one line
+    print(d.report())              # a few lines, the largest activations included
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from mixft.batch import floating_tensors, forward, split_batch
+
+FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504: anything larger becomes inf in fp16
+
+
+@dataclass
+class ModuleStats:
+    """One module's output in the diagnostic pass."""
+
+    name: str  # qualified name ("encoder.layer.0.output.dense"; "(model)" for the root)
+    kind: str  # class name
+    output_max_abs: float  # largest finite |value| in the output
+    input_max_abs: float  # largest finite |value| in the inputs
+    nonfinite: int  # inf/NaN elements in the output
+
+
+@dataclass
+class Diagnosis:
+    precision: str
+    batches: int  # batches run until a non-finite output was found (or the limit)
+    first_nonfinite: ModuleStats | None  # first module, in execution order, with inf/NaN output
+    largest: ModuleStats | None  # the module with the largest finite |activation|
+    nonfinite_params: list[str] = field(default_factory=list)  # parameters already inf/NaN
+    suggestion: str = ""
+    modules: list[ModuleStats] = field(default_factory=list)  # every module, execution order
+
+    def summary(self) -> str:
+        """One line: where the first inf/NaN appears (or that the forward is finite) and the fix."""
+        if self.nonfinite_params:
+            where = f"parameter {self.nonfinite_params[0]} is already inf/NaN"
+        elif self.first_nonfinite is not None:
+            m = self.first_nonfinite
+            where = (
+                f"first non-finite output: {m.name} ({m.kind}) under {self.precision}, "
+                f"input max |x| {m.input_max_abs:.3g}, finite output max |x| {m.output_max_abs:.3g} "
+                f"(fp16 limit {FP16_MAX:.0f})"
+            )
+        else:
+            big = self.largest
+            where = f"forward pass finite over {self.batches} batch(es) under {self.precision}" + (
+                f", largest |activation| {big.output_max_abs:.3g} in {big.name} (fp16 limit {FP16_MAX:.0f})" if big else ""
+            )
+        return f"diagnosis: {where}; suggested fix: {self.suggestion}"
+
+    def report(self, top: int = 5) -> str:
+        """A few lines for a terminal: the summary, then the largest activations."""
+        lines = [self.summary()]
+        ranked = sorted(self.modules, key=lambda m: -m.output_max_abs)[:top]
+        for m in ranked:
+            flag = f"  {m.nonfinite} inf/NaN" if m.nonfinite else ""
+            lines.append(f"  {m.name:<40} {m.kind:<16} max |out| {m.output_max_abs:10.4g}{flag}")
+        return "\n".join(lines)
+
+
+def diagnose(trainer, loader: Iterable | None = None, max_batches: int = 4) -> Diagnosis:
+    """Run up to ``max_batches`` batches of ``loader`` (default: the training loader) forward.
+
+    No gradients, dropout off (``eval()``; restored afterwards), the trainer's autocast.
+    Stops at the first batch that makes some module's output non-finite.
+    """
+    model: nn.Module = getattr(trainer, "module", trainer.model)  # without a DDP wrapper
+    precision = trainer.precision.name
+    bad_params = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
+
+    stats: dict[str, ModuleStats] = {}
+    order: list[str] = []
+
+    def hook(name: str):
+        def record(module, inputs, output):
+            out_max, bad = _max_abs_and_nonfinite(output)
+            in_max, _ = _max_abs_and_nonfinite(inputs)
+            if name not in stats:
+                order.append(name)
+                stats[name] = ModuleStats(name, type(module).__name__, out_max, in_max, bad)
+            else:
+                s = stats[name]
+                s.output_max_abs = max(s.output_max_abs, out_max)
+                s.input_max_abs = max(s.input_max_abs, in_max)
+                s.nonfinite += bad
+
+        return record
+
+    handles = [m.register_forward_hook(hook(name or "(model)")) for name, m in model.named_modules()]
+    was_training = model.training
+    model.eval()
+    batches = 0
+    first_bad: ModuleStats | None = None
+    try:
+        with torch.no_grad():
+            for batch in loader if loader is not None else trainer.train_loader:
+                inputs, _ = split_batch(batch, trainer.device)
+                with trainer.autocast():
+                    forward(model, inputs)
+                batches += 1
+                # Hooks fire as modules finish: `order` is execution order.
+                first_bad = next((stats[n] for n in order if stats[n].nonfinite), None)
+                if first_bad is not None or batches >= max_batches:
+                    break
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+
+    modules = [stats[n] for n in order]
+    largest = max(modules, key=lambda m: m.output_max_abs, default=None)
+    d = Diagnosis(precision, batches, first_bad, largest, bad_params, modules=modules)
+    d.suggestion = _suggest(d, trainer)
+    return d
+
+
+def _suggest(d: Diagnosis, trainer) -> str:
+    injected = any(type(cb).__name__ == "InjectNonFinite" for cb in getattr(trainer, "callbacks", ()))
+    note = " (fault injection is on: those inf/NaN were put into the gradients on purpose)" if injected else ""
+    if d.nonfinite_params:
+        return "the weights diverged: lower the learning rate (--lr) and restart from the last good checkpoint"
+    m = d.first_nonfinite
+    if m is not None:
+        if d.precision == "fp16":  # finite inputs, inf/NaN output: float16's range ran out
+            # The block around the layer: its leaf's large output flows on through the dropout
+            # beside it, so keeping only the leaf in fp32 would overflow one module later.
+            block = m.name.rsplit(".", 1)[0] if "." in m.name else m.name
+            return (
+                f"switch to bf16 (--precision bf16, fp32's exponent range), or keep the block around {m.name} in "
+                f"fp32: --fp32-modules {block} (--preflight checks which block brings the values back in range)"
+            )
+        return "lower the learning rate (--lr): the activations grew without bound"
+    # Forward finite: the inf/NaN come from the backward pass or the optimizer.
+    if d.precision == "fp16":
+        return "the gradients overflow float16: switch to bf16 (--precision bf16) or lower the learning rate (--lr)" + note
+    return "the gradients are inf/NaN while the forward is finite: lower the learning rate (--lr) or clip (--max-grad-norm)" + note
+
+
+
+def _max_abs_and_nonfinite(obj) -> tuple[float, int]:
+    largest, bad = 0.0, 0
+    for t in floating_tensors(obj):
+        if t.numel() == 0:
+            continue
+        finite = torch.isfinite(t)
+        bad += int((~finite).sum())
+        if bool(finite.any()):
+            largest = max(largest, float(t.detach().abs().masked_fill(~finite, 0).max().float()))
+    return largest, bad

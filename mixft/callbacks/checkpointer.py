@@ -1,0 +1,138 @@
+"""The checkpoint policy: when and where a run saves (the file format is ``mixft.train.checkpoint``).
+
+A callback, as Lightning's ``ModelCheckpoint`` is apart from its ``CheckpointIO``: the loop
+never names it, and the format never knows when it is called.
+
+Usage::
+
+    ckpt = Checkpointer("out/checkpoint.pt", every=20)          # every 20 optimizer steps
+    Trainer(model, opt, loss_fn, train_loader, callbacks=[ckpt]).fit()   # killed half-way
+    trainer = Trainer(model2, opt2, loss_fn, train_loader, callbacks=[ckpt])  # same setup
+    resume(trainer, "out/checkpoint.pt")                        # mixft.train.checkpoint.resume
+    trainer.fit()                                               # continues at the next batch
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mixft.options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_INT
+from mixft.train.checkpoint import save_checkpoint
+from mixft.train.hooks import Callback, StepInfo
+from mixft.train.trainer import Trainer
+
+__all__ = ["Checkpointer"]
+
+
+class Checkpointer(Callback):
+    """Save a checkpoint every ``minutes`` of the run, every ``every`` optimizer steps, and at every epoch end.
+
+    A periodic or epoch-end save is left out when the latest window loss is inf/NaN (the
+    forward pass or the weights are broken): the previous checkpoint stays the last good
+    one. A skipped step alone does not stop a save - it leaves the weights untouched,
+    and an isolated skip (an fp16 overflow, an injected fault) is normal. Put a
+    ``CollapseDetector`` before this callback so a collapse is caught before any save.
+    ``save(trainer)`` writes unconditionally (the interrupt handler uses it).
+    ``every=0`` and ``minutes=0``: epoch ends (and explicit saves) only.
+
+    ``keep``: also keep the newest ``keep`` saves as step checkpoints, named by
+    ``step_name`` (``"checkpoint-step{step}.pt"``, beside ``path``): hard links to the
+    checkpoint just written, so keeping one costs no write. ``states``: ``{name: obj}``
+    saved with the trainer (``save_checkpoint``). ``write_time_s`` adds up the seconds
+    spent writing (left out of the training time; the run reports it beside it).
+
+    Usage: ``Trainer(..., callbacks=[Checkpointer("out/checkpoint.pt", every=20)])``
+    """
+
+    def __init__(self, path: str | os.PathLike, every: int = 20, meta: Mapping[str, Any] | None = None, *,
+                 minutes: float = 0.0, keep: int | None = None, step_name: str = "checkpoint-step{step}.pt",
+                 states: Mapping[str, Any] | None = None):
+        NON_NEGATIVE_INT.validate("every", every)  # the options' rule (a UsageError is a ValueError)
+        NON_NEGATIVE_FLOAT.validate("minutes", minutes)
+        if keep is not None:
+            POSITIVE_INT.validate("keep", keep)
+            if "{step}" not in step_name:
+                raise ValueError(f"step_name must hold {{step}}, got {step_name!r}")
+        self.path = Path(path)
+        self.every = every
+        self.minutes = minutes
+        self.keep = keep
+        self.step_name = step_name
+        self.meta = dict(meta or {})
+        self.states = dict(states or {})
+        self.saved_step: int | None = None  # optimizer step of the latest save
+        self.write_time_s = 0.0  # seconds spent writing checkpoints (a resumed run starts from the checkpoint's)
+        self._last_save = time.monotonic()
+
+    def save(self, trainer: Trainer) -> Path:
+        if self.saved_step is None:
+            _remove_stale_temporaries(self.path)
+        start = time.perf_counter()
+        with trainer.untimed():  # disk writes are not training speed
+            # The time so far goes into the file: a resumed run goes on counting from it.
+            save_checkpoint(trainer, self.path, {**self.meta, "checkpoint_time_s": self.write_time_s}, self.states)
+            if self.keep:
+                self._keep_step_copy(trainer.state.step)
+        self.write_time_s += time.perf_counter() - start
+        self.saved_step = trainer.state.step
+        self._last_save = time.monotonic()
+        return self.path
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        self._last_save = time.monotonic()  # the time cadence counts from the start of this fit
+
+    def on_step_end(self, trainer: Trainer, info: StepInfo) -> None:
+        by_steps = self.every and info.step % self.every == 0
+        by_time = self.minutes and time.monotonic() - self._last_save >= self.minutes * 60
+        if (by_steps or by_time) and _loss_is_finite(info.loss):
+            self.save(trainer)
+
+    def on_epoch_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        losses = trainer.state.history["loss"]
+        if not losses or _loss_is_finite(losses[-1]):
+            self.save(trainer)
+
+    def step_checkpoints(self) -> list[Path]:
+        """The kept step checkpoints beside ``path``, oldest first.
+
+        Usage: ``[p.name for p in ckpt.step_checkpoints()]  # ["checkpoint-step20.pt", ...]``
+        """
+        prefix, _, suffix = self.step_name.partition("{step}")
+        found = []
+        for candidate in self.path.parent.glob(f"{prefix}*{suffix}"):
+            number = candidate.name[len(prefix):len(candidate.name) - len(suffix)]
+            if number.isdigit():
+                found.append((int(number), candidate))
+        return [p for _, p in sorted(found)]
+
+    def _keep_step_copy(self, step: int) -> None:
+        target = self.path.parent / self.step_name.format(step=step)
+        target.unlink(missing_ok=True)  # a resumed run saving the same step again
+        try:
+            os.link(self.path, target)  # the same bytes under a second name: no second write
+        except OSError:
+            shutil.copyfile(self.path, target)  # a file system without hard links
+        for old in self.step_checkpoints()[: -self.keep]:
+            old.unlink(missing_ok=True)
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    # A process killed while writing leaves its temporary file (atomic_path's
+    # ".<name>.*.tmp"); the checkpoint itself is intact. One writer per checkpoint path
+    # is assumed, so any such file is debris: a big one, for a big model.
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def _loss_is_finite(loss) -> bool:
+    # Reading the loss is a host sync; a save is one anyway (the state goes to the CPU).
+    return math.isfinite(float(loss))

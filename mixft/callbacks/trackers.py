@@ -1,0 +1,349 @@
+"""``--report-to tensorboard,mlflow,trackio``: experiment trackers as callbacks, all local.
+
+Each tracker writes through its library's own writer (``torch.utils.tensorboard``'s
+``SummaryWriter``, ``mlflow.MlflowClient`` on a ``file:`` store, ``trackio``):
+
+- per optimizer step: ``train/loss``, ``train/learning_rate``, ``train/loss_scale`` (with a
+  GradScaler), ``train/grad_norm``, ``train/skipped`` (1 for a skipped step). The step's
+  tensors stay on the device and are read together every ``every`` steps (one host
+  sync, not one per step); non-finite values (a skipped step's norm) are left out of the
+  curves, ``train/skipped`` says why;
+- per evaluation: every numeric metric as ``eval/<name>``;
+- once: the run's configuration and the hardware as parameters.
+
+Each precision/seed run of a comparison is its own tracker run named ``run_name(precision,
+seed)`` (``fp32-seed0``, ``bf16-seed0``) under one directory, so TensorBoard overlays them:
+``tensorboard --logdir OUTPUT_DIR/tensorboard``; ``mlflow ui --backend-store-uri
+OUTPUT_DIR/mlruns``; ``trackio show --project NAME``.
+
+Usage::
+
+    names = check_trackers("tensorboard,mlflow")         # before any training: UsageError if absent
+    callbacks = build_trackers(names, "outputs/run", run_name("bf16", 0))
+    Trainer(..., callbacks=callbacks).fit()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mixft.train.hooks import Callback
+from mixft.distributed import is_main_process
+from mixft.errors import UsageError
+from mixft.log import logger
+from mixft.callbacks.tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
+
+#: Steps between reads of the device tensors (loss, gradient norm).
+DEFAULT_EVERY = 20
+
+
+def run_name(precision: str, seed: int) -> str:
+    """One compared run's tracker name: the precision and the seed, e.g. ``bf16-seed0``."""
+    return f"{precision}-seed{seed}"
+
+
+def build_trackers(names: Iterable[str], output_dir: str | os.PathLike, name: str, *,
+                   hparams: Mapping[str, Any] | None = None, hardware: Mapping[str, Any] | None = None,
+                   every: int = DEFAULT_EVERY, project: str | None = None) -> list["Tracker"]:
+    """The tracker callbacks for ``names`` (from ``check_trackers``), writing under ``output_dir``.
+
+    ``hparams`` and ``hardware`` default to the trainer's recorded run config (plus its
+    precision and seed) and ``mixft.amp.hardware.describe_hardware``. Under data parallelism
+    only the main process tracks (the others get ``[]``). ``project`` names the MLflow
+    experiment and the trackio project (default: the output directory's name).
+
+    Usage: ``build_trackers(["tensorboard"], "outputs/run", run_name("fp32", 0))``
+    """
+    if not is_main_process():
+        return []
+    out = Path(output_dir)
+    project = project or out.resolve().name or "mixft"
+    kwargs = {"hparams": hparams, "hardware": hardware, "every": every}
+    made: list[Tracker] = []
+    for tracker in names:
+        if tracker == "tensorboard":
+            made.append(TensorBoardTracker(out / "tensorboard", name, **kwargs))
+        elif tracker == "mlflow":
+            made.append(MLflowTracker(out / "mlruns", name, experiment=project, **kwargs))
+        elif tracker == "trackio":
+            made.append(TrackioTracker(project, name, **kwargs))
+        else:
+            raise UsageError(f"--report-to: unknown tracker {tracker!r} (choose from {', '.join(TRACKERS)}, or none)")
+    return made
+
+
+def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str | int | float | bool]:
+    """Nested config/hardware -> ``{"a.b": scalar}``: what trackers take as parameters.
+
+    Lists become their text (``["fp32", "bf16"]`` -> ``"fp32,bf16"``), None ``"None"``.
+    """
+    flat: dict[str, str | int | float | bool] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flat_params(value, name + "."))
+        elif isinstance(value, (list, tuple)):
+            flat[name] = ",".join(str(v) for v in value)
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+class Tracker(Callback):
+    """What every tracker shares: buffer the steps, read them every ``every`` steps, log evaluations.
+
+    A subclass writes: ``_open(trainer)``, ``_log_params(params)``,
+    ``_log_metrics(step, {name: float})``, ``_close()``.
+    """
+
+    def __init__(self, name: str, *, hparams: Mapping[str, Any] | None = None,
+                 hardware: Mapping[str, Any] | None = None, every: int = DEFAULT_EVERY):
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        self.name = name
+        self.hparams, self.hardware, self.every = hparams, hardware, every
+        self._pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float | None, bool]] = []
+        self._open_now = False
+
+    # -------------------------------------------------------------- the hooks
+    def on_train_begin(self, trainer) -> None:
+        if self._open_now:  # a second fit() with the same callback keeps writing the same run
+            return
+        self._open(trainer)
+        self._open_now = True
+        self._log_params(self._params(trainer))
+
+    def on_step_end(self, trainer, info) -> None:
+        self._pending.append((info.step, info.loss.detach(), info.grad_norm.detach(), info.lr,
+                              info.loss_scale, info.skipped))
+        if len(self._pending) >= self.every:
+            self.flush()
+
+    def on_evaluate(self, trainer, metrics: dict[str, Any]) -> None:
+        self.flush()  # the steps before this evaluation first: each writer sees steps in order
+        values = {f"eval/{k}": float(v) for k, v in metrics.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self._write(trainer.state.step, values)
+
+    def on_train_end(self, trainer, result) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ the buffer
+    def flush(self) -> None:
+        """Write the buffered steps: their device tensors are read here, in one transfer."""
+        if not self._pending or not self._open_now:
+            return
+        pending, self._pending = self._pending, []
+        read = torch.stack([torch.stack([loss.float().reshape(()), norm.float().reshape(())])
+                            for _, loss, norm, *_ in pending]).tolist()
+        for (step, _, _, lr, scale, skipped), (loss, norm) in zip(pending, read):
+            values = {"train/loss": loss, "train/learning_rate": lr, "train/grad_norm": norm,
+                      "train/skipped": float(skipped)}
+            if scale is not None:
+                values["train/loss_scale"] = scale
+            self._write(step, values)
+
+    def close(self) -> None:
+        """Flush and close the writer (idempotent: call it also when training ends in an error)."""
+        if not self._open_now:
+            return
+        try:
+            self.flush()
+        finally:
+            self._open_now = False
+            self._close()
+
+    def _write(self, step: int, values: dict[str, float]) -> None:
+        finite = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(v)}
+        if finite:
+            self._log_metrics(step, finite)
+
+    def _params(self, trainer) -> dict[str, Any]:
+        if self.hparams is not None:
+            config = dict(self.hparams)
+        else:
+            config = dict(getattr(trainer, "run_info", {}).get("config") or {})
+            # A compared run's config leaves its precision and seed out: they are this run's.
+            config.update(precision=trainer.precision.name, seed=trainer.seed)
+        hardware = self.hardware
+        if hardware is None:
+            from mixft.amp.hardware import describe_hardware
+
+            hardware = describe_hardware(trainer.device.type)
+        return flat_params({"config": config, "hardware": hardware})
+
+    # ------------------------------------------------------- for subclasses
+    def _open(self, trainer) -> None:
+        raise NotImplementedError
+
+    def _log_params(self, params: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _log_metrics(self, step: int, values: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+class TensorBoardTracker(Tracker):
+    """Event files under ``log_dir/<name>``: one TensorBoard run per precision/seed.
+
+    Usage: ``TensorBoardTracker("outputs/run/tensorboard", "bf16-seed0")``
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, name: str, **kwargs):
+        super().__init__(name, **kwargs)
+        self.log_dir = Path(log_dir) / name
+        self.writer = None
+
+    def _open(self, trainer) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(self.log_dir))
+
+    def _log_params(self, params: dict[str, Any]) -> None:
+        from torch.utils.tensorboard.summary import hparams
+
+        # The HParams tab's summaries, in this run's own event file (add_hparams would
+        # start another run in a sub-directory).
+        for summary in hparams(params, {}):
+            self.writer.file_writer.add_summary(summary)
+        self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in params.items()))
+
+    def _log_metrics(self, step: int, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, global_step=step)
+
+    def _close(self) -> None:
+        self.writer.close()
+
+
+class MLflowTracker(Tracker):
+    """An MLflow run per precision/seed in a local ``file:`` store (``mlflow ui --backend-store-uri DIR``).
+
+    ``tracking_uri`` replaces the local store (e.g. ``sqlite:///mlflow.db``); the
+    ``MLFLOW_TRACKING_URI`` environment variable does too.
+
+    Usage: ``MLflowTracker("outputs/run/mlruns", "fp32-seed0", experiment="run")``
+    """
+
+    MAX_METRICS, MAX_PARAMS, MAX_VALUE = 1000, 100, 6000  # MLflow's log_batch limits
+
+    def __init__(self, store_dir: str | os.PathLike, name: str, *, experiment: str = "mixft",
+                 tracking_uri: str | None = None, **kwargs):
+        super().__init__(name, **kwargs)
+        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or Path(store_dir).resolve().as_uri()
+        self.experiment = experiment
+        self.client = None
+        self.run_id: str | None = None
+
+    def _open(self, trainer) -> None:
+        from mlflow import MlflowClient
+
+        # MLflow 3 keeps the file store working but refuses it unless told: the opt-out is
+        # read when the store is built, so it is set only for that moment.
+        with _env(MLFLOW_ALLOW_FILE_STORE="true"):
+            self.client = MlflowClient(tracking_uri=self.tracking_uri)
+            found = self.client.get_experiment_by_name(self.experiment)
+            experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
+            self.run_id = self.client.create_run(experiment_id, run_name=self.name).info.run_id
+
+    def _log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[: self.MAX_VALUE]) for k, v in params.items()]
+        for i in range(0, len(items), self.MAX_PARAMS):
+            self.client.log_batch(self.run_id, params=items[i : i + self.MAX_PARAMS])
+
+    def _log_metrics(self, step: int, values: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, v, now, step) for k, v in values.items()]
+        for i in range(0, len(items), self.MAX_METRICS):
+            self.client.log_batch(self.run_id, metrics=items[i : i + self.MAX_METRICS])
+
+    def _close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+class TrackioTracker(Tracker):
+    """A trackio run per precision/seed in a local project (``trackio show --project NAME``).
+
+    trackio keeps its local database where ``TRACKIO_DIR`` says (read when trackio is
+    first imported; default ``~/.cache/huggingface/trackio``).
+
+    Usage: ``TrackioTracker("my-experiment", "bf16-seed1")``
+    """
+
+    def __init__(self, project: str, name: str, **kwargs):
+        super().__init__(name, **kwargs)
+        self.project = project
+        self.run = None
+        self._params_once: dict[str, Any] = {}
+
+    def _open(self, trainer) -> None:
+        pass  # trackio takes the parameters when the run starts: _log_params starts it
+
+    def _log_params(self, params: dict[str, Any]) -> None:
+        import trackio
+
+        with _quiet():  # trackio prints its own notices; the CLI owns the terminal
+            self.run = trackio.init(project=self.project, name=self.name, config=params, resume="never",
+                                    embed=False, auto_log_gpu=False, auto_log_cpu=False)
+
+    def _log_metrics(self, step: int, values: dict[str, float]) -> None:
+        with _quiet():
+            self.run.log(values, step=step)
+
+    def _close(self) -> None:
+        import trackio
+
+        with _quiet():
+            # trackio.finish() also forgets the run; run.finish() alone leaves it "current",
+            # and trackio's exit handler finishes it again (printing as it does).
+            current = getattr(getattr(trackio, "context_vars", None), "current_run", None)
+            if current is not None and current.get() is self.run:
+                trackio.finish()
+            else:
+                self.run.finish()
+
+
+@contextlib.contextmanager
+def _env(**values: str):
+    """Set environment variables for the block only."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Route a library's prints to mixft's logger (debug) instead of the terminal."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            yield
+    finally:
+        for line in captured.getvalue().splitlines():
+            if line.strip():
+                logger.debug("%s", line)

@@ -1,0 +1,71 @@
+"""A Trainer from a recipe's parts and a run's options: the one place the run layer meets the loop.
+
+The loop (``mixft.train.trainer``) knows nothing of ``RunConfig`` or recipes; the runner, the
+probe, the benchmarks and the examples build their trainer here.
+
+Usage::
+
+    parts = recipe.build(cfg, prepared, precision, device, seed)
+    result = build_trainer(parts, cfg, precision=precision, device=device, seed=seed).fit()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from mixft.config.run_config import RunConfig
+from mixft.amp.precision import PRECISIONS, Precision
+from mixft.recipe import TrainerParts
+from mixft.train.hooks import Callback
+from mixft.distributed import is_distributed
+from mixft.train.fast_dropout import use_fast_dropout
+from mixft.train.row_grad import use_row_embedding_grad
+from mixft.train.trainer import Trainer
+from mixft.runs.identity import data_fingerprints
+
+
+def build_trainer(
+    parts: TrainerParts,
+    cfg: RunConfig,
+    *,
+    precision: str | Precision,
+    device: str | torch.device,
+    seed: int,
+    callbacks: Sequence[Callback] = (),
+) -> Trainer:
+    """The trainer for a recipe's parts under a run's options (``cfg`` with the recipe defaults applied).
+
+    The model, optimizer, loss, loaders, scheduler, predict_fn and metric come from
+    ``parts``; accumulation, clipping, the budget, ``eval_steps`` and fp16's initial loss scale from ``cfg``; ``cfg`` itself is
+    recorded in the RunResult's ``config`` (one run's own: no ``precisions``/``seeds`` lists).
+
+    Usage: ``build_trainer(recipe.build(cfg, prepared, precision, device, seed), cfg,
+    precision=precision, device=device, seed=seed).fit()``
+    """
+    row = precision if isinstance(precision, Precision) else PRECISIONS.get(precision)
+    # --init-loss-scale is fp16's; a pure-bf16 run of the same --compare has no GradScaler to start.
+    scale = cfg.init_loss_scale if row is None or row.param_dtype is None else None
+    trainer = Trainer(
+        parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
+        eval_loader=parts.eval_loader, precision=precision, device=device,
+        lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
+        epochs=cfg.epochs, max_steps=cfg.max_steps, eval_steps=cfg.eval_steps, predict_fn=parts.predict_fn, metric=parts.metric,
+        seed=seed, callbacks=callbacks,
+        # --init-loss-scale: where fp16's GradScaler starts (a scaler that is off ignores it).
+        scaler_kwargs={"init_scale": scale} if scale is not None else None,
+        # The data files' fingerprints too: --resume keeps a finished run only on unchanged data.
+        run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None,
+                                               "data_files": data_fingerprints(cfg)}},
+    )
+    if cfg.fast_dropout and trainer.device.type == "cpu":
+        # Every nn.Dropout and sdpa attention dropout of this run's own model draws its masks
+        # the cheap way (CUDA keeps torch's fused kernel); the swap lives as long as the model.
+        trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
+    if trainer.device.type == "cpu" and not is_distributed():
+        # The embeddings' gradients go into one kept buffer, zeroed and refilled each step: the
+        # dense backward's bits without a vocabulary-sized allocation (and its page faults) per
+        # step. DDP's reducer wants dense gradients; CUDA allocates and fills in one fast kernel.
+        trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
+    return trainer

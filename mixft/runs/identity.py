@@ -1,0 +1,338 @@
+"""Which run is which, and what ``--resume`` may continue: decided once, before any work.
+
+A run is identified by its recipe and the options that change its trajectory
+(``TRAJECTORY_OPTIONS``), plus its precision and seed; its checkpoint records them
+(``run_meta``) with the size, modification time and SHA-256 of the data files it read.
+``plan_resume`` reads results.json and every checkpoint's metadata once, refuses a resume
+that cannot go on (changed options or data, damaged files, nothing to resume), and
+returns a ``ResumePlan``: the runs kept as they finished and the runs that continue from
+their checkpoint. The runner follows it without checking again.
+
+Usage::
+
+    plan = plan_resume(cfg, ["fp32", "bf16"])        # CheckpointError (exit 2) if it cannot go on
+    plan.kept("fp32", 0)                              # a finished RunResult, or None
+    plan.continues("bf16", 0)                         # True: resume from its checkpoint
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mixft.train.checkpoint import CheckpointError, load_checkpoint
+from mixft.config.run_config import RunConfig, is_recipe_default
+from mixft.callbacks.interrupt import is_interrupted
+from mixft.options import flag_of
+from mixft.results import RunResult
+from mixft.runs.outdir import RESULTS_NAME, checkpoint_name, recorded_runs
+
+# The options a checkpoint must share with the run that resumes it: each one changes the
+# trajectory (data, model, schedule, injected faults) or the evaluation being reported.
+TRAJECTORY_OPTIONS = (
+    "recipe", "model", "data_dir", "train_file", "validation_file", "dataset", "dataset_config", "eval_split",
+    "task", "task_kind", "text_column", "text_pair_column", "label_column", "validation_split",
+    "max_train_samples", "max_eval_samples", "epochs", "max_steps",
+    "batch_size", "lr", "max_grad_norm", "grad_accum", "max_length", "inject_nonfinite", "extra",
+    "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+    "fp32_modules", "init_loss_scale",
+    "fast_dropout",  # its masks come from another random stream than torch's
+    "lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
+    "group_by_length", "length_group_size",  # which sentences share a batch
+    # Each evaluation draws from the RNG, the best model and early stopping decide the final weights.
+    "eval_steps", "metric_for_best", "load_best", "early_stopping_patience",
+)
+# Options naming files or directories: `dir`, `dir/` and `/abs/dir` are the same data.
+PATH_OPTIONS = ("model", "data_dir", "train_file", "validation_file")
+
+RunKey = tuple[str, int]  # (precision name, seed)
+
+
+def _flag(key: str) -> str:
+    # The option's own command-line spelling; "precision" and "seed" (a run's, not a
+    # RunConfig field) are spelled as their flags are.
+    declared = {f.name: flag_of(f) for f in fields(RunConfig) if f.metadata.get("cli")}
+    return declared.get(key, "--" + key.replace("_", "-"))
+
+
+# ------------------------------------------------------------------- identity
+def same_option(key: str, recorded: Any, now: Any) -> bool:
+    """Whether option ``key`` recorded in a checkpoint or results.json matches this run's value.
+
+    Paths are the same data however they are spelled; worker counts match when both are
+    0 or both above 0 (persistent workers are started without drawing on resume).
+    Usage: ``same_option("data_dir", "data/", "/home/me/data")``
+    """
+    if key in PATH_OPTIONS:
+        return _resolved(recorded, key != "model") == _resolved(now, key != "model")
+    if key == "num_workers":
+        return isinstance(recorded, int) and isinstance(now, int) and (recorded > 0) == (now > 0)
+    return recorded == now
+
+
+def _resolved(value: Any, always: bool) -> Any:
+    # A model may be a hub name ("bert-base-uncased"): only an existing path is resolved.
+    if not isinstance(value, str) or not value:
+        return value
+    path = Path(value).expanduser()
+    return str(path.resolve()) if always or path.exists() else value
+
+
+def run_meta(cfg: RunConfig, precision: str, seed: int) -> dict[str, Any]:
+    """What a (precision, seed) run's checkpoint records and a resume must match.
+
+    The options of ``TRAJECTORY_OPTIONS`` (paths resolved), the worker count, and the
+    size, modification time and SHA-256 of each data file (``data_files``).
+    Usage: ``save_checkpoint(trainer, path, run_meta(cfg, "bf16", 0))``
+    """
+    options = {key: getattr(cfg, key) for key in TRAJECTORY_OPTIONS}
+    for key in PATH_OPTIONS:
+        options[key] = _resolved(options[key], key != "model")
+    return {**options, "num_workers": cfg.num_workers, "data_files": data_fingerprints(cfg),
+            "precision": precision, "seed": seed}
+
+
+def data_files(cfg: RunConfig) -> list[Path]:
+    """The local data files a run reads: ``--data-dir``'s train.tsv and dev.tsv, ``--train-file``, ``--validation-file``.
+
+    (A ``--dataset`` from the Hugging Face cache is not fingerprinted.)
+    Usage: ``data_files(RunConfig(data_dir="glue/SST-2"))``
+    """
+    files = []
+    if cfg.data_dir:
+        files += [Path(cfg.data_dir) / name for name in ("train.tsv", "dev.tsv")]
+    files += [Path(f) for f in (cfg.train_file, cfg.validation_file) if f]
+    return [f.expanduser().resolve() for f in files if f.expanduser().is_file()]
+
+
+def data_fingerprints(cfg: RunConfig) -> dict[str, dict[str, Any]]:
+    """``{resolved path: {"size", "mtime_ns", "sha256"}}`` for each of ``data_files(cfg)``.
+
+    Usage: ``data_fingerprints(RunConfig(data_dir="glue/SST-2"))``
+    """
+    out = {}
+    for f in data_files(cfg):
+        st = f.stat()
+        out[str(f)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(str(f), st.st_size, st.st_mtime_ns)}
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    # Cached by (path, size, mtime): each run of a --compare records the same files.
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_data_files(recorded: Mapping[str, Mapping[str, Any]], path: str | os.PathLike,
+                     what: str = "checkpoint") -> None:
+    """Refuse a resume on data files that changed since ``what`` at ``path`` was written (size, or content once mtime moved).
+
+    ``what``: "checkpoint", or "the run in" for a finished run's record in results.json.
+    Usage: ``check_data_files(load_checkpoint(path)["meta"]["data_files"], path)``
+    """
+    for name, was in recorded.items():
+        f = Path(name)
+        try:
+            st = f.stat()
+        except OSError:
+            raise CheckpointError(
+                f"--resume: {what} {path} was trained on {f}, which is gone; restore it, or rerun without --resume "
+                "to start over") from None
+        if st.st_size == was.get("size") and st.st_mtime_ns == was.get("mtime_ns"):
+            continue  # untouched: no need to read it
+        if st.st_size != was.get("size") or _sha256(str(f), st.st_size, st.st_mtime_ns) != was.get("sha256"):
+            raise CheckpointError(
+                f"--resume: data file {f} changed since {what} {path} was written ({was.get('size')} -> "
+                f"{st.st_size} bytes, new content); continuing would mix two datasets: restore the file, or rerun "
+                "without --resume to start over")
+
+
+def _shown(value: Any) -> str:
+    # An option left to its default is recorded as None: say so instead of "--max-length None".
+    return "not set (the default)" if value is None else repr(value)
+
+
+def _shown_now(cfg: RunConfig | None, key: str, value: Any) -> str:
+    # This run's value, and whether the user gave it: a recipe default was never typed
+    # (mixft.config.run_config.is_recipe_default), so the message must not read as if it were.
+    if cfg is not None and is_recipe_default(cfg, key):
+        return f"{_shown(value)} (the recipe's default; pass {_flag(key)} to set it)"
+    return _shown(value)
+
+
+def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str | os.PathLike, *,
+               cfg: RunConfig | None = None) -> None:
+    """Raise CheckpointError naming the first option whose value differs from ``expected``.
+
+    Paths compare resolved; ``num_workers`` only as none vs some (see ``same_option``);
+    ``data_files`` (from ``run_meta``) must be unchanged on disk. ``cfg`` (the run's
+    options, optional) lets the message say when this run's value is the recipe's default.
+    Usage: ``check_meta(load_checkpoint(path), run_meta(cfg, "bf16", 0), path, cfg=cfg)``
+    """
+    meta = ckpt.get("meta", {})
+    for key, want in expected.items():
+        if key not in meta:
+            continue  # an older checkpoint did not record it
+        if key == "data_files":
+            check_data_files(meta[key], path)
+        elif not same_option(key, meta[key], want):
+            flag = _flag(key)
+            why = ("; DataLoader workers draw random numbers differently from a loader without them "
+                   "(any count above 0 continues exactly from another above 0)" if key == "num_workers" else "")
+            raise CheckpointError(
+                f"--resume: checkpoint {path} was written with {flag} {_shown(meta[key])}, this run has "
+                f"{_shown_now(cfg, key, want)}{why}; "
+                "rerun with the same options, or without --resume to start over"
+            )
+
+
+# ---------------------------------------------------------------- resume plan
+@dataclass(frozen=True)
+class ResumePlan:
+    """What ``--resume`` does with each (precision, seed) run; made once by ``plan_resume``.
+
+    ``finished``: runs results.json holds that ended (not interrupted): kept as they are.
+    ``continued``: runs whose checkpoint was checked (CRC, options, data files): they
+    continue from it. Any other run starts from scratch. Without ``--resume`` both are
+    empty: every run starts from scratch.
+    """
+
+    finished: Mapping[RunKey, RunResult] = field(default_factory=dict)
+    continued: frozenset[RunKey] = frozenset()
+
+    def kept(self, precision: str, seed: int) -> RunResult | None:
+        """The finished run kept as it is, or None when this run trains."""
+        return self.finished.get((precision, seed))
+
+    def continues(self, precision: str, seed: int) -> bool:
+        """Whether this run continues from its (already checked) checkpoint."""
+        return (precision, seed) in self.continued
+
+
+def plan_resume(cfg: RunConfig, precisions: Sequence[str]) -> ResumePlan:
+    """Check before any work that ``--resume`` can go on; returns what it will do with each run.
+
+    Every checkpoint a run would continue from must be intact and written with the same
+    options; runs with neither a checkpoint nor a finished result start from scratch.
+    Raises CheckpointError when there is nothing at all to resume. Without ``cfg.resume``:
+    an empty plan, and nothing is read.
+    Usage: ``plan_resume(cfg, ["fp32", "bf16"]).kept("fp32", 0)``
+    """
+    if not cfg.resume:
+        return ResumePlan()
+    out = Path(cfg.output_dir)
+    single = len(precisions) * len(cfg.seeds) == 1
+    checkpoints = {(name, seed): out / checkpoint_name(name, seed, single) for seed in cfg.seeds for name in precisions}
+    return _resume_plan(cfg, checkpoints, {key: run_meta(cfg, *key) for key in checkpoints})
+
+
+def plan_identities(cfg: RunConfig, checkpoints: Mapping[RunKey, Path]) -> tuple[ResumePlan, dict[RunKey, dict[str, Any]]]:
+    """Each run's identity (``run_meta``) and the ``--resume`` plan over its checkpoint, in one pass.
+
+    ``checkpoints``: ``{(precision, seed): path}`` in run order (the run plan's names).
+    Usage: ``resume, metas = plan_identities(cfg, {("bf16", 0): out / "checkpoint.pt"})``
+    """
+    metas = {key: run_meta(cfg, *key) for key in checkpoints}
+    return (_resume_plan(cfg, checkpoints, metas) if cfg.resume else ResumePlan()), metas
+
+
+def _resume_plan(cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, dict[str, Any]]) -> ResumePlan:
+    precisions = list(dict.fromkeys(name for name, _ in checkpoints))
+    finished = finished_runs(cfg, precisions)
+    continued = set()
+    for (name, seed), path in checkpoints.items():
+        if (name, seed) in finished:
+            if cfg.save_model and not finished[(name, seed)].stopped_early:
+                _check_final_checkpoint(cfg, path, finished[(name, seed)])
+            continue
+        if not path.exists():
+            continue
+        ckpt = load_checkpoint(path, mmap=True)  # CRC-checked; tensors stay on disk
+        check_meta(ckpt, metas[(name, seed)], path, cfg=cfg)
+        continued.add((name, seed))
+    if not continued and not finished:
+        first = next(iter(checkpoints.values()))
+        out = Path(cfg.output_dir)
+        raise CheckpointError(f"--resume: no checkpoint in {out} (looked for {first.name}); run without --resume to start")
+    return ResumePlan(finished=finished, continued=frozenset(continued))
+
+
+def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, RunResult]:
+    """Runs of this plan that OUTPUT_DIR/results.json holds and that were not interrupted.
+
+    ``--resume`` keeps these as they are (a run stopped by collapse detection counts as
+    finished: resuming it would collapse again). Raises CheckpointError when the file
+    cannot be read or holds one of these runs made with different options.
+    Usage: ``finished_runs(cfg, cfg.precisions)[("fp32", 0)].eval``
+    """
+    path = Path(cfg.output_dir) / RESULTS_NAME
+    try:
+        runs = recorded_runs(Path(cfg.output_dir))
+        wanted = {(name, seed) for name in precisions for seed in cfg.seeds}
+        done: dict[RunKey, RunResult] = {}
+        for run in runs:
+            key = (run.get("precision"), run.get("seed"))
+            if key not in wanted or is_interrupted(run):
+                continue
+            stored = run.get("config") or {}
+            # Kept only on the data it was trained on: results (or a model saved from them)
+            # over edited files would describe, and name the labels of, other data.
+            check_data_files(stored.get("data_files") or {}, path, what="the run in")
+            for option in TRAJECTORY_OPTIONS:
+                value = getattr(cfg, option)
+                if option in stored and not same_option(option, stored[option], value):
+                    raise CheckpointError(
+                        f"--resume: {path} holds a {key[0]} seed {key[1]} run made with {_flag(option)} "
+                        f"{_shown(stored[option])}, this run has {_shown_now(cfg, option, value)}; rerun with the same "
+                        "options or another --output-dir"
+                    )
+            known = {f.name for f in fields(RunResult)}
+            done[key] = RunResult(**{k: v for k, v in run.items() if k in known})
+    except CheckpointError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"--resume: {path} is not a readable results file ({type(e).__name__}: {e})") from None
+    return done
+
+
+def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> None:
+    # --resume --save-model on a finished run saves the weights of its final checkpoint:
+    # it must be there, from these options, and from the run's last step.
+    what = f"the {result.precision} seed {result.seed} run finished, but"
+    fix = "rerun without --resume (and with --save-model) to train it again"
+    if not path.is_file():
+        raise CheckpointError(f"--resume --save-model: {what} its checkpoint {path} is gone, so there are no "
+                              f"weights to save; {fix}")
+    ckpt = load_checkpoint(path, mmap=True)
+    # The data too: the saved model's label names come from today's files, its weights from the
+    # files it was trained on (a renamed label would swap the names silently).
+    meta = run_meta(cfg, result.precision, result.seed)
+    options = {k: v for k, v in meta.items() if k in TRAJECTORY_OPTIONS or k == "data_files"}
+    check_meta(ckpt, options, path, cfg=cfg)
+    step = ckpt["meta"].get("step")
+    if step != result.steps:
+        raise CheckpointError(f"--resume --save-model: {what} its checkpoint {path} is from step {step}, not its "
+                              f"last step {result.steps} (the final save was skipped); {fix}")
+
+
+def final_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The weights a finished run ended with, from its final checkpoint: the best evaluation's under ``--load-best``.
+
+    ``plan_resume`` has checked the file (CRC, options, the run's last step) when it kept
+    the run with ``--save-model``: it is read here without checking again.
+    Usage: ``model.load_state_dict(final_weights("out/checkpoint.pt"))``
+    """
+    ckpt = load_checkpoint(path, verify=False)
+    best = (ckpt.get("states") or {}).get("best_model") or {}
+    return best["weights"] if best.get("weights") is not None else ckpt["trainer"]["model"]

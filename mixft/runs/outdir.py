@@ -1,0 +1,252 @@
+"""The output directory: the name of every file in it, checked before any work, held by one run at a time.
+
+This module is the one place that names what OUTPUT_DIR holds::
+
+    results.json                      every run's measurements (mixft.results)
+    report.md                         the comparison report, with its charts (mixft.report.markdown)
+    checkpoint.pt                     a single run's checkpoint (mixft.train.checkpoint)
+    checkpoint-<prec>-seed<k>.pt      one per run of a comparison or of several seeds
+    checkpoint[-<prec>-seed<k>]-step<N>.pt   --save-total-limit's kept step checkpoints (hard links)
+    config.yaml                       the run's effective options (--config reproduces the run)
+    predictions[-<prec>-seed<k>].csv|jsonl   --predict-file's labels, one row per input
+    tensorboard/, mlruns/             --report-to's local trackers (mixft.callbacks.trackers)
+    model/, model-<prec>-seed<k>/     --save-model's fine-tuned model, named the same way
+    .mixft.lock                       held while a run uses the directory
+
+It imports no torch: the reports and the CLI read these names too.
+
+Usage::
+
+    check_output_dir(Path("outputs/run"), files=[RESULTS_NAME, checkpoint_name("bf16", 0)], dirs=["model"])
+    with OutputLock(Path("outputs/run")):
+        ...  # train, write results
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mixft.errors import UsageError
+from mixft.report import REPORT_NAME  # the report names its own file; this directory lists it
+
+RESULTS_NAME = "results.json"
+CHECKPOINT_NAME = "checkpoint.pt"
+SAVED_MODEL_NAME = "model"
+LOCK_NAME = ".mixft.lock"
+CONFIG_NAME = "config.yaml"
+PROBE_RESULTS_NAME = "probe.json"  # --probe writes its own files: it never replaces a run's results
+PROBE_REPORT_NAME = "probe.md"
+PREVIOUS_PREFIX = "previous-"  # where a new run sets an earlier run's results aside
+# What a run writes besides results.json, report.md and its checkpoints and saved models:
+# set aside with them, so nothing left in the directory contradicts the new results.json.
+RUN_OUTPUT_PATTERNS = ("*.png", "predictions*.csv", "predictions*.jsonl")
+# Matches every checkpoint name below, single or one of a comparison.
+CHECKPOINT_PATTERN = "checkpoint*.pt"
+
+
+def checkpoint_name(precision: str, seed: int, single: bool = True) -> str:
+    """``checkpoint.pt`` for a single run; ``checkpoint-<precision>-seed<k>.pt`` in a comparison.
+
+    Usage: ``out / checkpoint_name("bf16", 0, single=False)``
+    """
+    return CHECKPOINT_NAME if single else f"checkpoint-{precision}-seed{seed}.pt"
+
+
+def saved_model_name(precision: str, seed: int, single: bool = True) -> str:
+    """``model`` for a single run; ``model-<precision>-seed<k>`` in a comparison (``--save-model``'s directory).
+
+    Usage: ``out / saved_model_name("bf16", 0)``
+    """
+    return SAVED_MODEL_NAME if single else f"{SAVED_MODEL_NAME}-{precision}-seed{seed}"
+
+
+def step_checkpoint_pattern(precision: str, seed: int, single: bool = True) -> str:
+    """The kept step checkpoints' name with ``{step}`` to fill: ``checkpoint-step{step}.pt`` for a single run.
+
+    Usage: ``step_checkpoint_pattern("bf16", 0, single=False).format(step=40)  # checkpoint-bf16-seed0-step40.pt``
+    """
+    return checkpoint_name(precision, seed, single).removesuffix(".pt") + "-step{step}.pt"
+
+
+def predictions_name(input_file: str, precision: str, seed: int, single: bool = True) -> str:
+    """``predictions.csv`` (``.jsonl`` for JSON inputs) for a single run; ``predictions-<precision>-seed<k>.csv`` in a comparison.
+
+    Usage: ``out / predictions_name("new.jsonl", "bf16", 0)  # predictions.jsonl``
+    """
+    suffix = ".jsonl" if Path(input_file).suffix.lower() in (".json", ".jsonl") else ".csv"
+    return "predictions" + ("" if single else f"-{precision}-seed{seed}") + suffix
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """One (precision, seed) run's names in OUTPUT_DIR (``run_names``)."""
+
+    checkpoint: str
+    step_checkpoints: str  # with "{step}" to fill
+    saved_model: str
+    predictions: str | None  # None without --predict-file
+
+
+def run_names(precisions: Sequence[str], seeds: Sequence[int], predict_file: str | None = None) -> dict[tuple[str, int], RunNames]:
+    """Every (precision, seed) run's file names, in one table (a single run gets the short names).
+
+    Usage: ``run_names(["fp32", "bf16"], [0])[("bf16", 0)].checkpoint  # checkpoint-bf16-seed0.pt``
+    """
+    single = len(precisions) * len(seeds) == 1
+    return {
+        (name, seed): RunNames(checkpoint_name(name, seed, single), step_checkpoint_pattern(name, seed, single),
+                               saved_model_name(name, seed, single),
+                               predictions_name(predict_file, name, seed, single) if predict_file else None)
+        for seed in seeds for name in precisions
+    }
+
+
+def has_checkpoint(out: Path) -> bool:
+    """Whether ``out`` holds a checkpoint that ``--resume`` could continue from.
+
+    Usage: ``has_checkpoint(Path("outputs/run"))``
+    """
+    return any(Path(out).glob(CHECKPOINT_PATTERN))
+
+
+def planned_entries(precisions: Sequence[str], seeds: Sequence[int], save_model: bool,
+                    predict_file: str | None = None) -> tuple[list[str], list[str]]:
+    """The files and the directories a run of ``precisions`` x ``seeds`` may write (``check_output_dir``'s arguments).
+
+    Usage: ``files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=False)``
+    """
+    single = len(precisions) * len(seeds) == 1
+    files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *(checkpoint_name(n, s, single) for s in seeds for n in precisions)]
+    if predict_file:
+        files += [predictions_name(predict_file, n, s, single) for s in seeds for n in precisions]
+    dirs = [saved_model_name(n, s, single) for s in seeds for n in precisions] if save_model else []
+    return files, dirs
+
+
+def recorded_runs(out: Path) -> list[Any]:
+    """The ``runs`` of ``out``'s results.json as written (plain dicts); ``[]`` when there is no file.
+
+    The runner reads it once per invocation (``mixft.runs.identity.plan_resume`` keeps what
+    it needs). A file that is not JSON, or has no ``runs``, raises its parsing error
+    (OSError, ValueError, KeyError, TypeError): the caller words it for its context.
+    Usage: ``recorded_runs(Path("outputs/run"))[0]["precision"]``
+    """
+    path = Path(out) / RESULTS_NAME
+    if not path.is_file():
+        return []
+    return json.loads(path.read_text(encoding="utf-8"))["runs"]
+
+
+def check_output_dir(out: Path, *, files=(), dirs=()) -> None:
+    """Fail now, not after an hour of training, if results cannot be written.
+
+    ``files`` must be files (or absent) and ``dirs`` directories (or absent): a
+    results.json that is a directory, say, would otherwise end a finished run with the
+    results lost.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output-dir {out}: exists and is not a directory")
+    for name in files:
+        path = out / name
+        if path.exists() and not path.is_file():
+            raise UsageError(f"{path}: exists and is not a file; move it away or choose another --output-dir")
+    for name in dirs:
+        path = out / name
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{path}: exists and is not a directory; move it away or choose another --output-dir")
+    if out.is_symlink() and not out.exists():
+        raise UsageError(f"--output-dir {out}: is a symbolic link to {os.readlink(out)}, which does not exist")
+    # Nothing is created yet (a refused run leaves no empty directory behind): the write test
+    # runs in the directory, or where it would be created; OutputLock creates it.
+    where = out
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise UsageError(f"--output-dir {out}: {where} exists and is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".mixft-write-check-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"--output-dir {out}: not writable ({e.strerror or e})") from None
+
+
+def set_aside_previous_run(out: Path, stamp: str, *, files: Sequence[str] = (), dirs: Sequence[str] = ()) -> str | None:
+    """Before a new run (not ``--resume``): set aside what an earlier run left that this one will not replace.
+
+    ``files``/``dirs``: the names this run writes itself (each replaced atomically when it is
+    written, so a run that fails first leaves them as they were). Any other result of the
+    earlier run (report.md, charts, saved models) would sit beside the new results.json
+    contradicting it: those move to ``OUTPUT_DIR/previous-<stamp>/`` together with a copy of
+    the earlier results.json; checkpoints this run will not overwrite are deleted (working
+    state, not results: ``--resume`` is how to continue them). Files mixft did not write
+    stay. Returns the one-line notice, or None when nothing had to move.
+
+    Usage: ``set_aside_previous_run(out, "20261123-213000", files=["results.json", "checkpoint.pt"])``
+    """
+    out = Path(out)
+    results = out / RESULTS_NAME
+    if not results.is_file():
+        return None
+    keep = set(files) | set(dirs)
+    moving = [p for p in [out / REPORT_NAME] if p.is_file() and p.name not in keep]
+    moving += sorted(p for pattern in RUN_OUTPUT_PATTERNS for p in out.glob(pattern) if p.is_file())
+    moving += sorted(p for p in out.glob(f"{SAVED_MODEL_NAME}*") if p.is_dir() and p.name not in keep)
+    stale = sorted(p for p in out.glob(CHECKPOINT_PATTERN) if p.is_file() and p.name not in keep)
+    if not moving and not stale:
+        return None  # the same kind of run again: each file is replaced as the new run writes it
+    target = out / f"{PREVIOUS_PREFIX}{stamp}"
+    target.mkdir()
+    shutil.copy2(results, target / RESULTS_NAME)
+    for path in moving:
+        path.rename(target / path.name)
+    for path in stale:
+        path.unlink()
+    dropped = f"; {len(stale)} checkpoint(s) it left deleted (--resume continues a run)" if stale else ""
+    return (f"{out} held an earlier run's results: set them aside in {target} (results.json and "
+            f"{len(moving)} file(s) this run does not write){dropped}")
+
+
+class OutputLock:
+    """An exclusive lock on the output directory for one run's lifetime.
+
+    A second run on the same directory refuses at start-up instead of overwriting the
+    first one's checkpoints and results. ``flock`` locks die with their process, so a
+    killed run never leaves a stale lock behind.
+    """
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / LOCK_NAME
+        self._fd: int | None = None
+
+    def __enter__(self) -> "OutputLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # checked writable by check_output_dir
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                raise UsageError(f"--output-dir {self.path.parent}: another mixft run (pid {holder}) is using it; "
+                                 "wait for it or choose another --output-dir") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock; the file stays (removing it would race a waiting run)
+            self._fd = None

@@ -1,0 +1,387 @@
+"""Run a recipe at one or more precisions (and seeds), back to back, and write the results.
+
+The run layer's conductor: ``plan`` checks everything cheap (recipe, options, device,
+output directory, ``--resume``) before any work; ``run`` checks the options, prepares the
+data once, chooses each run's precision once (``choose_precisions``: the ``--amp`` policy of
+``mixft.amp.precision`` handed this machine's facts), makes the ``RunPlan`` for those
+precisions (``mixft.runs.plan``: the output directory and ``--resume`` checked, every run's
+files and identity written down once), then builds (``mixft.runs.build``), trains and
+records each (precision, seed) run, asking the plan where each file goes.
+This is what ``scripts/finetune.py`` calls after parsing; notebooks can call it too::
+
+    results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from mixft import distributed
+from mixft.callbacks.checkpointer import Checkpointer
+from mixft.train.checkpoint import resume
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
+from mixft.amp.hardware import describe_hardware
+from mixft.log import logger
+from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
+from mixft.train.pure_bf16 import check_run_options
+from mixft.recipe import get_recipe
+from mixft.results import RunResult, write_results
+from mixft.train.hooks import Callback
+from mixft.config.file import write_config
+from mixft.report.agreement import add_agreement
+from mixft.runs.build import build_trainer
+from mixft.runs.identity import final_weights
+from mixft.runs.memory_figures import measure_before_fit
+from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, OutputLock, set_aside_previous_run
+from mixft.runs.plan import RunPlan, make_plan
+from mixft.runs.predict import predict_and_write, read_predict_file
+from mixft.runs.checks import check_before_training, keep_fp32_modules
+from mixft.runs.watch import RunWatch
+
+
+class RunObserver:
+    """What a front end (the CLI, a notebook) wants to hear about a run. Override freely."""
+
+    def on_plan(self, cfg: RunConfig, device, precisions: list[Precision], run_info: dict, steps: int | None,
+                hardware: dict) -> None:
+        """Called once, after data and model are resolved and before any training.
+
+        ``steps``: optimizer steps planned for one run (None for a loader without a length).
+        ``hardware``: ``mixft.amp.hardware.describe_hardware``, with the cached probe under
+        ``"probe"`` when this machine has one for the recipe and model. ``run_info`` is the
+        recipe's, plus ``"train_rows"``: the examples one epoch of training reads (None
+        when the loader cannot tell), against which the effective batch is capped.
+        """
+
+    def callbacks(self, cfg: RunConfig, precision: Precision, seed: int) -> Sequence[Callback]:
+        """Trainer callbacks for one (precision, seed) run."""
+        return ()
+
+    def on_result(self, result: RunResult) -> None:
+        """Called after each (precision, seed) run, once its results are written."""
+
+    def stop_requested(self) -> bool:
+        """True to end the whole run after the current (precision, seed) run (e.g. Ctrl-C)."""
+        return False
+
+
+class Plan(NamedTuple):
+    """What ``plan`` decided: unpack it as ``recipe, cfg, device, precisions, run_plan = plan(cfg)``."""
+
+    recipe: Any
+    cfg: RunConfig  # with the recipe's defaults applied, validated
+    device: torch.device
+    precisions: list[Precision]
+    run_plan: RunPlan  # every run's files and identity; what --resume keeps and continues
+
+
+def plan(cfg: RunConfig) -> Plan:
+    """Validate everything cheap before any work, ``--resume``'s files included; returns the ``Plan``.
+
+    "amp" stands for the device's mixed precision here (what ``--probe`` measures); ``run``
+    decides what an ``--amp`` run trains in once the model is known (``choose_precisions``).
+    Usage: ``recipe, cfg, device, precisions, run_plan = plan(RunConfig(recipe="bert-sst2"))``
+    """
+    recipe, cfg, device, precisions = _check_options(cfg)
+    return Plan(recipe, cfg, device, precisions, make_plan(cfg, [p.name for p in precisions]))
+
+
+def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[Precision]]:
+    """Recipe, options, device and precision names (each valid on the device): no file is read."""
+    recipe = get_recipe(cfg.recipe)
+    if (cfg.save_model or cfg.eval_only) and not hasattr(recipe, "save_model"):
+        raise UsageError(f"recipe {cfg.recipe} has no saved-model format: --save-model and --eval-only need one")
+    if cfg.eval_only and cfg.model is None:
+        raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
+    cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
+    cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
+    device = resolve_device(cfg.device)
+    if distributed.init_from_env() and device.type == "cuda":
+        device = torch.device(distributed.local_device("cuda"))  # one GPU per rank
+    # "amp" here is the device's mixed precision (what --probe and --compare measure); what an --amp run
+    # trains in is decided in run(), once the model is known (choose_precisions).
+    precisions = [resolve_precision(name, device, policy=False) for name in cfg.precisions]
+    names = [p.name for p in precisions]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
+    check_run_options(precisions, fp32_modules=cfg.fp32_modules, init_loss_scale=cfg.init_loss_scale)  # bf16-pure
+    return recipe, cfg, device, precisions
+
+
+def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
+    """Train every (seed, precision) pair; write results.json (and report.md when comparing).
+
+    Usage: ``results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"]))``
+    """
+    observer = observer or RunObserver()
+    recipe, cfg, device, _ = _check_options(cfg)
+    # Data and model errors surface here, still before training. Notices (offline
+    # fallbacks, precisions) are shown only once everything resolved, so an error stays one line.
+    prepared = recipe.prepare(cfg)
+    # The facts the precision policy is handed, gathered once: torch's native bf16/fp16 and
+    # the probe cached for this machine, recipe and model (results.json's "hardware").
+    hardware = describe_hardware(device)
+    probe = _cached_probe(cfg, prepared, device, hardware)
+    choices = choose_precisions(cfg, device, hardware, probe)
+    precisions = [resolve_precision(choice.precision, device) for choice in choices]
+    # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's):
+    # the one plan every later step asks where its files go.
+    run_plan = make_plan(cfg, [p.name for p in precisions])
+    for notice in getattr(prepared, "notices", ()):
+        logger.warning(notice)
+    for notice in dict.fromkeys(choice.notice for choice in choices if choice.notice):
+        logger.warning(notice)
+    # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
+    checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)
+    if cfg.predict_file and distributed.world_size() > 1:
+        raise UsageError("--predict-file is not supported under torchrun or accelerate launch: each process would "
+                         "label only its shard of the file; label it in one process afterwards with --eval-only "
+                         "--model DIR --predict-file FILE")
+    predict_source = read_predict_file(cfg, prepared) if cfg.predict_file else None  # checked before training
+    # One run per output directory at a time: a second would overwrite the first's
+    # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
+    lock = OutputLock(run_plan.out) if distributed.is_main_process() else contextlib.nullcontext()
+    with lock:
+        if distributed.is_main_process() and not cfg.resume:
+            # A new run's results.json must not sit beside an earlier run's report and charts.
+            files, dirs = run_plan.set_aside
+            notice = set_aside_previous_run(run_plan.out, time.strftime("%Y%m%d-%H%M%S"), files=files, dirs=dirs)
+            if notice:
+                logger.warning(notice)
+        return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), run_plan, observer,
+                          hardware, predict_source, preflight=checked)
+
+
+def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> list[PrecisionChoice]:
+    """What each precision of ``cfg`` trains in and why: ``mixft.amp.precision.choose_precision`` handed
+    this machine's facts (``hardware["native"]``, the cached ``probe`` or None).
+
+    Usage: ``choose_precisions(RunConfig(recipe="bert-sst2", precisions=["amp"]), device, describe_hardware(device))``
+    """
+    comparing = len(cfg.precisions) > 1
+    ratios = probe.step_ratios() if probe else None
+    date = probe.measured_at[:10] if probe else None
+    choices = []
+    for name in cfg.precisions:
+        option = f"--compare {','.join(cfg.precisions)}" if comparing else ("--amp" if name == "amp" else None)
+        choices.append(choose_precision(name, device.type, hardware.get("native"), probe_ratios=ratios,
+                                        probe_date=date, option=option, comparing=comparing))
+    return choices
+
+
+def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precision, PrecisionChoice]],
+               run_plan: RunPlan, observer: RunObserver, hardware: dict, predict_source=None,
+               preflight: dict | None = None) -> list[RunResult]:
+    precisions = [precision for precision, _ in runs]
+    results: list[RunResult] = []
+    total = run_plan.total
+    planned = False
+    for seed in cfg.seeds:
+        for (precision, choice), requested in zip(runs, cfg.precisions):
+            # --resume: runs that already ended keep their results; the others continue from
+            # their checkpoint (or start, if they never got one), as plan() decided.
+            kept = run_plan.kept(precision.name, seed)
+            if kept is not None:
+                report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
+                if cfg.save_model and distributed.is_main_process() and (not kept.stopped_early
+                                                                     or kept.stop_kind == "early_stopping"):
+                    # Finished earlier without --save-model: its final checkpoint holds the weights.
+                    model = recipe.build(cfg, prepared, precision, device, seed).model
+                    files = run_plan.runs[(precision.name, seed)]
+                    model.load_state_dict(final_weights(files.checkpoint))
+                    target = files.saved_model
+                    recipe.save_model(model, prepared, target)
+                    logger.info("saved the fine-tuned model of the finished %s run to %s (from its final checkpoint)",
+                                precision.name, target)
+                results.append(kept)
+                continue
+            # The header is printed once, when the first run's model and step count exist.
+            announce = None if planned else functools.partial(_announce, observer, hardware, cfg, device, precisions)
+            result = _train_one(recipe, cfg, prepared, device, precision, seed, run_plan, observer,
+                                on_built=announce, predict_source=predict_source)
+            result.precision_requested, result.precision_reason = requested, choice.reason
+            planned = True
+            results.append(result)
+            # Rewritten after every run: a crash later still leaves the finished runs.
+            if distributed.is_main_process():
+                write_results(run_plan.results_path, results, hardware=hardware, preflight=preflight)
+                # Beside the results it produced (a run that fails at its first step leaves neither):
+                # --config this file reproduces the run, from the start (not resuming it).
+                write_config(dataclasses.replace(cfg, resume=False), run_plan.config_path)
+            observer.on_result(result)  # after the write: a closed terminal cannot lose it
+            logger.debug("run %d/%d done: %r", len(results), total, result)
+            if observer.stop_requested():
+                return results  # results.json holds the runs so far; --resume goes on from there
+    if total > 1 and distributed.is_main_process():
+        if add_agreement(results):  # every run of the compare is in: fp32's predictions too
+            write_results(run_plan.results_path, results, hardware=hardware, preflight=preflight)
+        from mixft.report.plots import write_plots
+        from mixft.report.markdown import write_report
+        from mixft.results import results_document
+
+        write_report(results_document(results, hardware=hardware, preflight=preflight), run_plan.out, charts=write_plots)
+    return results
+
+
+def _announce(observer: RunObserver, hardware: dict, cfg: RunConfig, device, precisions: list[Precision], parts,
+              trainer) -> None:
+    """The run header (``observer.on_plan``), with this machine's cached probe."""
+    info = {**parts.run_info, "train_rows": _train_rows(parts.train_loader)}
+    observer.on_plan(cfg, device, precisions, info, trainer.total_steps, hardware)
+
+
+def _train_rows(loader) -> int | None:
+    """Examples one epoch of ``loader`` reads, in all processes (a DataLoader's dataset); None if unknown."""
+    try:
+        return len(loader.dataset)
+    except (AttributeError, TypeError):  # a plain iterable of batches: not counted (it may be a one-shot generator)
+        return None
+
+
+def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, seed: int, run_plan: RunPlan,
+               observer: RunObserver, on_built=None, predict_source=None) -> RunResult:
+    """One (precision, seed) run: build its parts and trainer, train (or only evaluate), save what was asked.
+
+    Training keeps the best evaluation (``mixft.runs.watch``: ``--load-best`` ends with its
+    weights, so the saved model and the predictions are the best one) and stops early on
+    ``--early-stopping-patience``. ``on_built(parts, trainer)`` runs after building, before
+    any training (the run header).
+    """
+    files = run_plan.runs[(precision.name, seed)]  # where this run's files go, what its checkpoints record
+    parts = recipe.build(cfg, prepared, precision, device, seed)
+    keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
+    watch = None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed)
+    reliability = reliability_callbacks(cfg, seed, files.checkpoint, dict(files.meta),
+                                        states=watch.states() if watch else None, step_name=files.step_checkpoints)
+    callbacks = [*observer.callbacks(cfg, precision, seed), *(watch.callbacks if watch else ()), *reliability]
+    checkpointer = next((cb for cb in reliability if isinstance(cb, Checkpointer)), None)
+    trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
+    if on_built is not None:
+        on_built(parts, trainer)
+    if cfg.eval_only:
+        result = trainer.evaluate_only()
+    else:
+        if run_plan.continues(precision.name, seed):
+            # make_plan() has checked its CRCs and metadata; the best-model state comes back with it.
+            saved = resume(trainer, files.checkpoint, verify=False, states=watch.states())
+            if checkpointer is not None:
+                checkpointer.write_time_s = float(saved.get("checkpoint_time_s") or 0.0)
+        memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=run_plan.total > 1)
+        with _memory_errors_explained(cfg, device):
+            result = watch.finish(trainer, trainer.fit())
+        result.checkpoint_time_s = checkpointer.write_time_s if checkpointer is not None else None
+        best = result.best or {}
+        if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
+            with trainer.untimed():  # the kept predictions must be the best weights', like its "eval"
+                trainer.evaluate()
+        memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
+    finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
+    if cfg.save_model and not cfg.eval_only and distributed.is_main_process() and finished:
+        target = files.saved_model
+        recipe.save_model(trainer.module, prepared, target)
+        logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target)
+    if predict_source is not None and distributed.is_main_process() and finished:
+        target = files.predictions
+        result.predict = predict_and_write(trainer, predict_source, target, batch_size=cfg.batch_size * 2)
+        logger.info("predictions for %s written to %s", predict_source.path, target)
+    return result
+
+
+@contextlib.contextmanager
+def _memory_errors_explained(cfg: RunConfig, device):
+    """A batch too large for the device's memory fails at its first step: say so in one line.
+
+    (A CPU allocation larger than the machine fails at once with this error; one that
+    only adds up past the memory may instead be ended by the kernel's OOM killer.)
+    """
+    try:
+        yield
+    except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
+        text = str(e)
+        if not (isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "can't allocate memory" in text
+                or "out of memory" in text.lower()):
+            raise
+        raise UsageError(f"--batch-size {cfg.batch_size} does not fit in {device.type} memory at the first step "
+                         f"({text.splitlines()[0][:120]}); lower --batch-size and raise --grad-accum to keep the "
+                         "effective batch") from None
+
+
+def _cached_probe(cfg: RunConfig, prepared, device, hardware: dict):
+    """This machine's cached probe of the recipe and model, or None; kept in ``hardware["probe"]``
+    (results.json, the header's speed line)."""
+    from mixft.report.probe_result import cached_probe
+
+    model = getattr(prepared, "model_description", None) or str(cfg.model)
+    result = cached_probe(cfg.recipe, model, device=device, hardware=hardware)
+    if result is not None:
+        hardware["probe"] = result.to_dict()
+    return result
+
+
+def run_probe(cfg: RunConfig):
+    """``--probe``: measure how fast each precision trains the recipe here; write probe.json and probe.md.
+
+    Trains nothing, and leaves a run's results.json and report.md in the same directory alone. The result is cached for this machine, where later runs' headers and
+    ``--amp`` notices find it. Returns the ``mixft.report.probe_result.ProbeResult``.
+
+    Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
+    """
+    from mixft.runs.probe import probe
+    from mixft.report.markdown import write_report
+    from mixft.results import results_document
+
+    recipe, cfg, device, precisions, _ = plan(cfg)
+    asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP
+    out = Path(cfg.output_dir)
+    with OutputLock(out) if distributed.is_main_process() else contextlib.nullcontext():
+        result = probe(cfg, device=device, precisions=asked)
+        if distributed.is_main_process():
+            hardware = {**result.hardware, "probe": result.to_dict()}
+            write_results(out / PROBE_RESULTS_NAME, [], hardware=hardware)
+            write_report(results_document([], hardware=hardware), out, name=PROBE_REPORT_NAME)  # no runs: no charts
+    return result
+
+
+def report_kept_run(result: RunResult, save_model: bool = False) -> None:
+    """Log what ``--resume`` keeps of a finished run that ended early: the collapse and its diagnosis again.
+
+    Usage: ``report_kept_run(run_plan.kept("fp16", 0), save_model=cfg.save_model)``
+    """
+    if not result.stopped_early or result.stop_kind == "early_stopping":
+        return  # early stopping ended a finished model
+    label = f"{result.precision} seed {result.seed}"
+    logger.warning("training stopped early: %s", result.stopped_early)  # the line the run itself logged
+    logger.warning("--resume keeps the %s run as it ended (resuming it would stop the same way); rerun without "
+                   "--resume to train it again%s", label, " with the suggested fix" if "diagnosis" in result.stopped_early else "")
+    if save_model:
+        logger.warning("not saving the model of the %s run: it stopped early, its weights are not a finished model", label)
+
+
+def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dict, states=None,
+                          step_name: str = "checkpoint-step{step}.pt") -> list[Callback]:
+    """Fault injection, collapse detection and checkpoints for one run (docs/reliability.md).
+
+    The detector comes before the checkpointer: a collapsed state is never saved over
+    the last good checkpoint. ``states``: saved with each checkpoint (the best model's).
+    """
+    callbacks: list[Callback] = []
+    if cfg.inject_nonfinite > 0:
+        callbacks.append(InjectNonFinite(cfg.inject_nonfinite, seed=seed))
+    if cfg.detect_collapse:
+        callbacks.append(CollapseDetector(cfg.min_loss_scale, cfg.max_consecutive_skips))
+    if distributed.is_main_process():  # one writer per file
+        callbacks.append(Checkpointer(checkpoint, every=cfg.checkpoint_every, meta=meta, minutes=cfg.checkpoint_minutes,
+                                      keep=cfg.save_total_limit, step_name=step_name, states=states))
+    return callbacks
+
+

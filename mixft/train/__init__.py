@@ -1,0 +1,16 @@
+"""Layer 3, the loop: the Trainer and what it needs to run one training.
+
+    trainer       the loop (Trainer._train_window is the AMP step)
+    hooks         Callback, StepInfo, StopTraining: what the loop tells callbacks
+    state         TrainState: what a checkpoint must restore
+    evaluation    evaluate a model (metrics, predictions) under the run's precision
+    meter         the training meter (time, samples/s, loss-scale history)
+    measure       clocks and peak memory (Stopwatch, PeakMemory, device_name)
+    optim         optimizers and LR schedulers, planned steps
+    schedules     the schedule and class-weight option values and their checks
+    checkpoint    the checkpoint FILE FORMAT: save, verify, load, resume (the policy is callbacks/checkpointer)
+    fast_dropout  faster CPU dropout (mask op, sdpa attention, module swap)
+    row_grad      row-sparse embedding gradients
+
+Imports the ground, amp/, models/, data/, metrics/.
+"""

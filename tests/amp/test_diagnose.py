@@ -1,0 +1,103 @@
+"""The diagnostic pass names the first module whose output overflows, and the right fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from mixft.amp.diagnose import FP16_MAX, diagnose
+from mixft.callbacks.faults import CollapseDetector, is_collapse
+from mixft.train.trainer import Trainer
+
+_g = torch.Generator().manual_seed(3)
+X = torch.rand(16, 8, generator=_g) + 0.5  # positive inputs: the big layer's outputs add up
+Y = torch.randn(16, 1, generator=_g)
+
+
+def overflowing_model(gain: float = 1e4) -> nn.Module:
+    """Layer "1" multiplies activations of order 1 by ``gain``: ~1e5 > 65504 in fp16."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 1))
+    with torch.no_grad():
+        model[0].weight.abs_()
+        model[0].bias.fill_(0.5)
+        model[2].weight.fill_(gain)  # module "2"
+        model[3].weight.fill_(gain)  # module "3" would overflow too, later
+    return model
+
+
+def make_trainer(model, precision, callbacks=()):
+    return Trainer(model, lambda p: torch.optim.SGD(p, lr=1e-6), nn.MSELoss(),
+                   DataLoader(TensorDataset(X, Y), batch_size=4), precision=precision,
+                   max_grad_norm=None, callbacks=list(callbacks))
+
+
+def test_fp16_overflow_names_the_first_module_in_execution_order():
+    d = diagnose(make_trainer(overflowing_model(), "fp16"))
+    assert d.first_nonfinite is not None and d.first_nonfinite.name == "2"  # not "3", not "(model)"
+    assert d.first_nonfinite.kind == "Linear" and d.first_nonfinite.nonfinite > 0
+    assert d.batches == 1  # stopped at the first batch that overflowed
+    assert "bf16" in d.suggestion and "--fp32-modules 2 " in d.suggestion  # a ready flag naming the module
+    summary = d.summary()
+    assert "\n" not in summary and "first non-finite output: 2 (Linear) under fp16" in summary
+    assert f"fp16 limit {FP16_MAX:.0f}" in summary
+    assert len(d.report().splitlines()) > 1
+
+
+def test_same_model_in_bf16_is_finite_and_reports_how_far_over_fp16_it_is():
+    d = diagnose(make_trainer(overflowing_model(), "bf16"), max_batches=2)
+    assert d.first_nonfinite is None and d.batches == 2
+    assert d.largest.output_max_abs > FP16_MAX  # would not fit fp16: bf16 has fp32's range
+    assert "forward pass finite over 2 batch(es) under bf16" in d.summary()
+
+
+def test_nonfinite_weights_are_reported_with_a_learning_rate_fix():
+    model = overflowing_model(gain=1.0)
+    with torch.no_grad():
+        model[3].weight[0, 0] = float("nan")
+    d = diagnose(make_trainer(model, "fp32"))
+    assert d.nonfinite_params == ["3.weight"]
+    assert d.first_nonfinite.name == "3"
+    assert "lower the learning rate" in d.suggestion
+    assert "parameter 3.weight is already inf/NaN" in d.summary()
+
+
+def test_diagnosis_restores_training_mode_and_leaves_no_hooks():
+    trainer = make_trainer(overflowing_model(gain=1.0), "fp32")
+    trainer.model.train()
+    diagnose(trainer)
+    assert trainer.model.training
+    assert all(not m._forward_hooks for m in trainer.model.modules())
+
+
+def test_fp16_collapse_from_an_overflowing_layer_is_stopped_and_diagnosed():
+    detector = CollapseDetector(max_consecutive_skips=3)
+    result = make_trainer(overflowing_model(), "fp16", [detector]).fit()
+    assert is_collapse(result)
+    assert "first non-finite output: 2 (Linear)" in result.stopped_early
+    assert detector.diagnosis.first_nonfinite.name == "2"
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_classifier(tiny_bert_dir):
+    from recipes.bert_sst2 import build_model
+
+    return build_model(str(tiny_bert_dir), seed=0)
+
+
+def test_bert_overflow_in_a_feed_forward_layer_is_found(tiny_bert_classifier, tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    model = tiny_bert_classifier
+    dense = model.encoder.encoder.layer[0].intermediate.dense
+    with torch.no_grad():
+        dense.weight.mul_(1e7)  # the feed-forward up-projection now overflows fp16
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    batch = dict(tok(["a fine film", "dull and flat"], padding=True, return_tensors="pt"))
+    batch["labels"] = torch.tensor([1.0, 0.0])
+    trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=1e-3), nn.BCEWithLogitsLoss(), [batch], precision="fp16")
+    d = diagnose(trainer)
+    assert d.first_nonfinite.name == "encoder.encoder.layer.0.intermediate.dense"
+    assert "bf16" in d.suggestion

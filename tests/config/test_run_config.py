@@ -1,0 +1,72 @@
+"""RunConfig is the one source of truth for options: the CLI is generated from it."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from mixft.cli.main import build_parser, config_from_args
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.options import flag_of
+
+
+def _parse(*argv: str) -> RunConfig:
+    return config_from_args(build_parser().parse_args(["--recipe", "bert-sst2", *argv]))
+
+
+def test_every_cli_field_has_a_flag_with_the_dataclass_default():
+    parser = build_parser()
+    by_dest = {a.dest: a for a in parser._actions}
+    for f in fields(RunConfig):
+        if not f.metadata.get("cli"):
+            continue
+        action = by_dest[f.name]
+        assert flag_of(f) in action.option_strings
+        assert action.default == f.default, f.name
+        assert action.help and f.metadata["help"] in action.help
+
+
+def test_no_flags_give_the_dataclass_defaults():
+    assert _parse() == RunConfig(recipe="bert-sst2")
+
+
+def test_flags_fill_their_fields():
+    cfg = _parse("--epochs", "3", "--lr", "1e-4", "--no-collapse-check", "--train-file", "t.csv",
+                 "--validation-split", "0.1", "--compare", "fp32,bf16", "--seeds", "1,2")
+    assert (cfg.epochs, cfg.lr, cfg.detect_collapse, cfg.train_file, cfg.validation_split) == (3, 1e-4, False, "t.csv", 0.1)
+    assert cfg.precisions == ["fp32", "bf16"] and cfg.seeds == [1, 2]
+    assert _parse("--amp").precisions == ["amp"]
+
+
+@pytest.mark.parametrize("kwargs, flag", [
+    ({"epochs": 0}, "--epochs"), ({"epochs": 2.5}, "--epochs"), ({"epochs": True}, "--epochs"),
+    ({"lr": float("inf")}, "--lr"), ({"max_grad_norm": -1.0}, "--max-grad-norm"),
+    ({"inject_nonfinite": 1.5}, "--inject-nonfinite"), ({"device": "tpu"}, "--device"),
+    ({"validation_split": 0.0}, "--validation-split"), ({"resume": "yes"}, "--resume"),
+    ({"detect_collapse": 1}, "--no-collapse-check"), ({"seeds": [2**64]}, "--seed"),
+    ({"num_workers": -1}, "--num-workers"), ({"text_column": " "}, "--text-column"),
+])
+def test_python_values_get_the_same_rules_as_flags(kwargs, flag):
+    with pytest.raises(UsageError) as err:
+        RunConfig(**kwargs).validate()
+    assert str(err.value).startswith(flag) and "\n" not in str(err.value)
+
+
+def test_per_recipe_options_are_refused_by_recipes_that_ignore_them():
+    RunConfig(data_dir="d").check_recipe_options("bert-sst2", {"data_dir"})  # used: fine
+    with pytest.raises(UsageError, match="--data-dir: not used by recipe mlp-synthetic"):
+        RunConfig(data_dir="d").check_recipe_options("mlp-synthetic", set())
+    RunConfig().check_recipe_options("mlp-synthetic", set())  # defaults are never "set"
+
+
+def test_a_config_with_the_recipes_defaults_applied_passes_the_check():
+    # mixft.run(cfg.with_defaults(DEFAULTS)) is a normal call: the defaults are not the user's.
+    from recipes import mlp_synthetic
+
+    cfg = RunConfig(recipe="mlp-synthetic").with_defaults(mlp_synthetic.DEFAULTS)
+    cfg.check_recipe_options("mlp-synthetic", mlp_synthetic.USES, mlp_synthetic.DEFAULTS)
+    with pytest.raises(UsageError, match="--model"):
+        RunConfig(recipe="mlp-synthetic", model="bert-base-uncased").check_recipe_options(
+            "mlp-synthetic", mlp_synthetic.USES, mlp_synthetic.DEFAULTS)

@@ -1,0 +1,149 @@
+"""mixft.data.tokenize + loaders.make_loader: Arrow in, Arrow out, cached by datasets, length-grouped batches."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mixft.data import tokenize as tokenize_module
+from mixft.data.loaders import make_loader
+from mixft.data.synthetic.stand_ins import MRPC
+from mixft.data.tokenize import tokenize_text_data
+from mixft.data.user_data import load_text_data
+from mixft.errors import UsageError
+from tests.data_files import write_csv
+
+pytestmark = pytest.mark.usefixtures("isolated_hf")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from mixft.models.hub import shipped_model_dir
+
+    return AutoTokenizer.from_pretrained(shipped_model_dir())
+
+
+@pytest.fixture
+def topic_files(tmp_path):
+    names = ("Sports", "World", "Business")
+    rows = [(("a goal " * (1 + i % 7)).strip(), names[i % 3]) for i in range(40)]
+    rows[5] = ("word " * 500, "World")  # far past max_length: truncated, not an error
+    paths = []
+    for name, part in (("train.csv", rows), ("dev.csv", rows[:9])):
+        paths.append(write_csv(tmp_path / name, ["text", "label"], part))
+    return paths
+
+
+def test_tokenised_columns_labels_and_truncation(topic_files, tokenizer):
+    data = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    train, dev = tokenize_text_data(data, tokenizer, max_length=16)
+    assert train.column_names == ["input_ids", "token_type_ids", "attention_mask", "lengths", "labels"]
+    assert train.features["labels"].dtype == "int64"
+    rows = train.to_list()
+    texts, labels = data.train["text"][:], data.train["label"][:]
+    for row, text, label in zip(rows, texts, labels):
+        assert row["input_ids"] == tokenizer(text, truncation=True, max_length=16)["input_ids"]
+        assert row["labels"] == data.task.label2id[label]
+        assert row["lengths"] == len(row["input_ids"]) == sum(row["attention_mask"]) <= 16
+    assert rows[5]["lengths"] == 16
+    assert dev["labels"][:] == [data.task.label2id[v] for v in data.eval["label"][:]]
+
+
+def test_pairs_and_regression(tmp_path, tokenizer):
+    path = tmp_path / "pairs.jsonl"
+    rows = [{"sentence1": f"first {i}", "sentence2": f"second text {i}", "score": i / 4} for i in range(12)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    data = load_text_data(train_file=path, validation_split=0.25, label_column="score")
+    assert (data.task.kind, data.task.text_columns) == ("regression", ("sentence1", "sentence2"))
+    train, _ = tokenize_text_data(data, tokenizer, max_length=32)
+    assert train.features["labels"].dtype == "float32"
+    first = train[0]
+    expected = tokenizer(data.train["sentence1"][0], data.train["sentence2"][0])
+    assert first["input_ids"] == expected["input_ids"]
+    assert first["token_type_ids"] == expected["token_type_ids"] and 1 in first["token_type_ids"]
+    assert first["labels"] == pytest.approx(data.train["score"][0])
+
+
+def test_make_loader_over_an_arrow_dataset(topic_files, tokenizer, monkeypatch):
+    import datasets
+
+    data = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    train, _ = tokenize_text_data(data, tokenizer, max_length=16)
+    calls = []
+    original = datasets.Dataset.__getitems__
+
+    def counting(self, keys):
+        calls.append(len(keys))
+        return original(self, keys)
+
+    monkeypatch.setattr(datasets.Dataset, "__getitems__", counting)
+    loader = make_loader(train, tokenizer, batch_size=8, shuffle=True, seed=1)
+    batches = list(loader)
+    assert calls == [len(b["labels"]) for b in batches]  # one Arrow read per batch
+    assert sorted(torch.cat([b["labels"] for b in batches]).tolist()) == sorted(train["labels"][:])
+    for batch in batches:
+        assert set(batch) == {"input_ids", "token_type_ids", "attention_mask", "labels"}  # no `lengths`
+        assert batch["labels"].dtype == torch.int64
+        assert batch["input_ids"].shape[1] == int(batch["attention_mask"].sum(1).max())  # padded to its longest
+    again = [b["labels"].tolist() for b in make_loader(train, tokenizer, batch_size=8, shuffle=True, seed=1)]
+    assert again == [b["labels"].tolist() for b in batches]  # the order is a function of the seed
+
+
+def test_make_loader_still_takes_a_list_of_dicts(tokenizer):
+    examples = [{**tokenizer(text, truncation=True, max_length=16), "labels": float(label)}
+                for text, label in (("fine", 1), ("not fine at all", 0))]
+    batch = next(iter(make_loader(examples, tokenizer, batch_size=2, shuffle=False)))
+    assert batch["labels"].tolist() == [0.0, 1.0]  # longest first in evaluation order
+
+
+def test_float_labels_for_a_one_logit_head(tmp_path, tokenizer):
+    d = tmp_path / "sst2"
+    d.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (d / name).write_text("sentence\tlabel\nfine\t1\nnot fine at all\t0\n", encoding="utf-8")
+    data = load_text_data(data_dir=d)
+    train, _ = tokenize_text_data(data, tokenizer, max_length=16, float_labels=True)
+    assert train.features["labels"].dtype == "float32" and train["labels"][:] == [1.0, 0.0]
+    batch = next(iter(make_loader(train, tokenizer, batch_size=2, shuffle=False)))
+    assert batch["labels"].dtype == torch.float32 and "lengths" not in batch
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, True, None])
+def test_max_length_must_be_a_positive_integer(topic_files, tokenizer, bad):
+    data = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    with pytest.raises(UsageError, match="max_length must be a positive integer"):
+        tokenize_text_data(data, tokenizer, max_length=bad)
+
+
+def test_second_tokenisation_of_a_file_hits_the_datasets_cache(topic_files, tokenizer, monkeypatch):
+    data = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    first, _ = tokenize_text_data(data, tokenizer, max_length=16)
+
+    def fail(self, batch):
+        raise AssertionError("tokenised again instead of loading the cached result")
+
+    # A fresh load of the same file, as a second run would do; the tokenizer is never called.
+    monkeypatch.setattr(tokenize_module._Encode, "__call__", fail)
+    again = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    second, _ = tokenize_text_data(again, tokenizer, max_length=16)
+    assert second.cache_files == first.cache_files
+    assert second.to_list() == first.to_list()
+    # Another max_length is another cache entry: it must tokenise (and so call the patched function).
+    with pytest.raises(AssertionError, match="tokenised again"):
+        tokenize_text_data(again, tokenizer, max_length=12)
+
+
+def test_in_memory_stand_in_tokenises(monkeypatch, tokenizer):
+    import mixft.data.hubdata as hubdata
+
+    monkeypatch.setattr(hubdata, "hub_reachable", lambda timeout=3.0: False)
+    data = load_text_data(dataset="glue", dataset_config="mrpc", max_train_samples=20, max_eval_samples=6,
+                          stand_in=MRPC)
+    train, dev = tokenize_text_data(data, tokenizer, max_length=64)
+    assert (len(train), len(dev)) == (20, 6)
+    assert not train.cache_files  # in memory: nothing to cache, nothing hashed
+    assert train["labels"][:] == data.train["label"][:]

@@ -1,0 +1,135 @@
+"""Issue 18 wired end to end: every run of a compare carries its memory breakdown, model size,
+eval predictions and agreement with fp32, and no memory figure depends on the run order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mixft.config.run_config import RunConfig
+from mixft.amp.memory import MEMORY_KEYS
+from mixft.runs.runner import run
+
+NUMERIC = ("parameters", "gradients", "optimizer_state", "saved_activations_peak", "device_figure")
+
+
+def _compare(out, precisions, model, data):
+    cfg = RunConfig(recipe="bert-sst2", precisions=precisions, model=str(model), data_dir=str(data), batch_size=4,
+                    epochs=1, max_steps=2, output_dir=str(out))
+    run(cfg)
+    return {r["precision"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+
+
+def test_reversed_compare_gives_the_same_memory_figures(tmp_path, tiny_bert_dir, tiny_data_dir):
+    forward = _compare(tmp_path / "a", ["fp32", "bf16"], tiny_bert_dir, tiny_data_dir)
+    # What an earlier run may leave allocated in the process (allocator caches, datasets):
+    # 256 MiB held, and touched so it is resident, while the reversed compare runs. An
+    # in-process peak RSS carries it; a figure that does not depend on run order cannot.
+    ballast = torch.ones(64 * 2**20)
+    try:
+        backward = _compare(tmp_path / "b", ["bf16", "fp32"], tiny_bert_dir, tiny_data_dir)
+    finally:
+        del ballast
+    for precision in ("fp32", "bf16"):
+        a, b = forward[precision], backward[precision]
+        assert a["peak_memory_bytes"] == pytest.approx(b["peak_memory_bytes"], rel=0.05), precision
+        assert a["memory"]["device_figure_scope"] == "fresh_process"
+        for key in NUMERIC:
+            assert a["memory"][key] == pytest.approx(b["memory"][key], rel=0.05), (precision, key)
+    # Same seed, same first batch: the one-step figures are not just close but equal.
+    assert forward["bf16"]["memory"]["saved_activations_peak"] == backward["bf16"]["memory"]["saved_activations_peak"]
+
+
+def test_compare_results_carry_memory_parameters_predictions_and_agreement(tmp_path, tiny_bert_dir, tiny_data_dir):
+    runs = _compare(tmp_path / "o", ["fp32", "bf16"], tiny_bert_dir, tiny_data_dir)
+    fp32, bf16 = runs["fp32"], runs["bf16"]
+    for r in (fp32, bf16):
+        assert set(MEMORY_KEYS) <= set(r["memory"])
+        assert r["memory"]["gradients"] == r["memory"]["parameters"]  # every weight trains (no LoRA)
+        assert r["memory"]["optimizer_state"] >= 2 * r["memory"]["parameters"]  # AdamW's two moments
+        assert r["parameters"]["trainable"] == r["parameters"]["total"] > 0
+        assert r["memory"]["parameters"] == 4 * r["parameters"]["total"]  # fp32 master weights
+        assert len(r["eval_predictions"]) == len(r["eval_labels"]) == 8  # tiny_data_dir's dev set
+        assert set(r["eval_predictions"]) <= {0, 1}
+    assert fp32["agreement_vs_fp32"] is None
+    agreement = bf16["agreement_vs_fp32"]
+    flips = sum(p != q for p, q in zip(bf16["eval_predictions"], fp32["eval_predictions"]))
+    assert agreement["n"] == 8 and agreement["flips"] == flips
+    # Autocast saves bf16 copies of what the matmuls see: fewer bytes than fp32 on the same batch.
+    assert bf16["memory"]["saved_activations_peak"] < fp32["memory"]["saved_activations_peak"]
+    assert "bfloat16" in bf16["memory"]["saved_by_dtype"] and "bfloat16" not in fp32["memory"]["saved_by_dtype"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "## Memory breakdown" in report and "## Agreement with fp32" in report
+    assert "run order affects it" not in report  # the fresh-process figures do not depend on it
+
+
+def test_measuring_before_fit_changes_no_training(tmp_path, tiny_bert_dir, tiny_data_dir):
+    """The one-step measurement restores RNGs and gradients: a run trains exactly as without it."""
+    from mixft.runs import memory_figures
+
+    cfg = dict(recipe="bert-sst2", model=str(tiny_bert_dir), data_dir=str(tiny_data_dir), batch_size=4, epochs=1,
+               max_steps=3)
+    measured = run(RunConfig(**cfg, output_dir=str(tmp_path / "m")))[0]
+    original = memory_figures.measure_step_memory
+    memory_figures.measure_step_memory = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("skipped"))
+    try:
+        plain = run(RunConfig(**cfg, output_dir=str(tmp_path / "p")))[0]
+    finally:
+        memory_figures.measure_step_memory = original
+    assert measured.memory is not None and plain.memory is None
+    assert measured.history["loss"] == plain.history["loss"]
+    assert measured.eval_predictions == plain.eval_predictions
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_breakdown_sums_to_cuda_max_allocated():
+    """parameters + gradients + optimizer state + saved activations ≈ max allocated of a step.
+
+    The step is the trainer's (fp32 forward, backward, AdamW step, gradients set to None),
+    run once to create the optimizer state and the library workspaces, then measured. What
+    CUDA holds at rest that is none of the four (cuBLAS/cuBLASLt workspaces, the batch) is
+    read after that first step (allocated minus parameters and optimizer state) and taken
+    out. The sizes make saved activations the bulk, as in real fine-tuning, so transient
+    buffers are small beside them.
+    """
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from mixft.amp.memory import measure_step_memory, optimizer_state_bytes
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=128, max_position_embeddings=128, num_labels=2)
+    model = BertForSequenceClassification(config).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)  # no whole-model temporaries
+    inputs = {"input_ids": torch.randint(0, 512, (32, 128), device=device),
+              "attention_mask": torch.ones(32, 128, dtype=torch.long, device=device)}
+    labels = torch.randint(0, 2, (32,), device=device)
+    loss_fn = lambda out, y: torch.nn.functional.cross_entropy(out.logits, y)  # noqa: E731
+
+    def step():
+        loss = loss_fn(model(**inputs), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del loss
+
+    step()  # the optimizer's state and the workspaces exist from here on, as in every step but the first
+    torch.cuda.synchronize()
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    at_rest_other = torch.cuda.memory_allocated(device) - params - optimizer_state_bytes([opt])
+    assert at_rest_other >= 0
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize()
+    device_figure = torch.cuda.max_memory_allocated(device) - at_rest_other
+
+    figures = measure_step_memory(model, loss_fn, inputs, labels, lambda: torch.autocast("cuda", enabled=False),
+                                  device)
+    breakdown = (figures["parameters"] + figures["gradients"] + optimizer_state_bytes([opt])
+                 + figures["saved_activations_peak"])
+    assert figures["saved_activations_peak"] > 2 * figures["parameters"]  # the sizes did what the docstring says
+    assert breakdown == pytest.approx(device_figure, rel=0.10), (breakdown, device_figure, figures)

@@ -1,0 +1,158 @@
+"""The output directory: its file names, wrong kinds of entries refused, one run at a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mixft.errors import UsageError
+from mixft.runs.outdir import (LOCK_NAME, OutputLock, check_output_dir, checkpoint_name, has_checkpoint,
+                              planned_entries, predictions_name, recorded_runs, saved_model_name,
+                              step_checkpoint_pattern)
+
+
+def test_the_names_of_a_single_run_and_of_a_comparison():
+    # The CLI contract (DESIGN.md) and --resume rely on these exact names.
+    assert checkpoint_name("bf16", 0) == "checkpoint.pt" and saved_model_name("bf16", 0) == "model"
+    assert checkpoint_name("bf16", 2, single=False) == "checkpoint-bf16-seed2.pt"
+    assert saved_model_name("fp16", 1, single=False) == "model-fp16-seed1"
+    files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=True)
+    assert files == ["results.json", "report.md", "config.yaml", "checkpoint-fp32-seed0.pt", "checkpoint-bf16-seed0.pt"]
+    assert dirs == ["model-fp32-seed0", "model-bf16-seed0"]
+    assert planned_entries(["fp32"], [0], save_model=False) == (["results.json", "report.md", "config.yaml",
+                                                                 "checkpoint.pt"], [])
+    files, _ = planned_entries(["fp32", "bf16"], [1], save_model=False, predict_file="new.jsonl")
+    assert files[-2:] == ["predictions-fp32-seed1.jsonl", "predictions-bf16-seed1.jsonl"]
+    assert predictions_name("new.tsv", "bf16", 0) == "predictions.csv"
+    assert step_checkpoint_pattern("bf16", 0).format(step=40) == "checkpoint-step40.pt"
+    assert step_checkpoint_pattern("bf16", 0, single=False).format(step=4) == "checkpoint-bf16-seed0-step4.pt"
+
+
+def test_checkpoints_are_found_by_either_name(tmp_path):
+    assert not has_checkpoint(tmp_path)
+    (tmp_path / checkpoint_name("fp16", 3, single=False)).write_bytes(b"")
+    assert has_checkpoint(tmp_path)
+
+
+def test_recorded_runs_reads_results_json_as_written(tmp_path):
+    assert recorded_runs(tmp_path) == []  # no file: no runs
+    (tmp_path / "results.json").write_text('{"runs": [{"precision": "bf16", "seed": 0}]}')
+    assert recorded_runs(tmp_path) == [{"precision": "bf16", "seed": 0}]
+    (tmp_path / "results.json").write_text('{"not_runs": []}')
+    with pytest.raises(KeyError):
+        recorded_runs(tmp_path)  # the caller words the error for its context
+
+
+def test_entries_of_the_wrong_kind_are_refused(tmp_path):
+    (tmp_path / "results.json").mkdir()
+    (tmp_path / "model").write_text("not a model")
+    with pytest.raises(UsageError, match="results.json: exists and is not a file"):
+        check_output_dir(tmp_path, files=["results.json"])
+    with pytest.raises(UsageError, match="model: exists and is not a directory"):
+        check_output_dir(tmp_path, dirs=["model"])
+    check_output_dir(tmp_path, files=["absent.json"], dirs=["absent"])  # absent is fine
+
+
+def test_a_second_run_on_the_directory_is_refused_while_the_first_holds_it(tmp_path):
+    # The holder is another process, as it would be: flock locks are per open file.
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from mixft.runs.outdir import OutputLock
+        with OutputLock(Path({str(tmp_path)!r})):
+            print("held", flush=True)
+            sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UsageError, match=rf"another mixft run \(pid {holder.pid}\) is using it"):
+            with OutputLock(tmp_path):
+                pass
+    finally:
+        holder.communicate("")  # releases the lock by exiting
+    with OutputLock(tmp_path):  # free again once the holder is gone
+        assert (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from mixft.runs.outdir import OutputLock
+        lock = OutputLock(Path({str(tmp_path)!r})).__enter__()
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    with OutputLock(tmp_path):
+        pass
+
+
+def test_checking_creates_nothing_and_the_lock_creates_the_directory(tmp_path):
+    out = tmp_path / "a" / "b"
+    check_output_dir(out, files=["results.json"])
+    assert not (tmp_path / "a").exists()  # a run refused after this check leaves no empty tree
+    with OutputLock(out):
+        assert out.is_dir()
+
+
+def test_a_dangling_symlink_and_a_file_in_the_path_are_named(tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(UsageError, match=r"is a symbolic link to .*gone, which does not exist"):
+        check_output_dir(link)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match=r"file exists and is not a directory"):
+        check_output_dir(tmp_path / "file" / "run")
+
+
+def test_a_run_refused_for_its_data_leaves_no_output_directory(tmp_path):
+    from mixft.cli.main import main
+
+    out = tmp_path / "never"
+    code = main(["--recipe", "text-classification", "--train-file", str(tmp_path / "missing.csv"),
+                 "--output-dir", str(out)])
+    assert code == 2 and not out.exists()
+
+
+def test_a_new_run_sets_an_earlier_runs_results_aside(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
+    # Was: a single run into a directory that held a comparison left its report.md, charts and
+    # checkpoints beside a results.json they contradicted.
+    import json
+
+    from mixft.cli.main import main
+
+    args = ["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
+            "--output-dir", str(tmp_path), "--no-progress", "--max-steps", "1"]
+    assert main(args + ["--compare", "fp32,bf16"]) == 0
+    earlier = {p.name for p in tmp_path.iterdir() if p.suffix in (".json", ".md", ".png")}
+    assert {"results.json", "report.md"} <= earlier and any(tmp_path.glob("checkpoint-*.pt"))
+    capsys.readouterr()
+    assert main(args + ["--precision", "bf16"]) == 0
+    notices = [line for line in capsys.readouterr().err.splitlines() if "held an earlier run's results" in line]
+    assert len(notices) == 1 and "2 checkpoint(s) it left deleted" in notices[0], notices
+    (previous,) = tmp_path.glob("previous-*")
+    assert {p.name for p in previous.iterdir()} == earlier  # nothing of the comparison lost
+    assert len(json.loads((previous / "results.json").read_text())["runs"]) == 2
+    assert not (tmp_path / "report.md").exists() and not list(tmp_path.glob("*.png"))
+    assert not list(tmp_path.glob("checkpoint-*.pt")) and (tmp_path / "checkpoint.pt").is_file()
+    assert [r["precision"] for r in json.loads((tmp_path / "results.json").read_text())["runs"]] == ["bf16"]
+
+
+def test_the_same_kind_of_run_again_moves_nothing(tmp_path):
+    from mixft.runs.outdir import set_aside_previous_run
+
+    (tmp_path / "results.json").write_text("{}")
+    (tmp_path / "checkpoint.pt").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert set_aside_previous_run(tmp_path, "t", files=["results.json", "report.md", "checkpoint.pt"]) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "notes.txt", "results.json"]
+    (tmp_path / "loss.png").write_bytes(b"png")
+    assert "set them aside" in set_aside_previous_run(tmp_path, "t", files=["results.json", "checkpoint.pt"])
+    assert sorted(p.name for p in (tmp_path / "previous-t").iterdir()) == ["loss.png", "results.json"]
+    assert (tmp_path / "notes.txt").exists() and (tmp_path / "results.json").exists()  # not mixft's / replaced later

@@ -1,0 +1,325 @@
+"""mixft.runs.probe and mixft.report.probe_result: the real probe on a tiny BERT, the recommendation, what --amp makes of it, the cache, the renderers."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import make_data_dir
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.amp.hardware import CPU_FLAGS
+from mixft.amp.precision import choose_precision
+from mixft.runs.probe import MAX_TIMED_STEPS, MIN_TIMED_STEPS, WARMUP_STEPS, probe, recommend
+from mixft.report.probe_result import (
+    PrecisionProbe,
+    ProbeResult,
+    cached_probe,
+    default_cache_dir,
+    probe_cache_path,
+    probe_key,
+    probe_line,
+    probe_markdown,
+    render_probe_table,
+    save_probe,
+)
+from mixft.runs.probe import _fill_ratios  # the ratios probe() fills in, for hand-made rows
+
+NO_AMX = {"amx_bf16": False, "avx512_bf16": False, "avx512_fp16": False}
+
+
+def fake_hardware(flags=NO_AMX, torch_version="2.13.0+cpu"):
+    return {"device": "cpu", "cpu": {"model": "Intel(R) Xeon(R) Processor @ 2.50GHz", "cores": 2, "flags": dict(flags),
+                                     "source": "/proc/cpuinfo"},
+            "gpu": None, "torch": torch_version, "torch_threads": 2, "cuda": None, "python": "3.11.7", "os": "Linux"}
+
+
+def row(name, step_s, matmul_gflops, skipped=None):
+    times = [] if step_s is None else [step_s * 2, step_s, step_s * 1.1, step_s * 0.9]
+    return PrecisionProbe(name, step_s=step_s, step_times_s=times, warmup_steps=1 if times else 0,
+                          matmul_flops_per_s=matmul_gflops * 1e9, skipped=skipped)
+
+
+def fake_result(bf16_step_s: float, *, flags=NO_AMX, torch_version="2.13.0+cpu") -> ProbeResult:
+    """fp32 at 0.5 s/step and 50 GFLOP/s; bf16 at ``bf16_step_s`` and 26 GFLOP/s; fp16 not timed."""
+    rows = [row("fp32", 0.5, 50.0), row("bf16", bf16_step_s, 26.0),
+            row("fp16", None, 4.0, skipped="about 70 s for a warm-up and 3 steps: over the 30 s budget")]
+    _fill_ratios(rows)
+    recommended, reason = recommend(rows)
+    return ProbeResult(
+        recipe="bert-sst2", model="tiny-bert", dataset="generated (32 train / 8 eval)", device="cpu",
+        hardware=fake_hardware(flags, torch_version), batch={"shape": [32, 25], "samples": 32, "tokens": 411},
+        matmul_shapes=[{"rows": 800, "in": 384, "out": 1536, "bias": True, "calls": 6}],
+        rows=rows, recommended=recommended, reason=reason, measured_at="2026-11-22T21:30:00+00:00",
+        wall_s=24.3, time_budget_s=30.0,
+    )
+
+
+NATIVE_BF16 = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
+
+
+def amp_with(result: ProbeResult, requested: str = "amp", option: str | None = None):
+    """What a run of ``requested`` makes of ``result`` on a CPU with native bf16 (mixft.runs.runner does the same)."""
+    return choose_precision(requested, "cpu", NATIVE_BF16, probe_ratios=result.step_ratios(),
+                            probe_date=result.measured_at[:10], option=option)
+
+
+# ------------------------------------------------------------------- recommendation
+def test_slower_amp_recommends_fp32_and_amp_chooses_fp32_citing_the_ratio():
+    result = fake_result(bf16_step_s=0.5 / 0.62)
+    bf16 = result.row("bf16")
+    assert bf16.speedup_vs_fp32 == pytest.approx(0.62)
+    assert bf16.matmul_ratio_vs_fp32 == pytest.approx(26 / 50)
+    assert result.recommended == "fp32"
+    assert "bf16 measured 0.62x fp32" in result.reason
+    assert result.step_ratios() == {"fp32": 1.0, "bf16": pytest.approx(0.62)}
+    # Was: "--amp keeps bf16 as asked". --amp now chooses fp32 and says why, with the figure and its date.
+    choice = amp_with(result)
+    assert choice.precision == "fp32"
+    assert choice.notice == (
+        "notice: --amp chose fp32: the probe of 2026-11-22 measured bf16 at 0.62x fp32 per training step on this "
+        "CPU; --precision bf16 forces bf16"
+    )
+    # Asked by name, bf16 is kept, and the notice says what would be faster.
+    asked = amp_with(result, "bf16", option="--precision bf16")
+    assert asked.precision == "bf16"
+    assert asked.notice.endswith("--precision bf16 keeps bf16 as asked; --precision fp32 would be faster")
+
+
+def test_faster_amp_is_recommended_and_amp_keeps_it_without_a_notice():
+    result = fake_result(bf16_step_s=0.5 / 1.6, flags=dict.fromkeys(CPU_FLAGS, True))
+    assert result.recommended == "bf16"
+    assert result.reason == "bf16: 1.60x fp32 per training step"
+    choice = amp_with(result)
+    assert choice.precision == "bf16" and choice.notice is None
+    assert "measured bf16 at 1.60x fp32" in choice.reason
+
+
+def test_only_a_measured_slower_precision_changes_anything():
+    result = fake_result(bf16_step_s=1.0)
+    assert amp_with(result, "fp32").notice is None
+    fp16 = amp_with(result, "fp16")  # not timed: nothing measured to warn about, but its speed is unknown
+    assert fp16.precision == "fp16" and "not known until measured" in fp16.notice
+    assert choose_precision("amp", "cpu", NATIVE_BF16).precision == "bf16"  # never probed here
+
+
+def test_ratios_within_noise_are_called_about_the_same():
+    assert "about the same" in fake_result(bf16_step_s=0.5 / 1.03).reason
+    assert "about the same" in fake_result(bf16_step_s=0.5 / 0.97).reason
+    assert "about the same" not in fake_result(bf16_step_s=0.5 / 1.2).reason
+
+
+def test_unsteady_steps_are_called_rough():
+    steady = [row("fp32", 0.5, 50.0), row("bf16", 0.4, 60.0)]
+    unsteady = [row("fp32", 0.5, 50.0), replace(row("bf16", 0.4, 60.0), step_times_s=[0.9, 0.4, 0.2, 0.6])]
+    for rows in (steady, unsteady):
+        _fill_ratios(rows)
+    assert unsteady[1].spread == pytest.approx((0.6 - 0.2) / 0.4)
+    assert "varied" not in recommend(steady)[1]
+    assert recommend(unsteady) == ("bf16", "bf16: 1.25x fp32 per training step; steps varied by up to 100% of their "
+                                           "median (a busy machine?): probe again when idle")
+
+
+def test_recommend_needs_a_timed_precision():
+    with pytest.raises(ValueError):
+        recommend([row("fp32", None, 1.0)])
+    assert recommend([row("fp32", 0.3, 1.0)]) == ("fp32", "fp32: no other precision was timed")
+
+
+# ------------------------------------------------------------------------ renderers
+def test_renderers_carry_the_figures():
+    result = fake_result(bf16_step_s=0.5 / 0.62)
+    table = render_probe_table(result)
+    for figure in ("500.0", "806.5", "0.62x", "50.0", "26.0", "0.52x", "4.0", "0.08x", "3 (+1 warm-up)",
+                   "not timed: budget", "fp16 not timed: about 70 s", "flags: none of amx_bf16",
+                   "32 x 25", "recommendation: fp32: bf16 measured 0.62x"):
+        assert figure in table, figure
+    markdown = probe_markdown(result)
+    assert "| bf16 | 806.5 | 0.62x | 26.0 | 0.52x | 20% | 3 (+1 warm-up) |" in markdown
+    assert "800x384->1536 (x6)" in markdown
+    assert markdown.startswith("## ")
+    assert probe_markdown(result, heading="###").startswith("### ")
+    assert probe_line(result) == (
+        "probe: bf16 step 0.62x fp32, matmul 0.52x; fp16 step not timed, matmul 0.08x (this CPU has no AMX); "
+        "fastest: fp32"
+    )
+
+
+def test_to_dict_is_json_and_round_trips():
+    result = fake_result(bf16_step_s=0.8)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["key"] == result.key
+    assert data["rows"][1]["precision"] == "bf16"
+    assert ProbeResult.from_dict(data) == result
+
+
+# ---------------------------------------------------------------------------- cache
+def test_cache_round_trip_and_key(tmp_path):
+    result = fake_result(bf16_step_s=0.8)
+    path = save_probe(result, tmp_path)
+    assert path == probe_cache_path(result.hardware, "bert-sst2", "tiny-bert", tmp_path)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+    back = cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path)
+    assert back == result
+
+    amx = fake_hardware(flags={**NO_AMX, "amx_bf16": True})
+    assert cached_probe("bert-sst2", "tiny-bert", hardware=amx, cache_dir=tmp_path) is None
+    newer_torch = fake_hardware(torch_version="2.14.0+cpu")
+    assert cached_probe("bert-sst2", "tiny-bert", hardware=newer_torch, cache_dir=tmp_path) is None
+    assert cached_probe("bert-sst2", "other-model", hardware=result.hardware, cache_dir=tmp_path) is None
+    assert cached_probe("mlp-synthetic", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path) is None
+    # Only what identifies the machine counts: a different thread count still hits.
+    busy = {**result.hardware, "torch_threads": 16}
+    assert cached_probe("bert-sst2", "tiny-bert", hardware=busy, cache_dir=tmp_path) == result
+    assert probe_key(result.hardware, "bert-sst2", "tiny-bert") != probe_key(amx, "bert-sst2", "tiny-bert")
+
+
+def test_cache_ignores_a_corrupt_file(tmp_path):
+    result = fake_result(bf16_step_s=0.8)
+    path = save_probe(result, tmp_path)
+    path.write_text("{not json")
+    assert cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path) is None
+    path.write_text(json.dumps({**result.to_dict(), "format": 0}))  # an older format
+    assert cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path) is None
+
+
+def test_cache_directory_comes_from_mixft_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+    result = fake_result(bf16_step_s=0.8)
+    assert save_probe(result).is_relative_to(tmp_path / "c")
+    assert cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware) == result
+    monkeypatch.delenv("MIXFT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "mixft"
+
+
+# ------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("kwargs,match", [
+    ({"time_budget_s": 0}, "time budget"),
+    ({"time_budget_s": float("nan")}, "time budget"),
+    ({"precisions": ["fp8"]}, "unknown precision"),
+    ({"precisions": ["tf32"], "device": "cpu"}, "tf32 needs a CUDA GPU"),
+])
+def test_bad_input_fails_before_any_work(monkeypatch, kwargs, match):
+    from recipes import bert_sst2
+
+    def no_work(*a, **k):
+        raise AssertionError("the probe started work before validating its input")
+
+    monkeypatch.setattr(bert_sst2, "prepare", no_work)
+    with pytest.raises(UsageError, match=match):
+        probe(RunConfig(recipe="bert-sst2", device="cpu"), save=False, **kwargs)
+
+
+def test_unknown_recipe_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown recipe"):
+        probe(RunConfig(recipe="no-such-recipe"), save=False)
+
+
+# ------------------------------------------------------------- the real probe, tiny
+@pytest.fixture(scope="module")
+def tiny_cfg(tiny_bert_dir, tmp_path_factory):
+    data = make_data_dir(tmp_path_factory.mktemp("probe") / "sst2", 16, 8)
+    return RunConfig(recipe="bert-sst2", model=str(tiny_bert_dir), data_dir=str(data), batch_size=8, max_length=32,
+                     device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_probe(tiny_cfg, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("probe-cache")
+    rng_before = torch.random.get_rng_state()
+    matmul_before = torch.get_float32_matmul_precision()
+    result = probe(tiny_cfg, time_budget_s=600, cache_dir=cache)
+    return result, cache, rng_before, matmul_before
+
+
+def test_tiny_probe_times_every_precision_on_one_batch(tiny_probe):
+    result, _, _, _ = tiny_probe
+    assert [r.precision for r in result.rows] == ["fp32", "bf16", "fp16"]  # fp16 fits a 600 s budget
+    for r in result.rows:
+        assert r.warmup_steps == WARMUP_STEPS
+        assert MIN_TIMED_STEPS <= r.timed_steps <= MAX_TIMED_STEPS
+        assert all(math.isfinite(t) and t > 0 for t in r.step_times_s)
+        assert r.step_s == statistics.median(r.step_times_s[WARMUP_STEPS:])  # the warm-up step is left out
+        assert math.isfinite(r.matmul_flops_per_s) and r.matmul_flops_per_s > 0
+        assert r.speedup_vs_fp32 == pytest.approx(result.row("fp32").step_s / r.step_s)
+        assert r.matmul_ratio_vs_fp32 == pytest.approx(r.matmul_flops_per_s / result.row("fp32").matmul_flops_per_s)
+    assert result.row("fp32").speedup_vs_fp32 == 1.0
+    fastest = min(result.rows, key=lambda r: r.step_s)
+    assert result.recommended == fastest.precision
+    assert result.batch["samples"] == 8 and len(result.batch["shape"]) == 2
+    assert result.hardware["device"] == "cpu" and result.device == "cpu"
+    assert result.wall_s > 0 and result.recipe == "bert-sst2"
+
+
+def test_tiny_probe_records_the_models_own_linear_shapes(tiny_probe):
+    result, _, _, _ = tiny_probe
+    batch, seq = result.batch["shape"]
+    shapes = {(s["rows"], s["in"], s["out"]): s["calls"] for s in result.matmul_shapes}
+    # The conftest BERT: 1 layer, hidden 32, intermediate 37; the head is Linear(32, 1) on the pooled [CLS].
+    assert shapes[(batch * seq, 32, 32)] == 4  # query, key, value, attention output
+    assert shapes[(batch * seq, 32, 37)] == 1  # intermediate
+    assert shapes[(batch * seq, 37, 32)] == 1  # output
+    assert shapes[(batch, 32, 32)] == 1  # pooler
+    assert shapes[(batch, 32, 1)] == 1  # classifier head
+    assert len(shapes) == 5
+
+
+def test_tiny_probe_is_cached_and_leaves_global_state(tiny_probe, tiny_cfg):
+    result, cache, rng_before, matmul_before = tiny_probe
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
+    assert torch.get_float32_matmul_precision() == matmul_before
+    back = cached_probe("bert-sst2", result.model, device="cpu", cache_dir=cache)
+    assert back == result
+
+
+def test_tiny_probe_over_budget_still_times_fp32_and_amp_but_skips_optional(tiny_cfg):
+    result = probe(tiny_cfg, time_budget_s=0.001, save=False)
+    assert [r.precision for r in result.rows] == ["fp32", "bf16", "fp16"]
+    for name in ("fp32", "bf16"):  # a warm-up and one timed step each, whatever the budget
+        assert result.row(name).timed_steps == 1 and result.row(name).step_s > 0
+        assert "share of the budget" in result.row(name).note
+    fp16 = result.row("fp16")
+    assert fp16.step_times_s == [] and fp16.step_s is None and "budget" in fp16.skipped
+    assert fp16.matmul_flops_per_s > 0  # the matmul figure is cheap and always there
+
+
+def test_explicit_precisions_always_include_the_fp32_baseline(tiny_cfg):
+    result = probe(tiny_cfg, precisions=["amp"], time_budget_s=0.001, save=False)
+    assert [r.precision for r in result.rows] == ["fp32", "bf16"]
+
+
+def test_a_slow_precision_stops_once_its_share_of_the_budget_is_spent(tiny_cfg, monkeypatch):
+    # bf16 emulated on an AVX2-only CPU runs ~25x fp32: simulated here by adding 20 s to each
+    # of its recorded step times (no real wait). A 30 s budget gives each of fp32 and bf16 a
+    # 15 s share: bf16's warm-up and first timed step spend it, fp32 goes on to its minimum.
+    import mixft.amp.hardware
+    from mixft.runs import probe as probe_module
+
+    real_run = probe_module._Stepper.run
+
+    def slow_bf16(self, steps):
+        before = len(self.times)
+        real_run(self, steps)
+        if self.precision.name == "bf16":
+            self.clock.times[before:] = [t + 20.0 for t in self.clock.times[before:]]
+
+    monkeypatch.setattr(probe_module._Stepper, "run", slow_bf16)
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: {
+        "bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None})
+    result = probe(tiny_cfg, precisions=["bf16"], time_budget_s=30, save=False)
+    bf16, fp32 = result.row("bf16"), result.row("fp32")
+    assert bf16.warmup_steps == 1 and bf16.timed_steps == 1  # two steps, not six: enough to show the gap
+    assert bf16.speedup_vs_fp32 < 0.1 and result.recommended == "fp32"
+    assert bf16.note == f"1 timed step: its steps took {sum(bf16.step_times_s):.0f} s of its 15 s share of the budget"
+    assert fp32.timed_steps >= MIN_TIMED_STEPS and fp32.note is None
+    table = render_probe_table(result)
+    assert "bf16: 1 timed step: its steps took" in table
+    assert "bf16: no hardware path on this CPU (CPU capability AVX2, oneDNN has no bf16 here): torch emulates it" in table
+    assert "no hardware path" in probe_markdown(result)
