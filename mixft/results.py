@@ -15,6 +15,9 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
                                            # precision used is this one (mixft.amp.precision.choose_precision)
       "autocast_dtype": "bfloat16",        # null for fp32/tf32
       "grad_scaler": false,
+      "param_dtype": null,                 # "bfloat16" for bf16-pure/bf16-true (weights, gradients, optimizer
+                                           # state held in it); null: the model's own fp32
+      "optimizer": "torch.optim.AdamW",    # the first optimizer's class (optimi's with its kahan_sum)
       "seed": 0,
       "model": "...", "dataset": "...", "device": "cpu", "device_name": "...",
       "eval": {"accuracy": 0.91, "f1": 0.9, "loss": 0.25},  # final evaluation: every task metric (may be {});
@@ -127,6 +130,9 @@ class RunResult:
     # What the user asked ("amp" or a name) and why the run used ``precision`` (mixft.amp.precision.choose_precision).
     precision_requested: str | None = None
     precision_reason: str | None = None
+    # Pure low precision (mixft.train.pure_bf16): the dtype the weights are held in (null: fp32) and the optimizer.
+    param_dtype: str | None = None
+    optimizer: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

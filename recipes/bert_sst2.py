@@ -213,7 +213,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     logger.debug("bert-sst2: %d train / %d eval examples", len(prepared.train), len(prepared.eval))
     return TrainerParts(
         model=model,
-        optimizer=adamw_factory(cfg.lr, device, cfg.weight_decay),
+        optimizer=adamw_factory(cfg.lr, device, cfg.weight_decay, precision=precision),
         loss_fn=make_loss_fn(cfg.label_smoothing, prepared.pos_weight),
         train_loader=train_loader,
         eval_loader=eval_loader,

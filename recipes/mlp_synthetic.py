@@ -137,6 +137,10 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     lr = cfg.lr
 
     def optimizer(params):
+        if precision.param_dtype is not None:  # bf16-pure / bf16-true: torch-optimi's SGD on the bf16 weights
+            from mixft.train.pure_bf16 import compensated_sgd
+
+            return compensated_sgd(params, lr, compensated=precision.compensated)
         return torch.optim.SGD(params, lr=lr)
 
     scaled = f"; {prepared.scaled}" if prepared.scaled else ""

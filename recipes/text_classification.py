@@ -256,7 +256,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
     return TrainerParts(
         model=model,
-        optimizer=adamw_factory(cfg.lr, device, cfg.weight_decay),
+        optimizer=adamw_factory(cfg.lr, device, cfg.weight_decay, precision=precision),
         # An --eval-only model's own task decides (the loss options are refused there: nothing trains).
         loss_fn=task_loss(model.is_regression, cfg.label_smoothing, prepared.class_weights),
         train_loader=train_loader,

@@ -2,7 +2,8 @@
 the peak bytes of tensors autograd saves for backward.
 
 Mixed precision shrinks only what autograd saves (and adds autocast's cached low-precision
-copies of the weights); parameters, gradients and optimizer state stay fp32. So the honest
+copies of the weights); parameters, gradients and optimizer state stay fp32 (pure bf16,
+``mixft.train.pure_bf16``, is what halves those). So the honest
 "how much lighter?" is the saved-activation peak of one step, per precision, not a process's
 peak RSS. ``measure_step_memory`` runs ONE forward (inside the caller's autocast context)
 and backward with ``torch.autograd.graph.saved_tensors_hooks`` counting each saved storage
@@ -92,21 +93,25 @@ def whole_bytes(t: torch.Tensor) -> int:
 
 
 def optimizer_state_bytes(optimizers: Iterable[torch.optim.Optimizer], *, whole: bool = False) -> int:
-    """Bytes of every tensor in the optimizers' ``state`` (Adam's two moments, step counters...),
-    each storage counted once; this process's shards of a sharded model's (``whole``: the whole tensors).
+    """Bytes of every tensor in the optimizers' ``state`` (Adam's two moments, step counters,
+    torch-optimi's Kahan compensation...) and in their ``param_groups`` other than the
+    parameters (torch-optimi keeps its step counter there, torchao a tensor lr): the
+    optimizer's bytes as held, each storage counted once; this process's shards of a sharded
+    model's (``whole``: the whole tensors).
 
     Usage: ``optimizer_state_bytes([optimizer])``
     """
     seen: set[tuple[str, int]] = set()
     total = 0
     for opt in optimizers:
-        for state in opt.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    key = _storage_key(value)
-                    if key not in seen:
-                        seen.add(key)
-                        total += whole_bytes(value) if whole else tensor_bytes(value)
+        values = [v for state in opt.state.values() for v in state.values()]
+        values += [v for group in opt.param_groups for k, v in group.items() if k != "params"]
+        for value in values:
+            if isinstance(value, torch.Tensor):
+                key = _storage_key(value)
+                if key not in seen:
+                    seen.add(key)
+                    total += whole_bytes(value) if whole else tensor_bytes(value)
     return total
 
 

@@ -6,6 +6,11 @@
 | tf32 | none           | off        | CUDA Ampere+ (TF32 matmuls on)                     |
 | fp16 | float16        | on         | CUDA; on CPU it runs, at a speed that depends on the CPU |
 | bf16 | bfloat16       | off        | CUDA Ampere+, CPU                                  |
+| bf16-pure | bfloat16  | off        | as bf16; weights, gradients, optimizer state bf16, compensated optimizer |
+| bf16-true | bfloat16  | off        | as bf16-pure without compensation (on request; warns: updates are lost) |
+
+The two pure rows hold the model itself in ``param_dtype`` (the trainer casts it) and need
+an optimizer that keeps what bf16 rounding drops (``compensated``; mixft.train.pure_bf16).
 
 ``amp`` names the device's mixed precision: fp16 on CUDA, bf16 on CPU (what ``--compare``
 and ``--probe`` try). Whether an ``--amp`` *run* (or ``Trainer(precision="amp")``) uses it
@@ -46,6 +51,18 @@ class Precision:
     autocast_dtype: torch.dtype | None  # None: no autocast, parameters' own dtype (fp32)
     grad_scaler: bool  # fp16's narrow exponent range needs loss scaling; bf16's does not
     tf32: bool = False  # let CUDA matmuls/convolutions use TF32 tensor cores
+    # Pure low precision: the trainer casts the model's floating parameters and buffers to
+    # this dtype (None: the model's own fp32, autocast casting per op).
+    param_dtype: torch.dtype | None = None
+    compensated: bool = False  # the optimizer must keep what rounding bf16 weights drops (Kahan)
+
+    def __post_init__(self) -> None:
+        # GradScaler unscales into the parameters' own gradients: it needs fp32 master weights.
+        if self.param_dtype is not None and self.grad_scaler:
+            raise UsageError(f"precision {self.name}: a GradScaler (fp16's loss scaling) needs fp32 master weights, "
+                             f"but this precision holds the weights in {str(self.param_dtype).removeprefix('torch.')}")
+        if self.compensated and self.param_dtype is None:
+            raise UsageError(f"precision {self.name}: compensation is for low-precision weights (set param_dtype)")
 
     @property
     def autocast_enabled(self) -> bool:
@@ -61,7 +78,14 @@ PRECISIONS: dict[str, Precision] = {
     "tf32": Precision("tf32", None, grad_scaler=False, tf32=True),
     "fp16": Precision("fp16", torch.float16, grad_scaler=True),
     "bf16": Precision("bf16", torch.bfloat16, grad_scaler=False),
+    # autocast stays on: its fp32 list (the losses) still runs in fp32.
+    "bf16-pure": Precision("bf16-pure", torch.bfloat16, grad_scaler=False, param_dtype=torch.bfloat16,
+                           compensated=True),
+    "bf16-true": Precision("bf16-true", torch.bfloat16, grad_scaler=False, param_dtype=torch.bfloat16),
 }
+
+# The hardware-support key (mixft.hardware.native_precisions) of each low-precision dtype.
+NATIVE_KEY = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 # The mixed precision of each device type: what "amp" names, and what an --amp run uses
 # where choose_precision finds it native and not measured slower.
@@ -79,7 +103,7 @@ def amp_precision_names(device: torch.device) -> list[str]:
 
 
 def resolve_precision(name: str | Precision | None, device: torch.device, *, policy: bool = True) -> Precision:
-    """Validate ``name`` ("amp", "fp32", "tf32", "fp16", "bf16") for ``device``.
+    """Validate ``name`` ("amp", "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true") for ``device``.
 
     "amp" with ``policy`` (the default): what an ``--amp`` run trains in on this device,
     ``choose_precision``'s policy handed torch's native check (``hardware.native_precisions``;
@@ -118,6 +142,9 @@ def resolve_precision(name: str | Precision | None, device: torch.device, *, pol
             raise UsageError(f"precision {precision.name}: autocast is not available on device type {device.type!r}")
         if precision.autocast_dtype == torch.bfloat16 and device.type == "cuda":
             if not torch.cuda.is_bf16_supported(including_emulation=False):
+                if precision.param_dtype is not None:
+                    raise UsageError(f"precision {precision.name} needs a GPU with native bf16 (Ampere or newer); "
+                                     "use fp16 (with loss scaling) or fp32 here")
                 raise UsageError("precision bf16 needs an Ampere or newer GPU; use fp16 (with loss scaling) here")
         if not _autocast_runs(device, precision.autocast_dtype):
             raise UsageError(f"precision {precision.name} is not supported by autocast on {device.type} in this torch build")
@@ -177,8 +204,11 @@ def choose_precision(requested: str, device_type: str, native: Mapping[str, Any]
     reason = f"{name} as asked ({option})"
     ratio = ratios.get(name) if name != "fp32" else None
     measured = _measured(name, ratio, probe_date)
-    if device_type == "cpu" and name in ("bf16", "fp16") and native.get(name) is False:
-        lacks = f"this CPU has no native {name} ({_evidence(native, name)})"
+    # bf16-pure/bf16-true compute in bf16 as bf16 does: the same hardware question.
+    row = PRECISIONS.get(name)
+    key = NATIVE_KEY.get(row.autocast_dtype) if row is not None else None
+    if device_type == "cpu" and key is not None and native.get(key) is False:
+        lacks = f"this CPU has no native {key} ({_evidence(native, key)})"
         also = f" and {measured}" if measured else ""
         notice = (f"notice: {lacks}: {option} runs it emulated, as asked{also}; the estimate after the first "
                   "steps says how long it takes")

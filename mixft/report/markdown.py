@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from mixft.atomic import write_text
 from mixft.amp.hardware import CPU_FLAGS, hardware_line, native_line
@@ -534,6 +534,22 @@ def lighter_sentence(precision: str, saved: float, base_saved: float, baseline: 
     return f"{precision} saved {ratio:.2f}x the activation bytes of {baseline}: {how}"
 
 
+def held_sentence(precision: str, held: float, base_held: float, baseline: str = "fp32") -> str:
+    """Parameters + gradients + optimizer state in words, from two measured sums of bytes.
+
+    Usage: ``held_sentence("bf16-pure", 227e6, 363e6)`` -> ``"bf16-pure holds 216.5 MiB in parameters,
+    gradients and optimizer state against fp32's 346.2 MiB (0.63x)"``
+    """
+    return (f"{precision} holds {held / MIB:.1f} MiB in parameters, gradients and optimizer state against "
+            f"{baseline}'s {base_held / MIB:.1f} MiB ({held / base_held:.2f}x)")
+
+
+def _held(row: Mapping[str, Any] | None) -> float | None:
+    """A memory row's parameters + gradients + optimizer state (None when one is missing)."""
+    parts = [number((row or {}).get(key)) for key in ("parameters", "gradients", "optimizer_state")]
+    return None if any(p is None for p in parts) else float(sum(parts))
+
+
 def _mib_of(value: float | None) -> str:
     return NA if value is None else f"{value / MIB:.1f}"
 
@@ -584,13 +600,21 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
         cells = [r["precision"], *(_mib_of(r[key]) for key, _ in MEMORY_PARTS), _mib_of(r["device_figure"]), ratio]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines.append("")
+    held = [held_sentence(r["precision"], _held(r), _held(base), baseline) for r in rows
+            if base is not None and r is not base and _held(r) and _held(base)
+            and abs(_held(r) / _held(base) - 1) >= 0.01]
     if words:
         lines += [f"**Lighter?** {'; '.join(words)} (peak bytes autograd saved for backward in one training "
                   "step, the part of memory a precision changes).", ""]
+    if held:  # pure bf16 (mixft.train.pure_bf16) holds the weights, gradients and optimizer state themselves in bf16
+        lines += [f"**Held?** {'; '.join(held)} (the bytes of those tensors as held after training, a "
+                  "compensation buffer included).", ""]
+    autocast = ("Autocast changes the dtype of what the forward computes, not of the parameters, gradients or "
+                "optimizer state" + ("; the precisions under Held? keep those themselves in a lower precision."
+                                     if held else "."))
     lines.append("- Measured on one forward + backward of a training batch: every storage autograd saved, "
                  "counted once, autocast's cached low-precision weight copies included; the parameters' own "
-                 "storages are under parameters. Autocast changes the dtype of what the forward computes, not "
-                 "of the parameters, gradients or optimizer state.")
+                 f"storages are under parameters. {autocast}")
     for r in rows:
         dtypes = list(r["saved_by_dtype"].items())
         ops = [(str(op), float(b)) for op, b in r["saved_by_op"][:3] if number(b) is not None]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from mixft.config.run_config import RunConfig
-from mixft.amp.precision import Precision
+from mixft.amp.precision import PRECISIONS, Precision
 from mixft.recipe import TrainerParts
 from mixft.train.hooks import Callback
 from mixft.distributed import is_distributed
@@ -44,6 +44,9 @@ def build_trainer(
     Usage: ``build_trainer(recipe.build(cfg, prepared, precision, device, seed), cfg,
     precision=precision, device=device, seed=seed).fit()``
     """
+    row = precision if isinstance(precision, Precision) else PRECISIONS.get(precision)
+    # --init-loss-scale is fp16's; a pure-bf16 run of the same --compare has no GradScaler to start.
+    scale = cfg.init_loss_scale if row is None or row.param_dtype is None else None
     trainer = Trainer(
         parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
         eval_loader=parts.eval_loader, precision=precision, device=device,
@@ -51,7 +54,7 @@ def build_trainer(
         epochs=cfg.epochs, max_steps=cfg.max_steps, eval_steps=cfg.eval_steps, predict_fn=parts.predict_fn, metric=parts.metric,
         seed=seed, callbacks=callbacks, fsdp=cfg.fsdp,
         # --init-loss-scale: where fp16's GradScaler starts (a scaler that is off ignores it).
-        scaler_kwargs={"init_scale": cfg.init_loss_scale} if cfg.init_loss_scale is not None else None,
+        scaler_kwargs={"init_scale": scale} if scale is not None else None,
         # The data files' fingerprints too: --resume keeps a finished run only on unchanged data.
         run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None,
                                                "data_files": data_fingerprints(cfg)}},

@@ -36,6 +36,7 @@ from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
 from mixft.amp.hardware import describe_hardware
 from mixft.log import logger
 from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
+from mixft.train.pure_bf16 import check_run_options
 from mixft.recipe import get_recipe
 from mixft.results import RunResult, write_results
 from mixft.train.hooks import Callback
@@ -121,6 +122,7 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     names = [p.name for p in precisions]
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
+    check_run_options(precisions, fp32_modules=cfg.fp32_modules, init_loss_scale=cfg.init_loss_scale)  # bf16-pure
     return recipe, cfg, device, precisions
 
 
@@ -134,6 +136,11 @@ def _check_fsdp(cfg: RunConfig) -> None:
         # the run layer's --resume plan reads the one-file format only, so the CLI writes none under --fsdp.
         raise UsageError("--resume with --fsdp: resuming a sharded run from the command line is not supported yet "
                          "(no checkpoints are written under --fsdp); rerun without --resume")
+    pure = [name for name in cfg.precisions if name in ("bf16-pure", "bf16-true")]
+    if pure:
+        # FSDP2's policy already keeps fp32 shards and gathers bf16: bf16 weights to shard is another design.
+        raise UsageError(f"--fsdp with {', '.join(pure)}: the sharded run keeps fp32 shards and gathers them in "
+                         "bf16 (FSDP2's mixed-precision policy); use --precision bf16 with --fsdp")
     half = [name for name in cfg.precisions if name in ("bf16", "fp16", "amp")]
     if cfg.fp32_modules and half:
         # FSDP gathers every block's weights in the half dtype: an fp32 island would compute in

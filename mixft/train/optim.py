@@ -59,16 +59,20 @@ def fused_adamw_available(device: torch.device) -> bool:
         return False
 
 
-def adamw_factory(lr: float, device: torch.device, weight_decay: float = 0.01):
+def adamw_factory(lr: float, device: torch.device, weight_decay: float = 0.01, precision=None):
     """``f(params) -> AdamW`` with BERT's groups: no weight decay on biases and LayerNorm weights.
 
     Those are exactly the 1-d parameters (as BERT and Hugging Face's Trainer treat them).
     Frozen parameters (``requires_grad=False``: a LoRA model's base weights) are left out:
     AdamW would keep two moment buffers per frozen weight, the memory LoRA exists to save.
     Fused where the device has it. A factory, because the trainer builds the optimizer
-    only once the model is on its device.
+    only once the model is on its device (and, for a pure precision, cast to bf16).
 
-    Usage: ``Trainer(model, adamw_factory(2e-5, device), loss_fn, loader)``
+    ``precision`` (a ``mixft.precision.Precision`` or None): under bf16-pure / bf16-true the
+    optimizer is torch-optimi's AdamW with the same betas, eps and groups, Kahan-compensated
+    for bf16-pure (``mixft.train.pure_bf16``).
+
+    Usage: ``Trainer(model, adamw_factory(2e-5, device, precision=PRECISIONS["bf16-pure"]), loss_fn, loader)``
     """
     def build(params):
         params = [p for p in params if p.requires_grad]
@@ -76,6 +80,10 @@ def adamw_factory(lr: float, device: torch.device, weight_decay: float = 0.01):
             {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
         ]
+        if getattr(precision, "param_dtype", None) is not None:
+            from mixft.train.pure_bf16 import compensated_adamw
+
+            return compensated_adamw(groups, lr, compensated=precision.compensated)
         return torch.optim.AdamW(groups, lr=lr, fused=fused_adamw_available(device))
 
     return build

@@ -68,6 +68,7 @@ from mixft.train.meter import TrainMeter
 from mixft.train.optim import build_schedulers, planned_steps
 from mixft.options import NON_NEGATIVE_INT, POSITIVE_INT
 from mixft.amp.precision import Precision, configure_matmul, resolve_device, resolve_precision
+from mixft.train.pure_bf16 import check_optimizers
 from mixft.results import RunResult
 from mixft.rng import ResumeRng
 from mixft.train.state import TrainState
@@ -87,7 +88,8 @@ class Trainer:
         loss_fn: ``loss_fn(outputs, labels) -> scalar``; runs inside autocast, so it must
             be autocast-safe (e.g. ``BCEWithLogitsLoss``, not sigmoid + ``BCELoss``).
         train_loader / eval_loader: iterables of batches (see module docstring).
-        precision: "fp32", "tf32", "fp16", "bf16", "amp" or a ``Precision``.
+        precision: "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true", "amp" or a ``Precision``
+            (the pure ones cast the model to bf16 here and need a compensated optimizer: mixft.train.pure_bf16).
         device: "auto", "cpu", "cuda" or a ``torch.device``.
         lr_scheduler: a scheduler (or list matching the optimizers), or a factory
             ``f(optimizer, total_steps) -> scheduler``. Each is stepped only after its own
@@ -158,15 +160,21 @@ class Trainer:
 
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
+        if self.precision.param_dtype is not None and scaler_kwargs:
+            raise UsageError(f"precision {self.precision.name} has no GradScaler: scaler_kwargs {scaler_kwargs} "
+                             "would be ignored (loss scaling is fp16's)")
         self.fsdp = fsdp
         if fsdp:
+            if self.precision.param_dtype is not None:
+                raise UsageError(f"precision {self.precision.name} with fsdp: FSDP2 keeps fp32 shards and gathers "
+                                 "them in bf16 (its mixed-precision policy); use bf16 or fp32 with --fsdp")
             # Sharded on the CPU, before any move: fully_shard moves only this process's shards
             # to the device (a model larger than one GPU must never be moved whole).
             self.model = _sharded(model, self.precision, self.device)
         else:
-            # The model must be on its device before a factory builds the optimizer, or the
-            # optimizer's state would be created for the wrong tensors.
-            self.model = model.to(self.device)
+            # The model must be on its device (and, for bf16-pure, in bf16) before a factory builds
+            # the optimizer, or the optimizer's state would be created for the wrong tensors.
+            self.model = model.to(self.device, dtype=self.precision.param_dtype)
             # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
             # module stays reachable as ``self.module`` (saving, evaluation).
             self.model = distributed.wrap_model(self.model, self.device)
@@ -194,6 +202,7 @@ class Trainer:
         self.loss_hook = loss_hook
         self.run_info = dict(run_info or {})
         _check_master_weights(self.precision, self.params)
+        check_optimizers(self.precision, self.optimizers)  # bf16-pure: a compensated optimizer, or UsageError
 
         # enabled=False makes the scaler a no-op: scale() returns the loss, step() just steps.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.grad_scaler, **(scaler_kwargs or {}))

@@ -228,6 +228,7 @@ def test_cli_fsdp_without_two_processes_exits_2_in_one_line(tmp_path, tiny_bert_
 @pytest.mark.parametrize("extra,words", [
     (["--resume"], "--resume with --fsdp: resuming a sharded run from the command line is not supported yet"),
     (["--precision", "bf16", "--fp32-modules", "encoder.layer.0.output"], "--fp32-modules with --fsdp at bf16"),
+    (["--precision", "bf16-pure"], "--fsdp with bf16-pure: the sharded run keeps fp32 shards"),
 ])
 def test_cli_fsdp_refuses_what_it_does_not_do_before_joining_a_group(tmp_path, tiny_bert_dir, tiny_data_dir,
                                                                     monkeypatch, capsys, extra, words):
