@@ -47,10 +47,10 @@ from torch import nn
 
 from benchmarks.bert import BertSetup, WorkCounter, evaluate_accuracy, prepare_bert
 from benchmarks.timing import TimedRegion, markdown_table, rotated
-from mixft.atomic import write_json
-from mixft.config.run_config import RunConfig
 from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import resolve_device, resolve_precision
+from mixft.atomic import write_json
+from mixft.config.run_config import RunConfig
 
 FRAMEWORKS = ("mixft", "mixft-2logit", "hf-grouped", "hf-random", "hf-auto")
 _BOOLS = {"true": True, "false": False}
@@ -81,9 +81,12 @@ def _two_logit(parts, seed: int):
     model = parts.model
     torch.manual_seed(seed)  # the head's init depends on the seed only, as the recipe's
     model.classifier = nn.Linear(model.classifier.in_features, 2)
-    return dataclasses.replace(parts, model=model,
-                               loss_fn=lambda logits, labels: nn.functional.cross_entropy(logits.float(), labels.long()),
-                               predict_fn=lambda logits: logits.argmax(-1))
+    return dataclasses.replace(
+        parts,
+        model=model,
+        loss_fn=lambda logits, labels: nn.functional.cross_entropy(logits.float(), labels.long()),
+        predict_fn=lambda logits: logits.argmax(-1),
+    )
 
 
 def train_mixft(bert, cfg: RunConfig, precision, device, seed: int, two_logits: bool):
@@ -92,8 +95,9 @@ def train_mixft(bert, cfg: RunConfig, precision, device, seed: int, two_logits: 
     parts = bert.recipe.build(cfg, bert.prepared, precision, device, seed)
     if two_logits:
         parts = _two_logit(parts, seed)
-    trainer = build_trainer(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision, device=device,
-                            seed=seed)
+    trainer = build_trainer(
+        dataclasses.replace(parts, eval_loader=None), cfg, precision=precision, device=device, seed=seed
+    )
 
     def train() -> int:
         trainer.fit()
@@ -127,8 +131,9 @@ def train_hf_auto(bert, cfg: RunConfig, precision, device, seed: int):
 
     parts = bert.recipe.build(cfg, bert.prepared, precision, device, seed)  # the same rows, collator, eval loader
     torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(bert.prepared.model_path, num_labels=2,
-                                                               dtype=torch.float32).to(device)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        bert.prepared.model_path, num_labels=2, dtype=torch.float32
+    ).to(device)
     collate = parts.train_loader.collate_fn
 
     def long_labels(rows):  # the recipe's labels are floats for its BCE; two logits want class ids
@@ -138,11 +143,21 @@ def train_hf_auto(bert, cfg: RunConfig, precision, device, seed: int):
 
     out = tempfile.mkdtemp(prefix="mixft-sweep-")
     args = TrainingArguments(
-        output_dir=out, per_device_train_batch_size=cfg.batch_size, num_train_epochs=cfg.epochs,
-        learning_rate=cfg.lr, max_grad_norm=cfg.clip_norm or 0.0, seed=seed,
-        bf16=precision.autocast_dtype == torch.bfloat16, fp16=precision.autocast_dtype == torch.float16,
-        eval_strategy="no", save_strategy="no", logging_strategy="no", report_to=[], use_cpu=device.type == "cpu",
-        dataloader_num_workers=0, disable_tqdm=True,
+        output_dir=out,
+        per_device_train_batch_size=cfg.batch_size,
+        num_train_epochs=cfg.epochs,
+        learning_rate=cfg.lr,
+        max_grad_norm=cfg.clip_norm or 0.0,
+        seed=seed,
+        bf16=precision.autocast_dtype == torch.bfloat16,
+        fp16=precision.autocast_dtype == torch.float16,
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        use_cpu=device.type == "cpu",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
     )
     hf = HFTrainer(model=model, args=args, train_dataset=parts.train_loader.dataset, data_collator=long_labels)
     hf.remove_callback(PrinterCallback)
@@ -163,22 +178,31 @@ def one_run(bert, candidate: str, precision_name: str, seed: int) -> dict:
     precision = resolve_precision(precision_name, device)
     cfg = dataclasses.replace(bert.cfg, **options).validate()
     if framework in ("mixft", "mixft-2logit"):
-        model, eval_loader, predict_fn, train = train_mixft(bert, cfg, precision, device, seed,
-                                                            framework == "mixft-2logit")
+        model, eval_loader, predict_fn, train = train_mixft(
+            bert, cfg, precision, device, seed, framework == "mixft-2logit"
+        )
     elif framework == "hf-auto":
         model, eval_loader, predict_fn, train = train_hf_auto(bert, cfg, precision, device, seed)
     else:
-        model, eval_loader, predict_fn, train = train_hf(bert, cfg, precision, device, seed,
-                                                         "group_by_length" if framework == "hf-grouped" else "random")
+        model, eval_loader, predict_fn, train = train_hf(
+            bert, cfg, precision, device, seed, "group_by_length" if framework == "hf-grouped" else "random"
+        )
     with WorkCounter(model) as work, TimedRegion(device) as region:
         steps = train()
     counts = work.totals()
     accuracy = evaluate_accuracy(model, eval_loader, predict_fn, precision, device)
-    return {"candidate": candidate, "precision": precision.name, "train_rows": len(bert.prepared.train), "seed": seed,
-            "accuracy": accuracy, "time_s": region.elapsed_s, "steps": steps,
-            "ms_per_step": 1000 * region.elapsed_s / max(steps, 1),
-            "samples_per_s": counts["samples"] / region.elapsed_s,
-            "padding_efficiency": counts["real_tokens"] / counts["padded_tokens"] if counts["padded_tokens"] else None}
+    return {
+        "candidate": candidate,
+        "precision": precision.name,
+        "train_rows": len(bert.prepared.train),
+        "seed": seed,
+        "accuracy": accuracy,
+        "time_s": region.elapsed_s,
+        "steps": steps,
+        "ms_per_step": 1000 * region.elapsed_s / max(steps, 1),
+        "samples_per_s": counts["samples"] / region.elapsed_s,
+        "padding_efficiency": counts["real_tokens"] / counts["padded_tokens"] if counts["padded_tokens"] else None,
+    }
 
 
 # --------------------------------------------------------------------------- tables
@@ -190,12 +214,20 @@ def summary_rows(runs: list[dict]) -> list[dict]:
     rows = []
     for (precision, n, candidate), group in cells.items():
         acc = [r["accuracy"] for r in sorted(group, key=lambda r: r["seed"])]
-        rows.append({"precision": precision, "train_rows": n, "candidate": candidate, "seeds": len(acc),
-                     "accuracy_per_seed": acc, "mean": statistics.mean(acc),
-                     "std": statistics.stdev(acc) if len(acc) > 1 else float("nan"),
-                     "ms_per_step": statistics.median(r["ms_per_step"] for r in group),
-                     "samples_per_s": statistics.median(r["samples_per_s"] for r in group),
-                     "padding_efficiency": statistics.median(r["padding_efficiency"] or math.nan for r in group)})
+        rows.append(
+            {
+                "precision": precision,
+                "train_rows": n,
+                "candidate": candidate,
+                "seeds": len(acc),
+                "accuracy_per_seed": acc,
+                "mean": statistics.mean(acc),
+                "std": statistics.stdev(acc) if len(acc) > 1 else float("nan"),
+                "ms_per_step": statistics.median(r["ms_per_step"] for r in group),
+                "samples_per_s": statistics.median(r["samples_per_s"] for r in group),
+                "padding_efficiency": statistics.median(r["padding_efficiency"] or math.nan for r in group),
+            }
+        )
     return rows
 
 
@@ -206,19 +238,45 @@ def tables(doc: dict) -> str:
         for n in sorted({r["train_rows"] for r in rows if r["precision"] == precision}):
             cell = [r for r in rows if r["precision"] == precision and r["train_rows"] == n]
             out.append(f"{precision}, {n} training rows:\n")
-            out.append(markdown_table(
-                ["candidate", "seeds", "accuracy mean ± std", "per seed", "ms/step (median)", "samples/s", "padding eff."],
-                [[r["candidate"], r["seeds"], f"{r['mean']:.4f} ± {r['std']:.4f}",
-                  " ".join(f"{a:.3f}" for a in r["accuracy_per_seed"]), f"{r['ms_per_step']:.0f}",
-                  f"{r['samples_per_s']:.1f}", f"{r['padding_efficiency']:.2f}"] for r in cell]) + "\n")
+            out.append(
+                markdown_table(
+                    [
+                        "candidate",
+                        "seeds",
+                        "accuracy mean ± std",
+                        "per seed",
+                        "ms/step (median)",
+                        "samples/s",
+                        "padding eff.",
+                    ],
+                    [
+                        [
+                            r["candidate"],
+                            r["seeds"],
+                            f"{r['mean']:.4f} ± {r['std']:.4f}",
+                            " ".join(f"{a:.3f}" for a in r["accuracy_per_seed"]),
+                            f"{r['ms_per_step']:.0f}",
+                            f"{r['samples_per_s']:.1f}",
+                            f"{r['padding_efficiency']:.2f}",
+                        ]
+                        for r in cell
+                    ],
+                )
+                + "\n"
+            )
     return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- the sweep
 def _commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -229,8 +287,11 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", help="GLUE-layout directory (train.tsv, dev.tsv) of real text")
     p.add_argument("--sizes", default="2000", help="training rows, comma-separated (the first N of train.tsv)")
     p.add_argument("--seeds", default="0,1,2,3,4")
-    p.add_argument("--candidates", default="mixft;hf-random", help="semicolon-separated, e.g. "
-                   "'mixft;mixft:fast_dropout=false,group_by_length=false;hf-random'")
+    p.add_argument(
+        "--candidates",
+        default="mixft;hf-random",
+        help="semicolon-separated, e.g. 'mixft;mixft:fast_dropout=false,group_by_length=false;hf-random'",
+    )
     p.add_argument("--precision", default="fp32")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=32)
@@ -251,16 +312,31 @@ def main(argv=None) -> int:
     path = Path(args.json)
     hw = describe_hardware(resolve_device("cpu"))
     doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": []}
-    doc.setdefault("chunks", []).append({
-        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
-        "argv": sys.argv[1:] if argv is None else list(argv), "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(), "hardware": hw})
+    doc.setdefault("chunks", []).append(
+        {
+            "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "commit": _commit(),
+            "argv": sys.argv[1:] if argv is None else list(argv),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "hardware": hw,
+        }
+    )
     done = {(r["candidate"], r["precision"], r["train_rows"], r["seed"]) for r in doc["runs"]}
     print(f"{hardware_line(hw)}; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     start = time.monotonic()
     for n in sizes:
-        bert = prepare_bert(BertSetup(data_dir=args.data_dir, train_samples=n, eval_samples=None, epochs=args.epochs,
-                                      batch_size=args.batch_size, lr=args.lr, device="cpu"))
+        bert = prepare_bert(
+            BertSetup(
+                data_dir=args.data_dir,
+                train_samples=n,
+                eval_samples=None,
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                lr=args.lr,
+                device="cpu",
+            )
+        )
         for i, seed in enumerate(seeds):
             for candidate in rotated(candidates, i):
                 if (candidate, resolve_precision(args.precision, resolve_device("cpu")).name, n, seed) in done:
@@ -272,8 +348,11 @@ def main(argv=None) -> int:
                 run = one_run(bert, candidate, args.precision, seed)
                 doc["runs"].append(run)
                 write_json(path, doc)
-                print(f"{n} rows seed {seed} {candidate}: accuracy {run['accuracy']:.4f}, "
-                      f"{run['ms_per_step']:.0f} ms/step, {run['samples_per_s']:.1f} samples/s", flush=True)
+                print(
+                    f"{n} rows seed {seed} {candidate}: accuracy {run['accuracy']:.4f}, "
+                    f"{run['ms_per_step']:.0f} ms/step, {run['samples_per_s']:.1f} samples/s",
+                    flush=True,
+                )
     write_json(path, doc)
     print(tables(doc))
     return 0

@@ -32,10 +32,9 @@ import torch
 import torch.nn.functional as F
 
 import mixft
-from mixft.train.fast_dropout import attention_math
-from mixft.train.fast_dropout import keep_mask
 from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import resolve_device
+from mixft.train.fast_dropout import attention_math, keep_mask
 
 
 def capture_attention_inputs(model_name: str, data_dir: str, batch_size: int) -> list[tuple]:
@@ -56,8 +55,9 @@ def capture_attention_inputs(model_name: str, data_dir: str, batch_size: int) ->
     captured = []
 
     def capture(module, query, key, value, attention_mask, **kwargs):
-        captured.append(tuple(t.detach().clone() if t is not None else None
-                              for t in (query, key, value, attention_mask)))
+        captured.append(
+            tuple(t.detach().clone() if t is not None else None for t in (query, key, value, attention_mask))
+        )
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
     AttentionInterface.register("mixft_capture", capture)
@@ -70,7 +70,7 @@ def capture_attention_inputs(model_name: str, data_dir: str, batch_size: int) ->
 
 
 def _sentences(data_dir: str, n: int) -> list[str]:
-    lines = (Path(data_dir) / "train.tsv").read_text(encoding="utf-8").splitlines()[1:n + 1]
+    lines = (Path(data_dir) / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : n + 1]
     return [line.split("\t")[0] for line in lines]
 
 
@@ -125,17 +125,32 @@ def main(argv=None) -> int:
     hw = describe_hardware(resolve_device("cpu"))
     result = errors(layers, args.p, seeds)
     q = layers[0][0]
-    print(f"attention vs float64, bf16 autocast, dropout {args.p}: {len(layers)} layers x {len(seeds)} seeds, "
-          f"q {tuple(q.shape)} {q.dtype}; mixft from {Path(mixft.__file__).parent}")
+    print(
+        f"attention vs float64, bf16 autocast, dropout {args.p}: {len(layers)} layers x {len(seeds)} seeds, "
+        f"q {tuple(q.shape)} {q.dtype}; mixft from {Path(mixft.__file__).parent}"
+    )
     print(f"{hardware_line(hw)}; torch {torch.__version__}")
     for name, figures in result.items():
         print(f"{name:6s} max {figures['max_abs_error']:.3e}  mean {figures['mean_abs_error']:.3e}")
     ratio = {k: result["mixft"][k] / result["torch"][k] for k in result["torch"]}
     print(f"mixft / torch: max {ratio['max_abs_error']:.2f}x, mean {ratio['mean_abs_error']:.2f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "mixft": str(Path(mixft.__file__).parent),
-                                               "hardware": hw, "torch": torch.__version__, "errors": result,
-                                               "ratio": ratio}, indent=1, default=str) + "\n", encoding="utf-8")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "mixft": str(Path(mixft.__file__).parent),
+                    "hardware": hw,
+                    "torch": torch.__version__,
+                    "errors": result,
+                    "ratio": ratio,
+                },
+                indent=1,
+                default=str,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
     return 0
 
 

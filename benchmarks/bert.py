@@ -21,10 +21,9 @@ from typing import Any
 
 import torch
 
-from mixft.config.run_config import RunConfig
 from mixft.amp.precision import Precision
-from mixft.recipe import TrainerParts
-from mixft.recipe import get_recipe
+from mixft.config.run_config import RunConfig
+from mixft.recipe import TrainerParts, get_recipe
 
 RECIPE = "bert-sst2"
 
@@ -47,9 +46,18 @@ class BertSetup:
 
     def run_config(self, **overrides) -> RunConfig:
         values = dict(
-            recipe=RECIPE, model=self.model, data_dir=self.data_dir, max_train_samples=self.train_samples,
-            max_eval_samples=self.eval_samples, max_length=self.max_length, batch_size=self.batch_size,
-            epochs=self.epochs, lr=self.lr, max_grad_norm=self.max_grad_norm, seeds=[self.seed], device=self.device,
+            recipe=RECIPE,
+            model=self.model,
+            data_dir=self.data_dir,
+            max_train_samples=self.train_samples,
+            max_eval_samples=self.eval_samples,
+            max_length=self.max_length,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            lr=self.lr,
+            max_grad_norm=self.max_grad_norm,
+            seeds=[self.seed],
+            device=self.device,
         )
         values.update(overrides)
         return RunConfig(**values)
@@ -111,8 +119,7 @@ def pad_description(loader) -> str:
 
 
 @torch.inference_mode()
-def evaluate_accuracy(model: torch.nn.Module, loader, predict_fn, precision: Precision,
-                      device: torch.device) -> float:
+def evaluate_accuracy(model: torch.nn.Module, loader, predict_fn, precision: Precision, device: torch.device) -> float:
     """Accuracy of ``model`` over ``loader`` under ``precision``'s autocast, labels from ``predict_fn``.
 
     One evaluator (the recipe's eval loader and ``predict_fn``) for every framework, so
@@ -152,7 +159,7 @@ class WorkCounter:
         self._padded: list[int] = []
         self._handle = None
 
-    def __enter__(self) -> "WorkCounter":
+    def __enter__(self) -> WorkCounter:
         self._handle = self.model.register_forward_pre_hook(self._count, with_kwargs=True)
         return self
 
@@ -175,8 +182,12 @@ class WorkCounter:
 
     def totals(self) -> dict[str, int]:
         real = int(torch.stack(self._real).sum()) if self._real else sum(self._padded)
-        return {"forwards": len(self._samples), "samples": sum(self._samples), "real_tokens": real,
-                "padded_tokens": sum(self._padded)}
+        return {
+            "forwards": len(self._samples),
+            "samples": sum(self._samples),
+            "real_tokens": real,
+            "padded_tokens": sum(self._padded),
+        }
 
 
 def encoder_config(model: torch.nn.Module):

@@ -44,8 +44,8 @@ def worker(path: str, max_length: int) -> dict:
     """Read, check and tokenise ``path`` once; the measurements as a dict."""
     from transformers import AutoTokenizer
 
-    from mixft.data.user_data import load_text_data
     from mixft.data.tokenize import tokenize_text_data
+    from mixft.data.user_data import load_text_data
     from mixft.models.hub import shipped_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(shipped_model_dir())
@@ -80,7 +80,10 @@ def _run_worker(path: Path, max_length: int, cache: Path) -> dict:
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "TOKENIZERS_PARALLELISM": "true"}
     done = subprocess.run(
         [sys.executable, __file__, "--worker", str(path), "--max-length", str(max_length)],
-        env=env, capture_output=True, text=True, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         raise SystemExit(f"worker failed for {path}:\n{done.stderr[-2000:]}")
@@ -117,14 +120,18 @@ def main(argv: list[str] | None = None) -> int:
             new_files = len(set((tmp / "cache").rglob("*.arrow")) - before)
             results[rows] = (cold, warm, path.stat().st_size, new_files)
 
-    header = (f"{'rows':>8} {'file MB':>8} {'load s':>7} {'tokenise s':>10} {'rows/s':>8} {'RSS before MB':>13} "
-              f"{'peak RSS MB':>11} {'growth MB':>9} {'cached run s':>12} {'new files':>9}")
+    header = (
+        f"{'rows':>8} {'file MB':>8} {'load s':>7} {'tokenise s':>10} {'rows/s':>8} {'RSS before MB':>13} "
+        f"{'peak RSS MB':>11} {'growth MB':>9} {'cached run s':>12} {'new files':>9}"
+    )
     print(header)
     for rows, (cold, warm, size, new_files) in results.items():
         growth = cold["peak_rss_mb"] - cold["rss_before_mb"]
-        print(f"{rows:>8} {size / 2**20:>8.1f} {cold['load_s']:>7.2f} {cold['tokenize_s']:>10.2f} "
-              f"{rows / cold['tokenize_s']:>8.0f} {cold['rss_before_mb']:>13.0f} {cold['peak_rss_mb']:>11.0f} "
-              f"{growth:>9.0f} {warm['load_s'] + warm['tokenize_s']:>12.2f} {new_files:>9}")
+        print(
+            f"{rows:>8} {size / 2**20:>8.1f} {cold['load_s']:>7.2f} {cold['tokenize_s']:>10.2f} "
+            f"{rows / cold['tokenize_s']:>8.0f} {cold['rss_before_mb']:>13.0f} {cold['peak_rss_mb']:>11.0f} "
+            f"{growth:>9.0f} {warm['load_s'] + warm['tokenize_s']:>12.2f} {new_files:>9}"
+        )
     print("(cached run: a second fresh process on the same file; new files: what it added to the datasets cache)")
     sizes = sorted(results)
     if len(sizes) >= 2:
@@ -135,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
         small_growth = max(small["peak_rss_mb"] - small["rss_before_mb"], 1e-9)
         growth = (large["peak_rss_mb"] - large["rss_before_mb"]) / small_growth
-        print(f"ratios {sizes[-1]}/{sizes[0]} rows (x{sizes[-1] / sizes[0]:g}): "
-              f"tokenise time x{ratio('tokenize_s'):.1f}, "
-              f"load time x{ratio('load_s'):.1f}, peak RSS x{ratio('peak_rss_mb'):.2f}, RSS growth x{growth:.1f}")
+        print(
+            f"ratios {sizes[-1]}/{sizes[0]} rows (x{sizes[-1] / sizes[0]:g}): "
+            f"tokenise time x{ratio('tokenize_s'):.1f}, "
+            f"load time x{ratio('load_s'):.1f}, peak RSS x{ratio('peak_rss_mb'):.2f}, RSS growth x{growth:.1f}"
+        )
     return 0
 
 

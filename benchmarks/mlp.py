@@ -44,11 +44,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from mixft.config.run_config import RunConfig
-from mixft.train.measure import device_name
 from mixft.amp.precision import PRECISIONS, Precision, resolve_device, resolve_precision
+from mixft.config.run_config import RunConfig
 from mixft.recipe import get_recipe
 from mixft.runs.build import build_trainer
+from mixft.train.measure import device_name
 
 from .timing import MatmulPeak, TimedRegion, flops, fmt, markdown_table, matmul_peak, mib, ratio, rotated
 
@@ -76,7 +76,10 @@ class MLPSizes:
 
     def run_config(self, device: str) -> RunConfig:
         return RunConfig(
-            recipe=RECIPE, device=device, batch_size=self.batch_size, epochs=self.epochs,
+            recipe=RECIPE,
+            device=device,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
             extra={"width": self.width, "layers": self.layers, "batches": self.batches, "eval_batches": 0},
         )
 
@@ -87,8 +90,9 @@ class MLPSizes:
             return None
         work = self.width**2 * self.layers * self.batch_size * self.batches * self.epochs
         smaller = work < seed.width**2 * seed.layers * seed.batch_size * seed.batches * seed.epochs
-        changed = ", ".join(f"{k} {v} (seed {getattr(seed, k)})" for k, v in asdict(self).items()
-                            if v != getattr(seed, k))
+        changed = ", ".join(
+            f"{k} {v} (seed {getattr(seed, k)})" for k, v in asdict(self).items() if v != getattr(seed, k)
+        )
         return f"sizes {'scaled down' if smaller else 'changed'} from the seed's: {changed}"
 
 
@@ -168,8 +172,12 @@ def run_mlp_benchmark(
 
     weights = linear_weight_count(recipe.build(cfg, prepared, precisions["default"], dev, seed).model)
     report = MLPReport(
-        device=str(dev), device_name=device_name(dev), sizes=asdict(sizes), scaled=sizes.scale_note(),
-        linear_weights=weights, flop_rule=FLOP_RULE,
+        device=str(dev),
+        device_name=device_name(dev),
+        sizes=asdict(sizes),
+        scaled=sizes.scale_note(),
+        linear_weights=weights,
+        flop_rule=FLOP_RULE,
     )
     runs: dict[str, list[ModeResult]] = {m: [] for m in to_run}
     for rnd in range(rounds):
@@ -193,22 +201,33 @@ def run_mlp_benchmark(
     return report
 
 
-def _train_mode(recipe, cfg, prepared, mode: str, precision: Precision, dev, seed: int, weights: int,
-                peak: MatmulPeak) -> ModeResult:
+def _train_mode(
+    recipe, cfg, prepared, mode: str, precision: Precision, dev, seed: int, weights: int, peak: MatmulPeak
+) -> ModeResult:
     parts = recipe.build(cfg, prepared, precision, dev, seed)
     # The seed times training alone: no evaluation inside the timed fit().
-    trainer = build_trainer(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
-                                 device=dev, seed=seed)
+    trainer = build_trainer(
+        dataclasses.replace(parts, eval_loader=None), cfg, precision=precision, device=dev, seed=seed
+    )
     with TimedRegion(dev) as region:  # the seed's start_timer() ... end_timer_and_print()
         result = trainer.fit()
     achieved = 6 * weights * trainer.state.samples / region.elapsed_s
     losses = result.history.get("loss") or [None]
     return ModeResult(
-        mode=mode, precision=precision.name, status="ran", time_s=region.elapsed_s,
-        samples=trainer.state.samples, steps=result.steps, skipped_steps=result.skipped_steps,
-        final_loss=losses[-1], peak_memory_bytes=region.peak_bytes, peak_memory_kind=region.memory_kind,
-        peak_above_start_bytes=region.peak_above_start_bytes, achieved_flops_per_s=achieved,
-        matmul_peak=asdict(peak), fraction_of_peak=achieved / peak.flops_per_s,
+        mode=mode,
+        precision=precision.name,
+        status="ran",
+        time_s=region.elapsed_s,
+        samples=trainer.state.samples,
+        steps=result.steps,
+        skipped_steps=result.skipped_steps,
+        final_loss=losses[-1],
+        peak_memory_bytes=region.peak_bytes,
+        peak_memory_kind=region.memory_kind,
+        peak_above_start_bytes=region.peak_above_start_bytes,
+        achieved_flops_per_s=achieved,
+        matmul_peak=asdict(peak),
+        fraction_of_peak=achieved / peak.flops_per_s,
     )
 
 
@@ -219,9 +238,20 @@ def linear_weight_count(model: nn.Module) -> int:
 
 def mlp_table(report: MLPReport) -> str:
     """The three modes as a markdown table (skipped modes keep their row, with the reason)."""
-    headers = ["mode", "precision", "time (s)", "speedup vs default", "peak memory", "memory ratio",
-               "peak above start", "achieved FLOP/s", "measured matmul peak", "fraction of peak",
-               "skipped steps", "final loss"]
+    headers = [
+        "mode",
+        "precision",
+        "time (s)",
+        "speedup vs default",
+        "peak memory",
+        "memory ratio",
+        "peak above start",
+        "achieved FLOP/s",
+        "measured matmul peak",
+        "fraction of peak",
+        "skipped steps",
+        "final loss",
+    ]
     rows = []
     for m in report.modes:
         if m.status != "ran":
@@ -229,14 +259,22 @@ def mlp_table(report: MLPReport) -> str:
             continue
         pk = m.matmul_peak or {}
         rounds = f" (rounds: {', '.join(f'{t:.2f}' for t in m.rounds_time_s)})" if len(m.rounds_time_s) > 1 else ""
-        rows.append([
-            m.mode, m.precision, f"{m.time_s:.2f}{rounds}", f"{m.speedup:.2f}x",
-            f"{mib(m.peak_memory_bytes)} ({m.peak_memory_kind})",
-            f"{m.memory_ratio:.2f}" if m.memory_ratio is not None else "n/a", mib(m.peak_above_start_bytes),
-            flops(m.achieved_flops_per_s),
-            f"{flops(pk.get('flops_per_s'))} ({pk.get('dtype')} {pk.get('n')}^2, median of {pk.get('repeats')})",
-            f"{m.fraction_of_peak:.1%}", m.skipped_steps, fmt(m.final_loss, ".4g"),
-        ])
+        rows.append(
+            [
+                m.mode,
+                m.precision,
+                f"{m.time_s:.2f}{rounds}",
+                f"{m.speedup:.2f}x",
+                f"{mib(m.peak_memory_bytes)} ({m.peak_memory_kind})",
+                f"{m.memory_ratio:.2f}" if m.memory_ratio is not None else "n/a",
+                mib(m.peak_above_start_bytes),
+                flops(m.achieved_flops_per_s),
+                f"{flops(pk.get('flops_per_s'))} ({pk.get('dtype')} {pk.get('n')}^2, median of {pk.get('repeats')})",
+                f"{m.fraction_of_peak:.1%}",
+                m.skipped_steps,
+                fmt(m.final_loss, ".4g"),
+            ]
+        )
     s = report.sizes
     head = (
         f"MLP benchmark on {report.device_name} [{report.device}]: {s['layers']} x Linear({s['width']}, {s['width']}), "

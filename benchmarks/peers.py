@@ -49,8 +49,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import statistics
 import shutil
+import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -58,14 +58,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixft.amp.precision import Precision, amp_precision_names, resolve_device, resolve_precision
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.train.measure import device_name
-from mixft.train.optim import planned_steps
-from mixft.amp.precision import Precision, amp_precision_names, resolve_device, resolve_precision
 from mixft.recipe import TrainerParts
 from mixft.runs.build import build_trainer
+from mixft.train.measure import device_name
+from mixft.train.optim import planned_steps
 
 from .bert import (
     BertSetup,
@@ -130,8 +130,9 @@ class PeersReport:
 
     def median_run(self, framework: str, precision: str) -> PeerRun:
         """The round with the median time (the lower middle one for an even count)."""
-        runs = sorted((r for r in self.runs if r.framework == framework and r.precision == precision),
-                      key=lambda r: r.time_s)
+        runs = sorted(
+            (r for r in self.runs if r.framework == framework and r.precision == precision), key=lambda r: r.time_s
+        )
         if not runs:
             raise KeyError((framework, precision))
         return runs[(len(runs) - 1) // 2]
@@ -156,16 +157,18 @@ class PeersReport:
                 times = [r.time_s for r in self.runs if r.framework == fw and r.precision == precision]
                 acc = self.accuracy_over_seeds(fw, precision)
                 mean = statistics.mean(acc)
-                rows.append({
-                    **asdict(run),
-                    "rounds_time_s": times,
-                    "accuracy_per_seed": acc,
-                    "accuracy_mean": mean,
-                    "accuracy_std": statistics.stdev(acc) if len(acc) > 1 else None,
-                    "mixft_ratio": ratio(ref.samples_per_s, run.samples_per_s) if ref else None,
-                    "accuracy_gap_pts": (statistics.mean(ref_acc) - mean) * 100 if ref else None,
-                    "padding_efficiency": run.real_tokens / run.padded_tokens if run.padded_tokens else None,
-                })
+                rows.append(
+                    {
+                        **asdict(run),
+                        "rounds_time_s": times,
+                        "accuracy_per_seed": acc,
+                        "accuracy_mean": mean,
+                        "accuracy_std": statistics.stdev(acc) if len(acc) > 1 else None,
+                        "mixft_ratio": ratio(ref.samples_per_s, run.samples_per_s) if ref else None,
+                        "accuracy_gap_pts": (statistics.mean(ref_acc) - mean) * 100 if ref else None,
+                        "padding_efficiency": run.real_tokens / run.padded_tokens if run.padded_tokens else None,
+                    }
+                )
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,20 +233,25 @@ def _optimizer_words(optimizer: torch.optim.Optimizer) -> str:
 
 def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
     # Evaluation off during training: every framework is scored by the same evaluator after.
-    trainer = build_trainer(dataclasses.replace(parts, eval_loader=None), cfg, precision=precision,
-                                 device=device, seed=seed)
+    trainer = build_trainer(
+        dataclasses.replace(parts, eval_loader=None), cfg, precision=precision, device=device, seed=seed
+    )
 
     def train() -> dict:
         trainer.fit()
-        return {"steps": trainer.state.step, "skipped_steps": trainer.state.skipped_steps,
-                "optimizer_groups": optimizer_groups(trainer.optimizer, parts.model)}
+        return {
+            "steps": trainer.state.step,
+            "skipped_steps": trainer.state.skipped_steps,
+            "optimizer_groups": optimizer_groups(trainer.optimizer, parts.model),
+        }
 
     pad = pad_description(parts.train_loader)
     return f"LengthGroupedBatchSampler, pad {pad}, {_optimizer_words(trainer.optimizer)}", train
 
 
-def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int,
-              sampling: str = "group_by_length"):
+def _setup_hf(
+    cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int, sampling: str = "group_by_length"
+):
     """``sampling``: ``"group_by_length"`` (Trainer's fastest here) or ``"random"`` (its default)."""
     from transformers import PrinterCallback, TrainingArguments
     from transformers import Trainer as HFTrainer
@@ -276,8 +284,11 @@ def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device,
     # lr, weight decay and warm-up live in the recipe's optimizer and schedule, handed over
     # whole: TrainingArguments' own optimizer settings are then unused.
     hf = HFTrainer(
-        model=LossOutputModel(model, parts.loss_fn), args=args, train_dataset=parts.train_loader.dataset,
-        data_collator=parts.train_loader.collate_fn, optimizers=(optimizer, scheduler),
+        model=LossOutputModel(model, parts.loss_fn),
+        args=args,
+        train_dataset=parts.train_loader.dataset,
+        data_collator=parts.train_loader.collate_fn,
+        optimizers=(optimizer, scheduler),
     )
     hf.remove_callback(PrinterCallback)  # it prints the final metrics; the library does not print
 
@@ -286,8 +297,11 @@ def _setup_hf(cfg: RunConfig, parts: TrainerParts, precision: Precision, device,
             output = hf.train()
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        return {"steps": hf.state.global_step, "hf_train_runtime_s": output.metrics.get("train_runtime"),
-                "optimizer_groups": optimizer_groups(hf.optimizer, model)}
+        return {
+            "steps": hf.state.global_step,
+            "hf_train_runtime_s": output.metrics.get("train_runtime"),
+            "optimizer_groups": optimizer_groups(hf.optimizer, model),
+        }
 
     flag = {torch.bfloat16: "bf16=True", torch.float16: "fp16=True"}.get(precision.autocast_dtype, "no AMP flag")
     pad = pad_description(parts.train_loader)
@@ -334,12 +348,17 @@ def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision,
         return {"steps": step, "optimizer_groups": optimizer_groups(opt, model)}
 
     pad = pad_description(loader)
-    return (f'mixed_precision="{mixed}", LengthGroupedBatchSampler, pad {pad}, '
-            f"recipe's {_optimizer_words(optimizer)}"), train
+    return (
+        f'mixed_precision="{mixed}", LengthGroupedBatchSampler, pad {pad}, recipe\'s {_optimizer_words(optimizer)}'
+    ), train
 
 
-_SETUP = {"mixft": _setup_mixft, "hf-trainer": _setup_hf,
-          "hf-trainer-random": functools.partial(_setup_hf, sampling="random"), "accelerate": _setup_accelerate}
+_SETUP = {
+    "mixft": _setup_mixft,
+    "hf-trainer": _setup_hf,
+    "hf-trainer-random": functools.partial(_setup_hf, sampling="random"),
+    "accelerate": _setup_accelerate,
+}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -358,8 +377,16 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
     run_cfg = bert.cfg
     seeds = list(cfg.seeds) if cfg.seeds else [setup.seed]
     report = PeersReport(
-        device=str(dev), device_name=device_name(dev), model="", dataset="", batch_size=run_cfg.batch_size,
-        epochs=run_cfg.epochs, max_steps=cfg.max_steps, lr=run_cfg.lr, rounds=cfg.rounds, seeds=seeds,
+        device=str(dev),
+        device_name=device_name(dev),
+        model="",
+        dataset="",
+        batch_size=run_cfg.batch_size,
+        epochs=run_cfg.epochs,
+        max_steps=cfg.max_steps,
+        lr=run_cfg.lr,
+        rounds=cfg.rounds,
+        seeds=seeds,
     )
     references: dict[int, dict[str, torch.Tensor]] = {}  # per seed: the first run's initial weights
     for precision in precisions:
@@ -381,8 +408,9 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
     return report
 
 
-def _one_run(fw: str, run_cfg: RunConfig, parts: TrainerParts, precision: Precision, dev, seed: int, rnd: int,
-             identical: bool) -> PeerRun:
+def _one_run(
+    fw: str, run_cfg: RunConfig, parts: TrainerParts, precision: Precision, dev, seed: int, rnd: int, identical: bool
+) -> PeerRun:
     """Train ``fw`` on ``parts`` (timed), then score it with the shared evaluator."""
     model = parts.model
     settings, train = _SETUP[fw](run_cfg, parts, precision, dev, seed)
@@ -391,13 +419,24 @@ def _one_run(fw: str, run_cfg: RunConfig, parts: TrainerParts, precision: Precis
     counts = work.totals()
     accuracy = evaluate_accuracy(model, parts.eval_loader, parts.predict_fn, precision, dev)
     return PeerRun(
-        framework=fw, precision=precision.name, round=rnd + 1, seed=seed, settings=settings,
-        initial_weights_identical=identical, time_s=region.elapsed_s, samples=counts["samples"],
-        real_tokens=counts["real_tokens"], padded_tokens=counts["padded_tokens"],
+        framework=fw,
+        precision=precision.name,
+        round=rnd + 1,
+        seed=seed,
+        settings=settings,
+        initial_weights_identical=identical,
+        time_s=region.elapsed_s,
+        samples=counts["samples"],
+        real_tokens=counts["real_tokens"],
+        padded_tokens=counts["padded_tokens"],
         samples_per_s=counts["samples"] / region.elapsed_s,
         tokens_per_s=counts["real_tokens"] / region.elapsed_s,
-        peak_memory_bytes=region.peak_bytes, peak_memory_kind=region.memory_kind, accuracy=accuracy,
-        torch_threads=torch.get_num_threads(), load_avg_1m=_load_avg(), extra=extra,
+        peak_memory_bytes=region.peak_bytes,
+        peak_memory_kind=region.memory_kind,
+        accuracy=accuracy,
+        torch_threads=torch.get_num_threads(),
+        load_avg_1m=_load_avg(),
+        extra=extra,
     )
 
 
@@ -415,27 +454,58 @@ def _accuracy_words(row: dict[str, Any]) -> str:
 
 
 def peers_table(report: PeersReport) -> str:
-    headers = ["precision", "framework", "samples/s", "tokens/s (real)", "time (s)", "peak memory", "accuracy",
-               "mixft ÷ this (throughput)", "mixft − this (acc. pts)", "padding eff.", "same init",
-               "threads", "load (1 min)", "settings"]
+    headers = [
+        "precision",
+        "framework",
+        "samples/s",
+        "tokens/s (real)",
+        "time (s)",
+        "peak memory",
+        "accuracy",
+        "mixft ÷ this (throughput)",
+        "mixft − this (acc. pts)",
+        "padding eff.",
+        "same init",
+        "threads",
+        "load (1 min)",
+        "settings",
+    ]
     rows = []
     for r in report.summary():
-        rows.append([
-            r["precision"], r["framework"], f"{r['samples_per_s']:.1f}", f"{r['tokens_per_s']:.0f}",
-            f"{r['time_s']:.2f}" + (f" (runs: {', '.join(f'{t:.1f}' for t in r['rounds_time_s'])})"
-                                    if len(r["rounds_time_s"]) > 1 else ""),
-            f"{mib(r['peak_memory_bytes'])} ({r['peak_memory_kind']})", _accuracy_words(r),
-            f"{r['mixft_ratio']:.2f}x" if r["mixft_ratio"] is not None else "n/a",
-            f"{r['accuracy_gap_pts']:+.2f}" if r["accuracy_gap_pts"] is not None else "n/a",
-            f"{r['padding_efficiency']:.2f}" if r["padding_efficiency"] is not None else "n/a",
-            "yes" if all(x.initial_weights_identical for x in report.runs
-                         if x.framework == r["framework"] and x.precision == r["precision"]) else "NO",
-            r["torch_threads"],
-            f"{r['load_avg_1m']:.1f}" if r["load_avg_1m"] is not None else "n/a", r["settings"],
-        ])
+        rows.append(
+            [
+                r["precision"],
+                r["framework"],
+                f"{r['samples_per_s']:.1f}",
+                f"{r['tokens_per_s']:.0f}",
+                f"{r['time_s']:.2f}"
+                + (
+                    f" (runs: {', '.join(f'{t:.1f}' for t in r['rounds_time_s'])})"
+                    if len(r["rounds_time_s"]) > 1
+                    else ""
+                ),
+                f"{mib(r['peak_memory_bytes'])} ({r['peak_memory_kind']})",
+                _accuracy_words(r),
+                f"{r['mixft_ratio']:.2f}x" if r["mixft_ratio"] is not None else "n/a",
+                f"{r['accuracy_gap_pts']:+.2f}" if r["accuracy_gap_pts"] is not None else "n/a",
+                f"{r['padding_efficiency']:.2f}" if r["padding_efficiency"] is not None else "n/a",
+                "yes"
+                if all(
+                    x.initial_weights_identical
+                    for x in report.runs
+                    if x.framework == r["framework"] and x.precision == r["precision"]
+                )
+                else "NO",
+                r["torch_threads"],
+                f"{r['load_avg_1m']:.1f}" if r["load_avg_1m"] is not None else "n/a",
+                r["settings"],
+            ]
+        )
     budget = f"{report.max_steps} steps" if report.max_steps else f"{report.epochs} epoch(s)"
     seeds = ", ".join(str(s) for s in report.seeds)
-    head = (f"mixft vs peers on {report.device_name} [{report.device}]: {report.model}, {report.dataset}, "
-            f"batch {report.batch_size}, {budget}, lr {report.lr:g}, {report.rounds} round(s) x seeds {seeds} "
-            "(speed: the median run by time; accuracy: mean ± std over the seeds)")
+    head = (
+        f"mixft vs peers on {report.device_name} [{report.device}]: {report.model}, {report.dataset}, "
+        f"batch {report.batch_size}, {budget}, lr {report.lr:g}, {report.rounds} round(s) x seeds {seeds} "
+        "(speed: the median run by time; accuracy: mean ± std over the seeds)"
+    )
     return head + "\n\n" + markdown_table(headers, rows)

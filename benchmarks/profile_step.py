@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 
 from benchmarks.timing import SameBatch
-from mixft.config.run_config import RunConfig
 from mixft.amp.hardware import describe_hardware, hardware_line
-from mixft.train.measure import synchronize
 from mixft.amp.precision import resolve_device, resolve_precision
+from mixft.config.run_config import RunConfig
 from mixft.recipe import get_recipe
 from mixft.runs.build import build_trainer
+from mixft.train.measure import synchronize
 
 
 def profile_precision(recipe, cfg: RunConfig, prepared, name: str, device, steps: int, warmup: int):
@@ -67,8 +67,12 @@ def render(results: dict, hw: dict, cfg: RunConfig, rows: int) -> str:
     total = {n: sum(results[n][1].values()) for n in names}
     top = sorted(ops, key=ops.get, reverse=True)[:rows]
     lines = [f"Profile of one {cfg.recipe} step on {hardware_line(hw)}; torch {torch.__version__}", ""]
-    lines += ["Whole step (median): " + ", ".join(f"{n} {results[n][0] * 1000:.1f} ms" for n in names)
-              + (f" ({results[names[0]][0] / results[last][0]:.2f}x {last} vs {names[0]})" if len(names) > 1 else ""), ""]
+    lines += [
+        "Whole step (median): "
+        + ", ".join(f"{n} {results[n][0] * 1000:.1f} ms" for n in names)
+        + (f" ({results[names[0]][0] / results[last][0]:.2f}x {last} vs {names[0]})" if len(names) > 1 else ""),
+        "",
+    ]
     lines.append("| op | " + " | ".join(f"{n} ms/step" for n in names) + f" | {last} share |")
     lines.append("|---|" + "---:|" * (len(names) + 1))
     for op in top:
@@ -94,8 +98,10 @@ def main(argv=None) -> int:
     cfg = RunConfig(recipe=args.recipe, max_train_samples=64, max_eval_samples=8, device=args.device)
     cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
     prepared = recipe.prepare(cfg)
-    results = {name: profile_precision(recipe, cfg, prepared, name, device, args.steps, args.warmup)
-               for name in args.precisions.split(",")}
+    results = {
+        name: profile_precision(recipe, cfg, prepared, name, device, args.steps, args.warmup)
+        for name in args.precisions.split(",")
+    }
     table = render(results, describe_hardware(device), cfg, args.rows)
     print(table)
     if args.out:

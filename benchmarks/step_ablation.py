@@ -58,8 +58,9 @@ def variants() -> dict[str, frozenset[str]]:
     return out
 
 
-def timed_variant(bert, precision_name: str, left_out: frozenset[str], warmup: int, steps: int,
-                  max_grad_norm: float | None = None) -> list[float]:
+def timed_variant(
+    bert, precision_name: str, left_out: frozenset[str], warmup: int, steps: int, max_grad_norm: float | None = None
+) -> list[float]:
     """Seconds of each timed step of a fresh trainer with ``left_out`` switched off."""
     device = resolve_device("cpu")
     precision = resolve_precision(precision_name, device)
@@ -111,10 +112,21 @@ def ablation_table(times: dict, precisions: list[str]) -> str:
                 speedup = "1.00 (reference)"
             else:
                 per_round = [statistics.median(v) / statistics.median(a) for v, a in zip(t["rounds"], best["rounds"])]
-                speedup = (f"{statistics.median(t['all']) / statistics.median(best['all']):.3f} "
-                           f"(rounds {min(per_round):.3f}-{max(per_round):.3f})")
-            rows.append([precision, variant, f"{statistics.median(ms):.1f}",
-                         f"{_quantile(ms, 0.25):.1f}-{_quantile(ms, 0.75):.1f}", f"{min(ms):.1f}", len(ms), speedup])
+                speedup = (
+                    f"{statistics.median(t['all']) / statistics.median(best['all']):.3f} "
+                    f"(rounds {min(per_round):.3f}-{max(per_round):.3f})"
+                )
+            rows.append(
+                [
+                    precision,
+                    variant,
+                    f"{statistics.median(ms):.1f}",
+                    f"{_quantile(ms, 0.25):.1f}-{_quantile(ms, 0.75):.1f}",
+                    f"{min(ms):.1f}",
+                    len(ms),
+                    speedup,
+                ]
+            )
     headers = ["precision", "variant", "median ms/step", "p25-p75 ms", "min ms", "steps", "all ÷ this (speedup of all)"]
     return markdown_table(headers, rows)
 
@@ -126,8 +138,10 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant per round")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--precisions", default=",".join(PRECISIONS))
-    p.add_argument("--variants", help="comma-separated variants to run beside all (default: every one: "
-                   + ", ".join(variants()) + ")")
+    p.add_argument(
+        "--variants",
+        help="comma-separated variants to run beside all (default: every one: " + ", ".join(variants()) + ")",
+    )
     p.add_argument("--max-grad-norm", type=float, help="the clip limit (default: the recipe's)")
     p.add_argument("--json", help="also write the raw step times here")
     args = p.parse_args(argv)
@@ -137,23 +151,40 @@ def main(argv=None) -> int:
     only = [name.strip() for name in (args.variants or "").split(",") if name.strip()]
     if set(only) - set(variants()):
         p.error(f"unknown variant(s) {sorted(set(only) - set(variants()))}; choose from {', '.join(variants())}")
-    bert = prepare_bert(BertSetup(train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size,
-                                  device="cpu"))
+    bert = prepare_bert(
+        BertSetup(train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size, device="cpu")
+    )
     hw = describe_hardware(resolve_device("cpu"))
-    shown = bert.recipe.build(bert.cfg, bert.prepared, resolve_precision("fp32", resolve_device("cpu")),
-                              resolve_device("cpu"), seed=0)
+    shown = bert.recipe.build(
+        bert.cfg, bert.prepared, resolve_precision("fp32", resolve_device("cpu")), resolve_device("cpu"), seed=0
+    )
     shape = tuple(next(iter(shown.train_loader))["input_ids"].shape)
-    print(f"Step ablation, {bert.cfg.recipe} ({shown.run_info.get('model', bert.cfg.model)}), batch {shape[0]} x "
-          f"{shape[1]} tokens, {args.rounds} rounds x "
-          f"({args.warmup} warm-up + {args.steps} timed steps) per variant")
-    print(f"{hardware_line(hw)}; flags {json.dumps(hw['cpu']['flags'])}; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads\n")
-    times = run_ablation(lambda precision, left_out: timed_variant(bert, precision, left_out, args.warmup, args.steps,
-                                                                       args.max_grad_norm),
-                         precisions, args.rounds, only)
+    print(
+        f"Step ablation, {bert.cfg.recipe} ({shown.run_info.get('model', bert.cfg.model)}), batch {shape[0]} x "
+        f"{shape[1]} tokens, {args.rounds} rounds x "
+        f"({args.warmup} warm-up + {args.steps} timed steps) per variant"
+    )
+    print(
+        f"{hardware_line(hw)}; flags {json.dumps(hw['cpu']['flags'])}; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads\n"
+    )
+    times = run_ablation(
+        lambda precision, left_out: timed_variant(
+            bert, precision, left_out, args.warmup, args.steps, args.max_grad_norm
+        ),
+        precisions,
+        args.rounds,
+        only,
+    )
     print(ablation_table(times, precisions))
     if args.json:
-        result = {"hardware": hw, "args": vars(args), "batch_shape": shape, "switches": list(SWITCHES), "step_times_s": times}
+        result = {
+            "hardware": hw,
+            "args": vars(args),
+            "batch_shape": shape,
+            "switches": list(SWITCHES),
+            "step_times_s": times,
+        }
         Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     return 0
 

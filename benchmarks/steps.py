@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from mixft.train.measure import device_name
 from mixft.amp.precision import amp_precision_names, configure_matmul, resolve_device, resolve_precision
 from mixft.runs.build import build_trainer
+from mixft.train.measure import device_name
 
 from .bert import BertSetup, bert_matmul_flops, encoder_config, prepare_bert
 from .timing import StepTimer, TimedRegion, flops, markdown_table, matmul_peak, mib, ratio, rotated
@@ -70,8 +70,15 @@ class StepReport:
         return asdict(self)
 
 
-def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, precisions: list[str] | None = None,
-                       rounds: int = 1, peak_n: int | None = None) -> StepReport:
+def run_step_benchmark(
+    setup: BertSetup,
+    *,
+    steps: int = 20,
+    warmup: int = 3,
+    precisions: list[str] | None = None,
+    rounds: int = 1,
+    peak_n: int | None = None,
+) -> StepReport:
     """Median step time of bert-sst2 per precision (default: fp32 and the device's AMP).
 
     ``peak_n``: the size of the square matmul that measures each precision's peak rate
@@ -83,10 +90,20 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
     names = precisions or ["fp32", amp_precision_names(dev)[0]]
     # Enough examples for every step in one epoch: no epoch boundary inside the timing.
     need = setup.batch_size * (steps + warmup)
-    bert = prepare_bert(setup, max_train_samples=need, max_eval_samples=min(setup.eval_samples, 8), device=str(dev),
-                        epochs=1, max_steps=steps + warmup)
+    bert = prepare_bert(
+        setup,
+        max_train_samples=need,
+        max_eval_samples=min(setup.eval_samples, 8),
+        device=str(dev),
+        epochs=1,
+        max_steps=steps + warmup,
+    )
     report = StepReport(
-        device=str(dev), device_name=device_name(dev), model="", dataset="", batch_size=setup.batch_size,
+        device=str(dev),
+        device_name=device_name(dev),
+        model="",
+        dataset="",
+        batch_size=setup.batch_size,
         max_length=bert.cfg.max_length,
     )
     timers: dict[str, list[StepTimer]] = {name: [] for name in names}
@@ -100,8 +117,14 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
             report.model, report.dataset = parts.run_info.get("model", ""), parts.run_info.get("dataset", "")
             config = encoder_config(parts.model)
             timer = StepTimer()
-            trainer = build_trainer(dataclasses.replace(parts, eval_loader=None), bert.cfg, precision=precision,
-                                         device=dev, seed=setup.seed, callbacks=[timer])
+            trainer = build_trainer(
+                dataclasses.replace(parts, eval_loader=None),
+                bert.cfg,
+                precision=precision,
+                device=dev,
+                seed=setup.seed,
+                callbacks=[timer],
+            )
             with TimedRegion(dev) as region:
                 trainer.fit()
             timers[name].append(timer)
@@ -120,15 +143,24 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
         precision = resolve_precision(name, dev)
         achieved = sum(bert_matmul_flops(config, shapes) for shapes in merged.step_shapes) / sum(merged.step_times_s)
         with configure_matmul(precision, dev):  # TF32 on or off, as the run had it
-            peak = matmul_peak(dev, precision.autocast_dtype or torch.float32,
-                               peak_n or (8192 if dev.type == "cuda" else 2048))
-        report.rows.append(StepRow(
-            precision=precision.name, warmup_steps=warmup, rounds=rounds,
-            min_step_s=min(merged.step_times_s), peak_memory_bytes=max(known) if known else None,
-            peak_memory_kind=kind, step_times_s=[x for t in timers[name] for x in t.step_times_s], **s,
-            matmul_flops_per_s=achieved, matmul_peak_flops_per_s=peak.flops_per_s,
-            fraction_of_peak=achieved / peak.flops_per_s,
-        ))
+            peak = matmul_peak(
+                dev, precision.autocast_dtype or torch.float32, peak_n or (8192 if dev.type == "cuda" else 2048)
+            )
+        report.rows.append(
+            StepRow(
+                precision=precision.name,
+                warmup_steps=warmup,
+                rounds=rounds,
+                min_step_s=min(merged.step_times_s),
+                peak_memory_bytes=max(known) if known else None,
+                peak_memory_kind=kind,
+                step_times_s=[x for t in timers[name] for x in t.step_times_s],
+                **s,
+                matmul_flops_per_s=achieved,
+                matmul_peak_flops_per_s=peak.flops_per_s,
+                fraction_of_peak=achieved / peak.flops_per_s,
+            )
+        )
     base = next((r for r in report.rows if r.precision == "fp32"), None)
     for r in report.rows:
         r.speedup_vs_fp32 = ratio(base.median_step_s, r.median_step_s) if base else None
@@ -136,16 +168,35 @@ def run_step_benchmark(setup: BertSetup, *, steps: int = 20, warmup: int = 3, pr
 
 
 def steps_table(report: StepReport) -> str:
-    headers = ["precision", "median step (ms)", "min step (ms)", "samples/s", "tokens/s (real)", "speedup vs fp32",
-               "matmul FLOP/s", "of measured peak", "peak memory", "steps timed"]
-    rows = [[
-        r.precision, f"{r.median_step_s * 1e3:.1f}", f"{r.min_step_s * 1e3:.1f}", f"{r.samples_per_s:.1f}",
-        f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "n/a",
-        f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 else "n/a",
-        flops(r.matmul_flops_per_s), f"{r.fraction_of_peak:.0%} of {flops(r.matmul_peak_flops_per_s)}",
-        f"{mib(r.peak_memory_bytes)} ({r.peak_memory_kind})",
-        f"{r.measured_steps} ({r.rounds} round(s) x {r.measured_steps // r.rounds}, +{r.warmup_steps} warm-up each)",
-    ] for r in report.rows]
-    head = (f"bert-sst2 step time on {report.device_name} [{report.device}]: {report.model}, {report.dataset}, "
-            f"batch {report.batch_size}, max length {report.max_length}")
+    headers = [
+        "precision",
+        "median step (ms)",
+        "min step (ms)",
+        "samples/s",
+        "tokens/s (real)",
+        "speedup vs fp32",
+        "matmul FLOP/s",
+        "of measured peak",
+        "peak memory",
+        "steps timed",
+    ]
+    rows = [
+        [
+            r.precision,
+            f"{r.median_step_s * 1e3:.1f}",
+            f"{r.min_step_s * 1e3:.1f}",
+            f"{r.samples_per_s:.1f}",
+            f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "n/a",
+            f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 else "n/a",
+            flops(r.matmul_flops_per_s),
+            f"{r.fraction_of_peak:.0%} of {flops(r.matmul_peak_flops_per_s)}",
+            f"{mib(r.peak_memory_bytes)} ({r.peak_memory_kind})",
+            f"{r.measured_steps} ({r.rounds} round(s) x {r.measured_steps // r.rounds}, +{r.warmup_steps} warm-up each)",
+        ]
+        for r in report.rows
+    ]
+    head = (
+        f"bert-sst2 step time on {report.device_name} [{report.device}]: {report.model}, {report.dataset}, "
+        f"batch {report.batch_size}, max length {report.max_length}"
+    )
     return head + "\n\n" + markdown_table(headers, rows)

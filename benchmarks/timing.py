@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from mixft.train.measure import PeakMemory, current_rss_bytes, synchronize
 from mixft.train.hooks import Callback
+from mixft.train.measure import PeakMemory, current_rss_bytes, synchronize
 
 
 def fresh_region(device: torch.device) -> None:
@@ -66,7 +66,7 @@ class TimedRegion:
             return None
         return self.peak_bytes - self.start_bytes
 
-    def __enter__(self) -> "TimedRegion":
+    def __enter__(self) -> TimedRegion:
         fresh_region(self.device)
         self.start_bytes = memory_in_use(self.device)
         self._memory.start()

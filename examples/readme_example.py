@@ -40,12 +40,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixft.amp.precision import Precision, precision_notice, resolve_device, resolve_precision
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.train.measure import PeakMemory, Stopwatch, device_name
 from mixft.models.classifiers import BertClassifier
-from mixft.amp.precision import Precision, precision_notice, resolve_device, resolve_precision
 from mixft.results import RunResult
+from mixft.train.measure import PeakMemory, Stopwatch, device_name
 
 PROG = "readme_example.py"
 README_EPOCHS = 5  # what the README trains for; the default here is smaller, see ExampleConfig
@@ -96,7 +96,7 @@ AUTOCAST_TRAP = (
 )
 
 #: The README's model, as written (it loads the encoder itself; here the encoder is passed in).
-README_MODEL_CODE = '''\
+README_MODEL_CODE = """\
 class ClassificationModel(nn.Module):
     def __init__(self):
         super().__init__()
@@ -107,7 +107,7 @@ class ClassificationModel(nn.Module):
     def forward(self, input_ids, attention_mask):
         _, pooled = self.bert(input_ids, attention_mask)
         return self.sigmoid(self.linear(self.dropout(pooled)))
-criterion = torch.loss.BCELoss()'''
+criterion = torch.loss.BCELoss()"""
 
 
 class ReadmeModelAsWritten(nn.Module):
@@ -216,7 +216,9 @@ class TrapDemo:
             return False
         if not math.isclose(self.bce_loss, self.reference_loss, rel_tol=0.05):
             return True
-        return any(not math.isclose(g, r, rel_tol=0.1, abs_tol=1e-3) for g, r in zip(self.bce_grads, self.reference_grads))
+        return any(
+            not math.isclose(g, r, rel_tol=0.1, abs_tol=1e-3) for g, r in zip(self.bce_grads, self.reference_grads)
+        )
 
 
 def _head(device: torch.device) -> nn.Linear:
@@ -388,7 +390,7 @@ class ExampleConfig:
     device: str = "auto"
     amp: str = "auto"  # "auto": the device's AMP (fp16 on CUDA, bf16 on CPU), or fp16 / bf16
 
-    def validate(self) -> "ExampleConfig":
+    def validate(self) -> ExampleConfig:
         for name in ("max_train_samples", "max_eval_samples", "epochs", "batch_size", "max_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -403,8 +405,9 @@ class ExampleConfig:
 
     def precisions(self, device: torch.device) -> tuple[Precision, Precision]:
         """(fp32, the AMP precision) for ``device``; UsageError where the device cannot run it."""
-        return resolve_precision("fp32", device), resolve_precision("amp" if self.amp == "auto" else self.amp, device,
-                                                                   policy=False)  # a comparison measures AMP
+        return resolve_precision("fp32", device), resolve_precision(
+            "amp" if self.amp == "auto" else self.amp, device, policy=False
+        )  # a comparison measures AMP
 
 
 @dataclass
@@ -441,8 +444,9 @@ def prepare(cfg: ExampleConfig) -> Prepared:
     fp32, amp = cfg.precisions(device)
     # Data first: a bad --data-dir fails in milliseconds, before a model is looked up. The
     # same data path as the bert-sst2 recipe (GLUE dir, hub or cache, else generated).
-    data = load_sst2(cfg.data_dir, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
-                     seed=cfg.seed)
+    data = load_sst2(
+        cfg.data_dir, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples, seed=cfg.seed
+    )
     resolved = resolve_model(cfg.model)
     hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar
     try:
@@ -493,7 +497,10 @@ def _loader(prepared: Prepared, examples, batch_size: int, shuffle: bool, seed: 
     # loops see the same batches; the same padding (multiples of 8) for both as well.
     generator = torch.Generator().manual_seed(seed)
     return DataLoader(
-        examples, batch_size=batch_size, shuffle=shuffle, generator=generator,
+        examples,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        generator=generator,
         collate_fn=DataCollatorWithPadding(prepared.tokenizer, pad_to_multiple_of=8, return_tensors="pt"),
     )
 
@@ -546,8 +553,14 @@ def run_loop(prepared: Prepared, precision: Precision) -> RunResult:
         with clock:
             if precision.autocast_enabled:
                 scaler = mixed_precision_loop(
-                    model, train_loader, optimizer, criterion, cfg.epochs, device,
-                    precision.autocast_dtype, precision.grad_scaler,
+                    model,
+                    train_loader,
+                    optimizer,
+                    criterion,
+                    cfg.epochs,
+                    device,
+                    precision.autocast_dtype,
+                    precision.grad_scaler,
                 )
             else:
                 single_precision_loop(model, train_loader, optimizer, criterion, cfg.epochs, device)
@@ -588,7 +601,9 @@ def run_loop(prepared: Prepared, precision: Precision) -> RunResult:
     return result
 
 
-def run_comparison(prepared: Prepared, on_start: Callable[[Precision], None] | None = None) -> tuple[RunResult, RunResult]:
+def run_comparison(
+    prepared: Prepared, on_start: Callable[[Precision], None] | None = None
+) -> tuple[RunResult, RunResult]:
     """Both loops on the same data, seed and initial weights: (fp32 result, AMP result).
 
     Usage: ``fp32, amp = run_comparison(prepare(ExampleConfig()))``
@@ -629,13 +644,17 @@ def format_trap(demo: TrapDemo) -> str:
     if demo.refused is not None:
         lines.append("  RuntimeError: " + demo.refused.strip().replace("\n", "\n    "))
     else:
-        lines.append(f"  no error on {demo.device}: sigmoid gave {_floats(demo.probabilities, '.6g')} in {demo.precision}")
+        lines.append(
+            f"  no error on {demo.device}: sigmoid gave {_floats(demo.probabilities, '.6g')} in {demo.precision}"
+        )
         saturated = any(p in (0.0, 1.0) for p in demo.probabilities or ())
         why = ": log(0) = -inf, which BCELoss clamps at -100" if saturated else ""
         lines.append(f"  BCELoss = {demo.bce_loss:.4f} (fp32 truth {demo.reference_loss:.4f}{why})")
         lines.append(f"  d loss/d logit = {_floats(demo.bce_grads)} (truth {_floats(demo.reference_grads)})")
         if demo.cuda_policy:
-            lines.append("  torch's CUDA autocast raises instead: RuntimeError: " + demo.cuda_policy.strip().splitlines()[0])
+            lines.append(
+                "  torch's CUDA autocast raises instead: RuntimeError: " + demo.cuda_policy.strip().splitlines()[0]
+            )
     lines.append(
         f"  fix, BCEWithLogitsLoss on the logits under the same autocast: loss {demo.logits_loss:.4f}, "
         f"d loss/d logit = {_floats(demo.logits_grads)}"
@@ -670,12 +689,24 @@ def side_by_side(fp32: RunResult, amp: RunResult) -> str:
     rows = [
         ("accuracy", f"{acc32:.4f}", f"{acc16:.4f}", f"{(acc16 - acc32) * 100:+.2f} pts"),
         ("eval loss", f"{fp32.eval['loss']:.4f}", f"{amp.eval['loss']:.4f}", ""),
-        ("train time (s)", f"{fp32.train_time_s:.1f}", f"{amp.train_time_s:.1f}",
-         f"{_ratio(fp32.train_time_s, amp.train_time_s)} speedup"),
-        ("samples/s", f"{fp32.train_samples_per_s:.1f}", f"{amp.train_samples_per_s:.1f}",
-         _ratio(amp.train_samples_per_s, fp32.train_samples_per_s)),
-        (f"peak memory (MiB{', ' + kind if kind else ''})", _mib(fp32), _mib(amp),
-         _ratio(amp.peak_memory_bytes, fp32.peak_memory_bytes)),
+        (
+            "train time (s)",
+            f"{fp32.train_time_s:.1f}",
+            f"{amp.train_time_s:.1f}",
+            f"{_ratio(fp32.train_time_s, amp.train_time_s)} speedup",
+        ),
+        (
+            "samples/s",
+            f"{fp32.train_samples_per_s:.1f}",
+            f"{amp.train_samples_per_s:.1f}",
+            _ratio(amp.train_samples_per_s, fp32.train_samples_per_s),
+        ),
+        (
+            f"peak memory (MiB{', ' + kind if kind else ''})",
+            _mib(fp32),
+            _mib(amp),
+            _ratio(amp.peak_memory_bytes, fp32.peak_memory_bytes),
+        ),
         ("optimizer steps", str(fp32.steps), str(amp.steps), ""),
         ("skipped steps", str(fp32.skipped_steps), str(amp.skipped_steps), ""),
         ("final loss scale", scale(fp32), scale(amp), ""),
@@ -692,7 +723,15 @@ def side_by_side(fp32: RunResult, amp: RunResult) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mixft.cli.parser import OneLineParser as _Parser, positive_float as _positive_float, positive_int as _positive_int
+    from mixft.cli.parser import (
+        OneLineParser as _Parser,
+    )
+    from mixft.cli.parser import (
+        positive_float as _positive_float,
+    )
+    from mixft.cli.parser import (
+        positive_int as _positive_int,
+    )
 
     d = ExampleConfig()
     p = _Parser(
@@ -704,26 +743,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train-samples", type=_positive_int, default=d.max_train_samples)
     p.add_argument("--max-eval-samples", type=_positive_int, default=d.max_eval_samples)
     p.add_argument(
-        "--epochs", type=_positive_int, default=d.epochs,
+        "--epochs",
+        type=_positive_int,
+        default=d.epochs,
         help=f"default %(default)s; the README says {README_EPOCHS}, which takes five times as long",
     )
     p.add_argument("--batch-size", type=_positive_int, default=d.batch_size)
-    p.add_argument("--lr", type=_positive_float, default=d.lr,
-                   help=f"default %(default)g; the README's {README_LR:g} barely moves in the default budget")
+    p.add_argument(
+        "--lr",
+        type=_positive_float,
+        default=d.lr,
+        help=f"default %(default)g; the README's {README_LR:g} barely moves in the default budget",
+    )
     p.add_argument("--max-length", type=_positive_int, default=d.max_length)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
-    p.add_argument("--amp", choices=["auto", "fp16", "bf16"], default=d.amp,
-                   help="the mixed precision (auto: fp16 on CUDA, bf16 on CPU)")
+    p.add_argument(
+        "--amp",
+        choices=["auto", "fp16", "bf16"],
+        default=d.amp,
+        help="the mixed precision (auto: fp16 on CUDA, bf16 on CPU)",
+    )
     p.add_argument("--output-dir", help="also write results.json and report.md (with charts) here")
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> ExampleConfig:
     return ExampleConfig(
-        model=args.model, data_dir=args.data_dir, max_train_samples=args.max_train_samples,
-        max_eval_samples=args.max_eval_samples, epochs=args.epochs, batch_size=args.batch_size,
-        lr=args.lr, max_length=args.max_length, seed=args.seed, device=args.device, amp=args.amp,
+        model=args.model,
+        data_dir=args.data_dir,
+        max_train_samples=args.max_train_samples,
+        max_eval_samples=args.max_eval_samples,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_length=args.max_length,
+        seed=args.seed,
+        device=args.device,
+        amp=args.amp,
     )
 
 
@@ -733,8 +790,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         cfg = config_from_args(args).validate()
         if args.output_dir:
-            from mixft.runs.outdir import REPORT_NAME, RESULTS_NAME, check_output_dir
             from mixft.report.summary import CHART_TITLES
+            from mixft.runs.outdir import REPORT_NAME, RESULTS_NAME, check_output_dir
 
             check_output_dir(Path(args.output_dir), files=[RESULTS_NAME, REPORT_NAME, *CHART_TITLES])
         prepared = prepare(cfg)  # model, data, device, precisions: every check before any work
@@ -749,7 +806,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     say = lambda *lines: print(*lines, sep="\n", flush=True)  # noqa: E731
     say("# The README example, corrected", "")
-    say("## Three bugs in the README code (run here on the resolved encoder)", format_bugs(reproduce_readme_bugs(prepared.encoder)), "")
+    say(
+        "## Three bugs in the README code (run here on the resolved encoder)",
+        format_bugs(reproduce_readme_bugs(prepared.encoder)),
+        "",
+    )
     say("## The autocast trap", AUTOCAST_TRAP, "")
     device = prepared.device
     traps = ["fp16"] + (["bf16"] if device.type == "cpu" else [])
@@ -759,7 +820,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cfg = prepared.cfg
     budget = f"{cfg.epochs} epoch(s)" + (f" (README: {README_EPOCHS})" if cfg.epochs != README_EPOCHS else "")
-    budget += f", batch {cfg.batch_size}, AdamW lr {cfg.lr:g}" + (f" (README: {README_LR:g})" if cfg.lr != README_LR else "")
+    budget += f", batch {cfg.batch_size}, AdamW lr {cfg.lr:g}" + (
+        f" (README: {README_LR:g})" if cfg.lr != README_LR else ""
+    )
     say(
         "## FP32 vs AMP",
         f"model   {prepared.model_description}",
@@ -768,8 +831,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"budget  {budget}, seed {cfg.seed}",
     )
     if cfg.epochs != README_EPOCHS or cfg.lr != README_LR:
-        say(f"        a smaller budget than the README's, to finish in minutes on a CPU; "
-            f"--epochs {README_EPOCHS} --lr {README_LR:g} for the README's")
+        say(
+            f"        a smaller budget than the README's, to finish in minutes on a CPU; "
+            f"--epochs {README_EPOCHS} --lr {README_LR:g} for the README's"
+        )
     try:
         fp32, amp = run_comparison(prepared, on_start=lambda p: say(f"training {p.name} ..."))
     except KeyboardInterrupt:
@@ -777,11 +842,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     say("", side_by_side(fp32, amp), "")
     if device.type == "cpu":
-        say("Peak memory on CPU is the process's RSS (Python, libraries and data included), and the "
-            "AMP run follows the fp32 run in the same process: read it as an upper bound, not tensor memory.")
+        say(
+            "Peak memory on CPU is the process's RSS (Python, libraries and data included), and the "
+            "AMP run follows the fp32 run in the same process: read it as an upper bound, not tensor memory."
+        )
     if args.output_dir:
-        from mixft.report.plots import write_plots
         from mixft.report.markdown import write_report
+        from mixft.report.plots import write_plots
         from mixft.results import results_document, write_results
         from mixft.runs.outdir import REPORT_NAME, RESULTS_NAME
 

@@ -15,9 +15,10 @@ import errno
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from mixft.errors import first_line
 
@@ -55,8 +56,14 @@ def is_write_failure(exc: BaseException) -> bool:
     return any(marker in text for marker in _WRITE_FAILURE_MARKERS)
 
 
-_WRITE_FAILURE_MARKERS = ("file write failed", "PytorchStreamWriter failed", "unexpected pos",
-                          "No space left on device", "os error 28", "StorageFull")
+_WRITE_FAILURE_MARKERS = (
+    "file write failed",
+    "PytorchStreamWriter failed",
+    "unexpected pos",
+    "No space left on device",
+    "os error 28",
+    "StorageFull",
+)
 
 
 @contextmanager

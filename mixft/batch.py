@@ -31,8 +31,7 @@ def split_batch(batch, device: torch.device):
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
         return _to(batch[0], device), _to(batch[1], device)
     raise TypeError(
-        "a batch must be a mapping with a 'labels' key or an (inputs, labels) pair, "
-        f"got {type(batch).__name__}"
+        f"a batch must be a mapping with a 'labels' key or an (inputs, labels) pair, got {type(batch).__name__}"
     )
 
 

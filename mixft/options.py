@@ -73,10 +73,12 @@ NON_NEGATIVE_FLOAT = Check(float, lambda v: _is_number(v) and v >= 0, "a finite 
 # hold more than 3.4e38, so a larger one would fail at the first step ("cannot be converted to
 # float without overflow") or turn into inf; refused here, from the flag, a config file and Python alike.
 FLOAT32_MAX = 3.4028234663852886e38
-POSITIVE_FLOAT32 = Check(float, lambda v: _is_number(v) and 0 < v <= FLOAT32_MAX,
-                         "a positive finite number up to float32's 3.4e38")
-NON_NEGATIVE_FLOAT32 = Check(float, lambda v: _is_number(v) and 0 <= v <= FLOAT32_MAX,
-                             "a finite number >= 0 up to float32's 3.4e38")
+POSITIVE_FLOAT32 = Check(
+    float, lambda v: _is_number(v) and 0 < v <= FLOAT32_MAX, "a positive finite number up to float32's 3.4e38"
+)
+NON_NEGATIVE_FLOAT32 = Check(
+    float, lambda v: _is_number(v) and 0 <= v <= FLOAT32_MAX, "a finite number >= 0 up to float32's 3.4e38"
+)
 PROBABILITY = Check(float, lambda v: _is_number(v) and 0 <= v <= 1, "a probability between 0 and 1")
 FRACTION = Check(float, lambda v: _is_number(v) and 0 < v < 1, "a fraction between 0 and 1 (exclusive)")
 # 0 keeps every activation; 1 would drop them all, so LoRA's adapters would learn nothing.
@@ -97,18 +99,30 @@ def _names(text: str) -> list[str]:
 
 
 # "a,b" on the command line, a list in Python and config files (e.g. --fp32-modules).
-NAMES = Check(_names, lambda v: isinstance(v, list) and bool(v)
-              and all(isinstance(n, str) and n.strip() and "," not in n for n in v),
-              "comma-separated names without empty entries, e.g. encoder.layer.0.output,classifier")
+NAMES = Check(
+    _names,
+    lambda v: isinstance(v, list) and bool(v) and all(isinstance(n, str) and n.strip() and "," not in n for n in v),
+    "comma-separated names without empty entries, e.g. encoder.layer.0.output,classifier",
+)
 
 
 def choice(*names: str) -> Check:
     return Check(str, lambda v: v in names, f"one of: {', '.join(names)}")
 
 
-def option(default, help: str, *, check: Check | None = None, flag: str | None = None, metavar: str | None = None,
-           group: str | None = None, cli: bool = True, per_recipe: bool = False, negatable: bool = False,
-           default_factory=None):
+def option(
+    default,
+    help: str,
+    *,
+    check: Check | None = None,
+    flag: str | None = None,
+    metavar: str | None = None,
+    group: str | None = None,
+    cli: bool = True,
+    per_recipe: bool = False,
+    negatable: bool = False,
+    default_factory=None,
+):
     """A dataclass field with its rule and command-line form.
 
     ``flag`` defaults to ``--field-name``; a bool whose default is True gets a ``--no-...``
@@ -117,8 +131,16 @@ def option(default, help: str, *, check: Check | None = None, flag: str | None =
     ``per_recipe``: only recipes that list the field in their ``USES`` read it.
     ``negatable``: a switch spelled both ``--x`` and ``--no-x`` (its default may be None: "decide later").
     """
-    meta = {"help": help, "check": check, "flag": flag, "metavar": metavar, "group": group, "cli": cli,
-            "per_recipe": per_recipe, "negatable": negatable}
+    meta = {
+        "help": help,
+        "check": check,
+        "flag": flag,
+        "metavar": metavar,
+        "group": group,
+        "cli": cli,
+        "per_recipe": per_recipe,
+        "negatable": negatable,
+    }
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -144,15 +166,21 @@ def add_arguments(parser: argparse.ArgumentParser, dataclass_fields, groups: dic
             # --x and --no-x; a None default (decided by the run, e.g. --preflight's "auto") is said in the help.
             said = "default" in meta["help"]
             default_text = "" if said else f" (default {'on' if f.default else 'off'})"
-            target.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=meta["help"] + default_text)
+            target.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=f.default,
+                help=meta["help"] + default_text,
+            )
             continue
         if f.type in ("bool", bool) or isinstance(f.default, bool):
             # True-by-default switches are spelled --no-x and store False.
             action = "store_false" if f.default else "store_true"
             state = "on; this flag turns it off" if f.default else "off"
-            target.add_argument(flag, dest=f.name, action=action, default=f.default,
-                                help=f"{meta['help']} (default {state})")
+            target.add_argument(
+                flag, dest=f.name, action=action, default=f.default, help=f"{meta['help']} (default {state})"
+            )
             continue
         check = meta.get("check")
         default = f.default if f.default is not None else None
@@ -162,5 +190,11 @@ def add_arguments(parser: argparse.ArgumentParser, dataclass_fields, groups: dic
             help_text = f"{meta['help']} (default {default})"
         else:
             help_text = f"{meta['help']} (default: unset, the recipe decides)"
-        target.add_argument(flag, dest=f.name, type=check.parse if check else str, default=default,
-                            metavar=meta.get("metavar"), help=help_text)
+        target.add_argument(
+            flag,
+            dest=f.name,
+            type=check.parse if check else str,
+            default=default,
+            metavar=meta.get("metavar"),
+            help=help_text,
+        )

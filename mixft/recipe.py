@@ -27,11 +27,12 @@ Also here: the registry (``get_recipe``, ``recipe_names``), recipes found by the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
 
 from mixft.errors import UsageError
 

@@ -115,7 +115,9 @@ class RunResult:
     # What the model learned to predict: {"kind", "names" (label names in id order), "text_columns",
     # "label_column", "glue_task"}; null for recipes without labels (mlp-synthetic).
     task: dict[str, Any] | None = None
-    best: dict[str, Any] | None = None  # the best evaluation: {"step", "epoch", "metric", "metrics", "loaded", "evaluations"}
+    best: dict[str, Any] | None = (
+        None  # the best evaluation: {"step", "epoch", "metric", "metrics", "loaded", "evaluations"}
+    )
     last: dict[str, Any] | None = None  # the last evaluation: {"step", "epoch", "metrics"}
     checkpoint_time_s: float | None = None  # time spent writing checkpoints, outside train_time_s
     predict: dict[str, Any] | None = None  # --predict-file: {"file", "output", "rows", "metrics"}
@@ -155,8 +157,9 @@ class RunResult:
         )
 
 
-def results_document(runs: list[RunResult | dict], hardware: dict[str, Any] | None = None,
-                     preflight: dict[str, Any] | None = None) -> dict[str, Any]:
+def results_document(
+    runs: list[RunResult | dict], hardware: dict[str, Any] | None = None, preflight: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The whole results.json document for ``runs``.
 
     ``hardware``: the machine that measured them (``mixft.amp.hardware.describe_hardware``,
@@ -178,8 +181,9 @@ def results_document(runs: list[RunResult | dict], hardware: dict[str, Any] | No
     return doc
 
 
-def write_results(path: str | Path, runs: list[RunResult | dict], hardware: dict | None = None,
-                  preflight: dict | None = None) -> Path:
+def write_results(
+    path: str | Path, runs: list[RunResult | dict], hardware: dict | None = None, preflight: dict | None = None
+) -> Path:
     """Atomically write results.json: a kill at any moment leaves the old file or the new one.
 
     ``hardware``: the machine that measured the runs (``mixft.amp.hardware.describe_hardware``,

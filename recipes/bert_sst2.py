@@ -22,25 +22,40 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting
-from mixft.errors import UsageError
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.data.synthetic.stand_ins import SST2
 from mixft.data.user_data import TextData, load_glue_data, load_text_data
+from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.metrics import load_metric
 from mixft.models.classifiers import BertClassifier, logits_to_labels
-from mixft.amp.precision import Precision
 from mixft.recipe import TrainerParts
 from mixft.train.optim import adamw_factory
 from mixft.train.schedules import build_scheduler_factory
 
 NAME = "bert-sst2"
 # The per-recipe options this recipe reads (mixft.config.run_config refuses the others).
-USES = frozenset({"model", "data_dir", "max_train_samples", "max_eval_samples", "max_length", "lr_scheduler",
-                  "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
-                  "gradient_checkpointing", "group_by_length", "length_group_size"})
+USES = frozenset(
+    {
+        "model",
+        "data_dir",
+        "max_train_samples",
+        "max_eval_samples",
+        "max_length",
+        "lr_scheduler",
+        "warmup_ratio",
+        "warmup_steps",
+        "weight_decay",
+        "label_smoothing",
+        "class_weights",
+        "gradient_checkpointing",
+        "group_by_length",
+        "length_group_size",
+    }
+)
 # The default budget finishes in minutes on a 2-core CPU (see README). Its lr is 5e-5,
 # not the classic 2e-5: 126 steps at 2e-5 leave the shipped MiniLM underfit (measured
 # here, bf16, seed 0: accuracy 0.679 at 2e-5 vs 0.982 at 5e-5 on the generated set).
@@ -58,9 +73,11 @@ DEFAULTS = {
 DEMO_TRAIN_SIZE, DEMO_EVAL_SIZE = 2000, 872
 # The offline stand-in for GLUE SST-2, in this recipe's words (the notice the README shows).
 STAND_IN = replace(
-    SST2, label="GLUE SST-2", more_data="--data-dir",
+    SST2,
+    label="GLUE SST-2",
+    more_data="--data-dir",
     notice="notice: {label} is not reachable or cached; using mixft's generated sentiment set "
-           "({train} train / {eval} eval, seed {seed})",
+    "({train} train / {eval} eval, seed {seed})",
 )
 
 
@@ -76,8 +93,14 @@ class Prepared:
     pos_weight: torch.Tensor | None = None  # --class-weights balanced: n_negative / n_positive
 
 
-def load_sst2(data_dir=None, *, max_train_samples: int | None = None, max_eval_samples: int | None = None,
-              seed: int = 0, hub_timeout: float = 3.0) -> TextData:
+def load_sst2(
+    data_dir=None,
+    *,
+    max_train_samples: int | None = None,
+    max_eval_samples: int | None = None,
+    seed: int = 0,
+    hub_timeout: float = 3.0,
+) -> TextData:
     """SST-2 for a one-logit sentiment head: ``data_dir`` (GLUE layout), else GLUE SST-2 from the hub
     or the cache, else mixft's generated sentiment set (DEMO sizes unless capped) with a notice.
 
@@ -86,26 +109,39 @@ def load_sst2(data_dir=None, *, max_train_samples: int | None = None, max_eval_s
     caps = dict(max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed)
     if data_dir is not None:
         return load_text_data(data_dir=data_dir, text_column="sentence", label_column="label", **caps)
-    return load_glue_data("sst2", stand_in=STAND_IN, hub_timeout=hub_timeout, demo_train_size=DEMO_TRAIN_SIZE,
-                          demo_eval_size=DEMO_EVAL_SIZE, **caps)
+    return load_glue_data(
+        "sst2",
+        stand_in=STAND_IN,
+        hub_timeout=hub_timeout,
+        demo_train_size=DEMO_TRAIN_SIZE,
+        demo_eval_size=DEMO_EVAL_SIZE,
+        **caps,
+    )
 
 
 def prepare(cfg: RunConfig) -> Prepared:
     """Resolve model and data, read and tokenise everything once, before any training."""
     from mixft.data.tokenize import tokenize_text_data
-    from mixft.models.hub import resolve_model
     from mixft.models.check import check_model
+    from mixft.models.hub import resolve_model
 
     resolved = resolve_model(cfg.model)
     # Broken directories, a missing tokenizer, a decoder, --max-length past the model's
     # positions: one line now instead of a crash (or a silently useless run) later.
-    checked = check_model(resolved.path, max_length=cfg.max_length, source=f"--model {cfg.model}",
-                          max_length_shown=describe_setting(cfg, "max_length"))  # the default is not the user's
+    checked = check_model(
+        resolved.path,
+        max_length=cfg.max_length,
+        source=f"--model {cfg.model}",
+        max_length_shown=describe_setting(cfg, "max_length"),
+    )  # the default is not the user's
     if cfg.eval_only and not (Path(resolved.path) / HEAD_FILE).is_file():
-        raise UsageError(f"--eval-only --model {cfg.model}: no fine-tuned classifier head ({HEAD_FILE}) there, so "
-                         "the accuracy would be a random head's; pass a directory written by --save-model")
-    data = load_sst2(cfg.data_dir, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
-                     seed=cfg.seeds[0])
+        raise UsageError(
+            f"--eval-only --model {cfg.model}: no fine-tuned classifier head ({HEAD_FILE}) there, so "
+            "the accuracy would be a random head's; pass a directory written by --save-model"
+        )
+    data = load_sst2(
+        cfg.data_dir, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples, seed=cfg.seeds[0]
+    )
     tokenizer = checked.tokenizer
     # Float 0./1. labels: the head is one logit trained with binary cross-entropy.
     train, evaluation = tokenize_text_data(data, tokenizer, cfg.max_length, float_labels=True)
@@ -201,13 +237,24 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     pad8 = pad_multiple(device)
     pin = device.type == "cuda"
     train_loader = make_loader(
-        prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
-        pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
+        prepared.train,
+        prepared.tokenizer,
+        cfg.batch_size,
+        shuffle=True,
+        seed=seed,
+        pad_to_multiple_of=pad8,
+        num_workers=cfg.num_workers,
+        pin_memory=pin,
         group_size=cfg.length_group_size if cfg.group_by_length else 1,  # 1: random batches
     )
     eval_loader = make_loader(
-        prepared.eval, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
-        pad_to_multiple_of=pad8, num_workers=cfg.num_workers, pin_memory=pin,
+        prepared.eval,
+        prepared.tokenizer,
+        cfg.batch_size * 2,
+        shuffle=False,
+        pad_to_multiple_of=pad8,
+        num_workers=cfg.num_workers,
+        pin_memory=pin,
     )
 
     logger.debug("bert-sst2: %d train / %d eval examples", len(prepared.train), len(prepared.eval))
@@ -222,4 +269,3 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         metric=load_metric("accuracy"),
         run_info={"model": prepared.model_description, "dataset": prepared.dataset_description},
     )
-

@@ -28,8 +28,18 @@ from recipes.text_classification import (  # noqa: F401
 )
 
 NAME = "glue"
-USES = frozenset({"model", "task", "max_train_samples", "max_eval_samples", "max_length", *LORA_OPTIONS,
-                  *OPTIMISATION_OPTIONS, *BATCHING_OPTIONS})
+USES = frozenset(
+    {
+        "model",
+        "task",
+        "max_train_samples",
+        "max_eval_samples",
+        "max_length",
+        *LORA_OPTIONS,
+        *OPTIMISATION_OPTIONS,
+        *BATCHING_OPTIONS,
+    }
+)
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -44,9 +54,15 @@ def prepare(cfg: RunConfig) -> Prepared:
     # Offline, sst2 and mrpc train on mixft's generated stand-ins; the other tasks stop with one line.
     stand_in = stand_in_for("glue", glue_task(cfg.task).name)
     model = check_run_model(cfg) if cfg.eval_only else None
-    data = load_glue_data(cfg.task, max_train_samples=cfg.max_train_samples, max_eval_samples=cfg.max_eval_samples,
-                          seed=cfg.seeds[0], stand_in=stand_in, shown=f"--task {cfg.task}",
-                          other_data="use --task sst2 or mrpc (generated stand-ins offline), or your own copy of the "
-                                     "task's files with --recipe text-classification --train-file/--validation-file",
-                          model_labels=model.labels if model else None)
+    data = load_glue_data(
+        cfg.task,
+        max_train_samples=cfg.max_train_samples,
+        max_eval_samples=cfg.max_eval_samples,
+        seed=cfg.seeds[0],
+        stand_in=stand_in,
+        shown=f"--task {cfg.task}",
+        other_data="use --task sst2 or mrpc (generated stand-ins offline), or your own copy of the "
+        "task's files with --recipe text-classification --train-file/--validation-file",
+        model_labels=model.labels if model else None,
+    )
     return prepare_model_and_tokens(cfg, data, model)

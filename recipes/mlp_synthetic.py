@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from mixft.amp.precision import Precision
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.amp.precision import Precision
 from mixft.recipe import TrainerParts
 
 NAME = "mlp-synthetic"
@@ -98,8 +98,13 @@ def prepare(cfg: RunConfig) -> Prepared:
     if note:
         logger.info("notice: mlp-synthetic %s", note)
     return Prepared(
-        width=s["width"], layers=s["layers"], batch_size=cfg.batch_size, inputs=inputs, targets=targets,
-        eval_batches=min(s["eval_batches"], s["batches"]), scaled=note,
+        width=s["width"],
+        layers=s["layers"],
+        batch_size=cfg.batch_size,
+        inputs=inputs,
+        targets=targets,
+        eval_batches=min(s["eval_batches"], s["batches"]),
+        scaled=note,
     )
 
 
@@ -152,7 +157,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         eval_loader=eval_,
         run_info={
             "model": f"MLP {prepared.layers} x Linear({prepared.width}, {prepared.width}) "
-                     f"({linear_weight_count(model) / 1e6:.1f}M matmul weights)",
+            f"({linear_weight_count(model) / 1e6:.1f}M matmul weights)",
             "dataset": f"synthetic randn, {len(train)} batches x {prepared.batch_size}{scaled}",
         },
     )

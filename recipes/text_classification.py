@@ -36,25 +36,50 @@ from pathlib import Path
 
 import torch
 
+from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
+from mixft.recipe import TrainerParts
 from mixft.train.optim import adamw_factory
 from mixft.train.schedules import build_scheduler_factory
-from mixft.amp.precision import Precision
-from mixft.recipe import TrainerParts
 
 NAME = "text-classification"
 LORA_OPTIONS = ("lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 # Length-grouped batching (mixft.data.batching), read by make_loader below.
 BATCHING_OPTIONS = ("group_by_length", "length_group_size")
-OPTIMISATION_OPTIONS = ("lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing",
-                        "class_weights", "gradient_checkpointing")
-USES = frozenset({"model", "train_file", "validation_file", "dataset", "dataset_config", "eval_split", "task_kind",
-                  "text_column", "text_pair_column", "label_column", "validation_split", "max_train_samples",
-                  "max_eval_samples", "max_length", *LORA_OPTIONS, *OPTIMISATION_OPTIONS, *BATCHING_OPTIONS})
+OPTIMISATION_OPTIONS = (
+    "lr_scheduler",
+    "warmup_ratio",
+    "warmup_steps",
+    "weight_decay",
+    "label_smoothing",
+    "class_weights",
+    "gradient_checkpointing",
+)
+USES = frozenset(
+    {
+        "model",
+        "train_file",
+        "validation_file",
+        "dataset",
+        "dataset_config",
+        "eval_split",
+        "task_kind",
+        "text_column",
+        "text_pair_column",
+        "label_column",
+        "validation_split",
+        "max_train_samples",
+        "max_eval_samples",
+        "max_length",
+        *LORA_OPTIONS,
+        *OPTIMISATION_OPTIONS,
+        *BATCHING_OPTIONS,
+    }
+)
 # Hugging Face's own defaults for fine-tuning (run_glue.py / TrainingArguments): 3 epochs at 5e-5.
 DEFAULTS = {
     "model": "bert-base-uncased",
@@ -93,11 +118,19 @@ def prepare(cfg: RunConfig) -> Prepared:
 
     model = check_run_model(cfg) if cfg.eval_only else None
     data = load_text_data(
-        train_file=cfg.train_file, validation_file=cfg.validation_file, dataset=cfg.dataset,
-        dataset_config=cfg.dataset_config, eval_split=cfg.eval_split, task_kind=cfg.task_kind,
-        text_column=cfg.text_column, text_pair_column=cfg.text_pair_column, label_column=cfg.label_column,
-        validation_split=cfg.validation_split, max_train_samples=cfg.max_train_samples,
-        max_eval_samples=cfg.max_eval_samples, seed=cfg.seeds[0],
+        train_file=cfg.train_file,
+        validation_file=cfg.validation_file,
+        dataset=cfg.dataset,
+        dataset_config=cfg.dataset_config,
+        eval_split=cfg.eval_split,
+        task_kind=cfg.task_kind,
+        text_column=cfg.text_column,
+        text_pair_column=cfg.text_pair_column,
+        label_column=cfg.label_column,
+        validation_split=cfg.validation_split,
+        max_train_samples=cfg.max_train_samples,
+        max_eval_samples=cfg.max_eval_samples,
+        seed=cfg.seeds[0],
         # Offline, glue/sst2, glue/mrpc and ag_news fall back to mixft's generated stand-ins (with a notice).
         stand_in=stand_in_for(cfg.dataset, cfg.dataset_config),
         model_labels=model.labels if model else None,
@@ -122,10 +155,10 @@ class CheckedRunModel:
 def check_run_model(cfg: RunConfig) -> CheckedRunModel:
     """Resolve and check ``--model`` (LoRA directories included); ``--eval-only``: load the saved
     model once, refuse one without a fine-tuned head, and read its label space."""
-    from mixft.models.hub import resolve_model
-    from mixft.models.lora import check_lora_targets, is_lora_directory, lora_base_model
     from mixft.models.check import check_model
     from mixft.models.classifiers import pad_for_classification
+    from mixft.models.hub import resolve_model
+    from mixft.models.lora import check_lora_targets, is_lora_directory, lora_base_model
 
     options = lora_options(cfg) if cfg.lora else None  # "--lora-target-modules q,,v" refused before any reading
     source = f"--model {cfg.model}"
@@ -133,22 +166,37 @@ def check_run_model(cfg: RunConfig) -> CheckedRunModel:
     # underneath come from the base model it records.
     lora_dir = str(Path(cfg.model).expanduser().resolve()) if is_lora_directory(Path(cfg.model).expanduser()) else None
     if lora_dir and not cfg.eval_only:
-        raise UsageError(f"{source} is a saved LoRA adapter (on {lora_base_model(lora_dir)}): evaluate it with "
-                         "--eval-only, or train from its base model with --lora")
+        raise UsageError(
+            f"{source} is a saved LoRA adapter (on {lora_base_model(lora_dir)}): evaluate it with "
+            "--eval-only, or train from its base model with --lora"
+        )
     base = lora_base_model(lora_dir) if lora_dir else cfg.model
     resolved = resolve_model(base)
     if lora_dir:
         source = f"--model {cfg.model} (LoRA on base model {base})"
-    checked = check_model(resolved.path, max_length=cfg.max_length, source=source, decoders=True,
-                          max_length_shown=describe_setting(cfg, "max_length"))
+    checked = check_model(
+        resolved.path,
+        max_length=cfg.max_length,
+        source=source,
+        decoders=True,
+        max_length_shown=describe_setting(cfg, "max_length"),
+    )
     # Before tokenising: a decoder's batches are padded (and pooled) as its tokenizer now says.
     tokenizer = pad_for_classification(checked.tokenizer, checked.config, source)
     if options:  # a target name the model lacks is refused now, not after tokenising
         check_lora_targets(checked.config, options)
     labels = _check_fine_tuned(cfg, resolved.path, tokenizer, lora_dir) if cfg.eval_only else None
     description = f"{cfg.model} (LoRA on {resolved.description})" if lora_dir else resolved.description
-    return CheckedRunModel(path=resolved.path, description=description, notice=resolved.notice, checked=checked,
-                           tokenizer=tokenizer, source=source, lora_dir=lora_dir, labels=labels)
+    return CheckedRunModel(
+        path=resolved.path,
+        description=description,
+        notice=resolved.notice,
+        checked=checked,
+        tokenizer=tokenizer,
+        source=source,
+        lora_dir=lora_dir,
+        labels=labels,
+    )
 
 
 def prepare_model_and_tokens(cfg: RunConfig, data, model: CheckedRunModel | None = None) -> Prepared:
@@ -169,8 +217,7 @@ def prepare_model_and_tokens(cfg: RunConfig, data, model: CheckedRunModel | None
         from mixft.train.schedules import class_weights_balanced
 
         # numpy format: the label column in one array, not a Python object per row.
-        weights = class_weights_balanced(torch.as_tensor(train.with_format("numpy")["labels"][:]),
-                                         data.task.num_labels)
+        weights = class_weights_balanced(torch.as_tensor(train.with_format("numpy")["labels"][:]), data.task.num_labels)
     return Prepared(
         model_path=model.path,
         model_description=model.description,
@@ -189,14 +236,15 @@ def lora_options(cfg: RunConfig):
     """``--lora-*`` as a checked :class:`mixft.models.lora.LoraOptions`."""
     from mixft.models.lora import LoraOptions
 
-    return LoraOptions(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
-                       target_modules=cfg.lora_target_modules)
+    return LoraOptions(
+        r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=cfg.lora_target_modules
+    )
 
 
 def _load_saved(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None, seed: int):
     """The model --eval-only evaluates: a --save-model directory, or a LoRA one on its base."""
-    from mixft.models.lora import load_lora_classifier
     from mixft.models.classifiers import load_classifier
+    from mixft.models.lora import load_lora_classifier
 
     if lora_dir:
         return load_lora_classifier(lora_dir, base_model=path, seed=seed, tokenizer=tokenizer)
@@ -210,8 +258,10 @@ def _check_fine_tuned(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None
     # --eval-only on a bare encoder would report a random head's accuracy: refuse it.
     model = _load_saved(cfg, path, tokenizer, lora_dir, seed=0)
     if model.untrained:
-        raise UsageError(f"--eval-only --model {cfg.model}: the model has no fine-tuned classification head, so its "
-                         "scores would be a random head's; pass a directory written by --save-model")
+        raise UsageError(
+            f"--eval-only --model {cfg.model}: the model has no fine-tuned classification head, so its "
+            "scores would be a random head's; pass a directory written by --save-model"
+        )
     # The data's labels are matched to these by name (mixft.data.labels.labels_for_model).
     return ModelLabels(None if model.labels is None else tuple(model.labels), f"--model {cfg.model}")
 
@@ -232,16 +282,22 @@ def length_group_size(cfg: RunConfig) -> int:
 
 
 def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torch.device, seed: int) -> TrainerParts:
-    from mixft.models.lora import apply_lora, trainable_parameters
     from mixft.models.classifiers import enable_gradient_checkpointing, load_classifier, task_loss
+    from mixft.models.lora import apply_lora, trainable_parameters
 
     task = prepared.data.task
     if cfg.eval_only:  # the saved model brings its own head and labels (checked in prepare)
         model = _load_saved(cfg, prepared.model_path, prepared.tokenizer, prepared.lora_dir, seed)
     else:
         regression = task.kind == "regression"
-        model = load_classifier(prepared.model_path, seed=seed, labels=None if regression else list(task.label_names),
-                                regression=regression, source=f"--model {cfg.model}", tokenizer=prepared.tokenizer)
+        model = load_classifier(
+            prepared.model_path,
+            seed=seed,
+            labels=None if regression else list(task.label_names),
+            regression=regression,
+            source=f"--model {cfg.model}",
+            tokenizer=prepared.tokenizer,
+        )
         if cfg.lora:
             model = apply_lora(model, lora_options(cfg), seed=seed)
         if cfg.gradient_checkpointing:
@@ -249,11 +305,26 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     trainable, total = trainable_parameters(model)
     pad = pad_multiple(device)
     pin = device.type == "cuda"
-    train_loader = make_loader(prepared.train, prepared.tokenizer, cfg.batch_size, shuffle=True, seed=seed,
-                               pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin,
-                               group_size=length_group_size(cfg))
-    eval_loader = make_loader(prepared.eval, prepared.tokenizer, cfg.batch_size * 2, shuffle=False,
-                              pad_to_multiple_of=pad, num_workers=cfg.num_workers, pin_memory=pin)
+    train_loader = make_loader(
+        prepared.train,
+        prepared.tokenizer,
+        cfg.batch_size,
+        shuffle=True,
+        seed=seed,
+        pad_to_multiple_of=pad,
+        num_workers=cfg.num_workers,
+        pin_memory=pin,
+        group_size=length_group_size(cfg),
+    )
+    eval_loader = make_loader(
+        prepared.eval,
+        prepared.tokenizer,
+        cfg.batch_size * 2,
+        shuffle=False,
+        pad_to_multiple_of=pad,
+        num_workers=cfg.num_workers,
+        pin_memory=pin,
+    )
     return TrainerParts(
         model=model,
         optimizer=adamw_factory(cfg.lr, device, cfg.weight_decay, precision=precision),

@@ -47,6 +47,7 @@ PACKAGE = ROOT / "mixft"
 
 # ---- static figures -------------------------------------------------------------------------
 
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -247,8 +248,10 @@ def walk_figures(output_dir: str) -> list[str]:
                 comebacks[module] += 1
             seen.add(module)
         top = ", ".join(f"{m.removeprefix('mixft.')} {n}x" for m, n in comebacks.most_common(5))
-        lines.append(f"{title}: {len(seen)} modules opened, {max(len(seq) - 1, 0)} transitions, "
-                     f"{sum(comebacks.values())} comebacks (most: {top or 'none'})")
+        lines.append(
+            f"{title}: {len(seen)} modules opened, {max(len(seq) - 1, 0)} transitions, "
+            f"{sum(comebacks.values())} comebacks (most: {top or 'none'})"
+        )
         lines.append("  path: " + " > ".join(m.removeprefix("mixft.") for m in seq))
     return lines
 

@@ -55,13 +55,22 @@ def demo_file_texts(train_size: int = 2000, eval_size: int = 872, seed: int = 0)
         for split in topics_splits(train_size, eval_size, seed)
     )
     pairs_train, pairs_dev = paraphrase_splits(train_size, eval_size, seed)
-    return dict(zip(DEMO_FILES, (
-        _csv_text(topics_train), _csv_text(topics_dev), _jsonl_text(pairs_train), _jsonl_text(pairs_dev),
-    )))
+    return dict(
+        zip(
+            DEMO_FILES,
+            (
+                _csv_text(topics_train),
+                _csv_text(topics_dev),
+                _jsonl_text(pairs_train),
+                _jsonl_text(pairs_dev),
+            ),
+        )
+    )
 
 
-def write_demo_files(out_dir: str | os.PathLike, *, train_size: int = 2000, eval_size: int = 872,
-                     seed: int = 0) -> dict[str, Path]:
+def write_demo_files(
+    out_dir: str | os.PathLike, *, train_size: int = 2000, eval_size: int = 872, seed: int = 0
+) -> dict[str, Path]:
     """Write the demo files into ``out_dir`` (created if missing); returns ``{stem: path}``.
 
     Each file is written atomically; existing demo files are replaced (the content is a
@@ -87,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the files into (created if missing)")
-    parser.add_argument("--train-size", type=POSITIVE_INT.parse, default=2000,
-                        help="rows per training file (default 2000)")
-    parser.add_argument("--eval-size", type=POSITIVE_INT.parse, default=872,
-                        help="rows per validation file (default 872)")
+    parser.add_argument(
+        "--train-size", type=POSITIVE_INT.parse, default=2000, help="rows per training file (default 2000)"
+    )
+    parser.add_argument(
+        "--eval-size", type=POSITIVE_INT.parse, default=872, help="rows per validation file (default 872)"
+    )
     parser.add_argument("--seed", type=SEED.parse, default=0, help="generator seed (default 0)")
     args = parser.parse_args(argv)
 

@@ -33,8 +33,12 @@ def make_tiny_bert_dir(path: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=37, max_position_embeddings=128,
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=128,
     )
     BertModel(config).save_pretrained(path)
     shipped = shipped_model_dir()
@@ -50,7 +54,7 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 
 
 def write_tsv(path: Path, rows: list[tuple[str, int]]) -> Path:
-    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows), encoding="utf-8")
+    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows), encoding="utf-8")
     return path
 
 
@@ -72,9 +76,18 @@ def tiny_data_dir(tmp_path) -> Path:
 
 
 # What may differ between two runs of the same computation: clocks and memory gauges.
-TIMING_KEYS = {"train_time_s", "train_samples_per_s", "train_tokens_per_s", "peak_memory_bytes", "start_memory_bytes", "config",
-               "device_figure",  # memory.device_figure: the peak RSS or allocated bytes, a gauge too
-               "time_s", "samples_per_s", "checkpoint_time_s"}
+TIMING_KEYS = {
+    "train_time_s",
+    "train_samples_per_s",
+    "train_tokens_per_s",
+    "peak_memory_bytes",
+    "start_memory_bytes",
+    "config",
+    "device_figure",  # memory.device_figure: the peak RSS or allocated bytes, a gauge too
+    "time_s",
+    "samples_per_s",
+    "checkpoint_time_s",
+}
 
 
 def without_timings(value):

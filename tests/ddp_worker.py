@@ -33,10 +33,19 @@ def train(precision: str, grad_accum: int):
     # Equal lengths + shuffle=False: the global batch order is simply 0, 1, 2, ...
     sampler = LengthGroupedBatchSampler([1] * len(ds), batch_size=4, shuffle=False)
     eval_sampler = LengthGroupedBatchSampler([1] * len(ds), batch_size=8, shuffle=False)
-    trainer = Trainer(model(), lambda p: torch.optim.SGD(p, lr=0.05), nn.MSELoss(),
-                      DataLoader(ds, batch_sampler=sampler), eval_loader=DataLoader(ds, batch_sampler=eval_sampler),
-                      precision=precision, device="cpu", grad_accum=grad_accum, max_grad_norm=None,
-                      predict_fn=lambda out: (out > 0).long().reshape(-1), scaler_kwargs={"init_scale": 1024.0})
+    trainer = Trainer(
+        model(),
+        lambda p: torch.optim.SGD(p, lr=0.05),
+        nn.MSELoss(),
+        DataLoader(ds, batch_sampler=sampler),
+        eval_loader=DataLoader(ds, batch_sampler=eval_sampler),
+        precision=precision,
+        device="cpu",
+        grad_accum=grad_accum,
+        max_grad_norm=None,
+        predict_fn=lambda out: (out > 0).long().reshape(-1),
+        scaler_kwargs={"init_scale": 1024.0},
+    )
     # Count the micro-batches whose all-reduce DDP defers (no_sync): accumulation under
     # DDP must sync once per window, not per micro-batch.
     trainer.no_sync_calls = 0
@@ -58,10 +67,20 @@ if __name__ == "__main__":
     trainer, result = train(precision, grad_accum=grad_accum)
     if distributed.is_main_process():
         weights = torch.cat([p.detach().reshape(-1) for p in trainer.module.parameters()])
-        torch.save({"weights": weights, "steps": result.steps, "eval": result.eval,
-                    "samples_per_s": result.train_samples_per_s, "samples": trainer.state.samples,
-                    "world": distributed.world_size(), "no_sync_calls": trainer.no_sync_calls,
-                    "final_loss_scale": result.final_loss_scale, "skipped": result.skipped_steps}, out)
+        torch.save(
+            {
+                "weights": weights,
+                "steps": result.steps,
+                "eval": result.eval,
+                "samples_per_s": result.train_samples_per_s,
+                "samples": trainer.state.samples,
+                "world": distributed.world_size(),
+                "no_sync_calls": trainer.no_sync_calls,
+                "final_loss_scale": result.final_loss_scale,
+                "skipped": result.skipped_steps,
+            },
+            out,
+        )
     # The DDP wrapper's reducer holds gloo work with tensors: free it while the
     # interpreter is fully alive, or finalization can abort the process (SIGABRT,
     # "terminate called without an active exception", seen once in CI).

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mixft import distributed  # noqa: E402
-from mixft.train.hooks import Callback  # noqa: E402
 from mixft.data.batching import LengthGroupedBatchSampler  # noqa: E402
+from mixft.train.hooks import Callback  # noqa: E402
 from mixft.train.trainer import Trainer  # noqa: E402
 
 VOCAB, ROWS, SEQ = 96, 32, 12
@@ -60,16 +60,27 @@ class Rows(Dataset):
 
 def classifier(arch: str, lora: bool, dropout: bool = False):
     """A 2-block tiny classifier of ``arch``, without dropout unless asked (one process compares bit for bit)."""
+    from tiny_models import tiny_config
     from transformers import AutoModelForSequenceClassification
 
-    from mixft.models.lora import LoraOptions, apply_lora
     from mixft.models.classifiers import SequenceClassifier
-    from tiny_models import tiny_config
+    from mixft.models.lora import LoraOptions, apply_lora
 
     overrides = {"n_layer": 2} if arch == "gpt2" else {"num_hidden_layers": 2}
     config = tiny_config(arch, VOCAB, num_labels=2, pad_token_id=0, **overrides)
-    for key in () if dropout else ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
-                "attention_dropout", "summary_first_dropout"):
+    for key in (
+        ()
+        if dropout
+        else (
+            "hidden_dropout_prob",
+            "attention_probs_dropout_prob",
+            "resid_pdrop",
+            "embd_pdrop",
+            "attn_pdrop",
+            "attention_dropout",
+            "summary_first_dropout",
+        )
+    ):
         if hasattr(config, key):
             setattr(config, key, 0.0)
     torch.manual_seed(0)
@@ -109,7 +120,8 @@ def watch_gathered_dtypes(model, record: Record) -> None:
         if isinstance(module, (nn.Linear, nn.LayerNorm)):
             module.register_forward_pre_hook(
                 lambda m, args: record.gathered.add(
-                    ("LayerNorm" if isinstance(m, nn.LayerNorm) else "Linear", str(m.weight.dtype)))
+                    ("LayerNorm" if isinstance(m, nn.LayerNorm) else "Linear", str(m.weight.dtype))
+                )
             )
 
 
@@ -121,10 +133,12 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
     world = distributed.world_size() if fsdp or ddp else 1
     ds = Rows()
     # Equal lengths + no shuffle: global batches 0, 1, 2, ...; rank r takes r, r + world, ...
-    sampler = LengthGroupedBatchSampler([SEQ] * ROWS, batch_size=4, shuffle=False, num_replicas=world,
-                                        rank=distributed.rank() if world > 1 else 0)
-    eval_sampler = LengthGroupedBatchSampler([SEQ] * 12, batch_size=4, shuffle=False, num_replicas=world,
-                                             rank=distributed.rank() if world > 1 else 0)  # 3 batches: 2 + 1
+    sampler = LengthGroupedBatchSampler(
+        [SEQ] * ROWS, batch_size=4, shuffle=False, num_replicas=world, rank=distributed.rank() if world > 1 else 0
+    )
+    eval_sampler = LengthGroupedBatchSampler(
+        [SEQ] * 12, batch_size=4, shuffle=False, num_replicas=world, rank=distributed.rank() if world > 1 else 0
+    )  # 3 batches: 2 + 1
     model = classifier(arch, lora, dropout="dropout" in name)
     record = Record(inject=(1, 1) if name.endswith("_inf") else None)
     if name.endswith("_injected"):
@@ -135,12 +149,25 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
     def optimizer(params):
         return torch.optim.AdamW([p for p in params if p.requires_grad], lr=1e-3, weight_decay=0.01)
 
-    trainer = Trainer(model, optimizer, model.loss_fn, DataLoader(ds, batch_sampler=sampler),
-                      eval_loader=DataLoader(ds, batch_sampler=eval_sampler), precision=precision, device="cpu",
-                      lr_scheduler=lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / 8),
-                      grad_accum=grad_accum or accum, max_grad_norm=None if "dropout" in name else 0.05, epochs=1, max_steps=4,
-                      predict_fn=model.predict_fn, callbacks=[record, *callbacks], fsdp=fsdp, seed=0,
-                      scaler_kwargs={"init_scale": 1024.0})
+    trainer = Trainer(
+        model,
+        optimizer,
+        model.loss_fn,
+        DataLoader(ds, batch_sampler=sampler),
+        eval_loader=DataLoader(ds, batch_sampler=eval_sampler),
+        precision=precision,
+        device="cpu",
+        lr_scheduler=lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / 8),
+        grad_accum=grad_accum or accum,
+        max_grad_norm=None if "dropout" in name else 0.05,
+        epochs=1,
+        max_steps=4,
+        predict_fn=model.predict_fn,
+        callbacks=[record, *callbacks],
+        fsdp=fsdp,
+        seed=0,
+        scaler_kwargs={"init_scale": 1024.0},
+    )
     if "fast" in name:  # as mixft.run.build does: swapped in after the trainer sharded (or wrapped) the model
         from mixft.train.fast_dropout import use_fast_dropout
 
@@ -194,17 +221,25 @@ if __name__ == "__main__":
         else:
             trainer, result, record = train(name, fsdp=True)
         seen[name] = {
-            "weights": whole_parameters(trainer.module), "sharded": is_sharded(trainer.module),
+            "weights": whole_parameters(trainer.module),
+            "sharded": is_sharded(trainer.module),
             "shard_dtypes": sorted({str(local(p).dtype) for p in trainer.module.parameters()}),
             "local_numel": sum(local(p).numel() for p in trainer.module.parameters()),
             "numel": sum(p.numel() for p in trainer.module.parameters()),
-            "grad_dtypes": sorted(record.grad_dtypes), "gathered": sorted(record.gathered), "steps": record.steps,
-            "losses": [float(x) for x in trainer.state.history["loss"]], "eval": result.eval,
-            "skipped": result.skipped_steps, "final_loss_scale": result.final_loss_scale,
-            "samples": trainer.state.samples, "grad_norms": [float(x) for x in trainer.state.history["grad_norm"]],
+            "grad_dtypes": sorted(record.grad_dtypes),
+            "gathered": sorted(record.gathered),
+            "steps": record.steps,
+            "losses": [float(x) for x in trainer.state.history["loss"]],
+            "eval": result.eval,
+            "skipped": result.skipped_steps,
+            "final_loss_scale": result.final_loss_scale,
+            "samples": trainer.state.samples,
+            "grad_norms": [float(x) for x in trainer.state.history["grad_norm"]],
         }
         del trainer, result
         gc.collect()
-    torch.save({"rank": distributed.rank(), "world": distributed.world_size(), "runs": seen},
-               f"{out}.rank{distributed.rank()}.pt")
+    torch.save(
+        {"rank": distributed.rank(), "world": distributed.world_size(), "runs": seen},
+        f"{out}.rank{distributed.rank()}.pt",
+    )
     distributed.shutdown()

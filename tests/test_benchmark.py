@@ -24,8 +24,8 @@ from benchmarks.peers import LossOutputModel, PeersConfig, peers_table, run_peer
 from benchmarks.scaling import ScalingConfig, run_scaling, saved_activation_bytes, scaling_tables
 from benchmarks.steps import run_step_benchmark
 from benchmarks.timing import StepTimer, markdown_table, matmul_peak
-from mixft.data.synthetic.sentiment import generated_splits
 from mixft.amp.precision import PRECISIONS
+from mixft.data.synthetic.sentiment import generated_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,8 +40,15 @@ def tiny_bert(tiny_bert_dir, tmp_path_factory):
     for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
         lines = ["sentence\tlabel"] + [f"{r['sentence']}\t{r['label']}" for r in rows]
         (data_dir / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return BertSetup(model=str(tiny_bert_dir), data_dir=str(data_dir), train_samples=48, eval_samples=24,
-                     batch_size=8, max_length=32, device="cpu")
+    return BertSetup(
+        model=str(tiny_bert_dir),
+        data_dir=str(data_dir),
+        train_samples=48,
+        eval_samples=24,
+        batch_size=8,
+        max_length=32,
+        device="cpu",
+    )
 
 
 # ------------------------------------------------------------------------------------ MLP
@@ -57,7 +64,8 @@ def test_mlp_three_modes_side_by_side():
         assert m.samples == 2 * 16 and m.steps == 2
         assert m.achieved_flops_per_s == pytest.approx(6 * 3 * 64 * 64 * 32 / m.time_s)
         assert m.matmul_peak["flops_per_s"] > 0 and m.fraction_of_peak == pytest.approx(
-            m.achieved_flops_per_s / m.matmul_peak["flops_per_s"])
+            m.achieved_flops_per_s / m.matmul_peak["flops_per_s"]
+        )
         assert m.peak_memory_kind == "cpu_rss" and m.peak_memory_bytes > 0
     assert base.speedup == 1.0 and base.memory_ratio == 1.0
     assert report.mode("autocast+scaler").matmul_peak["dtype"] == "float16"
@@ -126,7 +134,8 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
     report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32", "bf16"], max_steps=2))
     rows = report.summary()
     assert [(r["precision"], r["framework"]) for r in rows] == [
-        (p, f) for p in ("fp32", "bf16") for f in ("mixft", "hf-trainer", "hf-trainer-random", "accelerate")]
+        (p, f) for p in ("fp32", "bf16") for f in ("mixft", "hf-trainer", "hf-trainer-random", "accelerate")
+    ]
     mixft = {r["precision"]: r for r in rows if r["framework"] == "mixft"}
     for r in rows:
         assert r["initial_weights_identical"] is True
@@ -150,16 +159,23 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
 
 
 def test_peers_report_accuracy_over_seeds_beside_speed(tiny_bert):
-    report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32"], frameworks=["mixft", "hf-trainer-random"],
-                                   max_steps=2, seeds=[0, 1]))
+    report = run_peers(
+        PeersConfig(
+            setup=tiny_bert, precisions=["fp32"], frameworks=["mixft", "hf-trainer-random"], max_steps=2, seeds=[0, 1]
+        )
+    )
     assert sorted((r.framework, r.seed) for r in report.runs) == [
-        ("hf-trainer-random", 0), ("hf-trainer-random", 1), ("mixft", 0), ("mixft", 1)]
+        ("hf-trainer-random", 0),
+        ("hf-trainer-random", 1),
+        ("mixft", 0),
+        ("mixft", 1),
+    ]
     rows = {r["framework"]: r for r in report.summary()}
     for fw, row in rows.items():
         per_seed = [r.accuracy for r in sorted(report.runs, key=lambda r: r.seed) if r.framework == fw]
         assert row["accuracy_per_seed"] == per_seed
         assert row["accuracy_mean"] == pytest.approx(sum(per_seed) / 2)
-        assert row["accuracy_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2 ** 0.5)
+        assert row["accuracy_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2**0.5)
     gap = rows["mixft"]["accuracy_mean"] - rows["hf-trainer-random"]["accuracy_mean"]
     assert rows["hf-trainer-random"]["accuracy_gap_pts"] == pytest.approx(100 * gap)
     assert "(2 seeds)" in peers_table(report) and "seeds 0, 1" in peers_table(report)
@@ -242,8 +258,11 @@ def test_work_counter_counts_real_and_padded_tokens(tiny_bert):
 def test_saved_activations_shrink_under_bf16(tiny_bert):
     parts = build_tiny(tiny_bert)
     model, loss_fn = parts.model, parts.loss_fn
-    batch = {"input_ids": torch.randint(1000, 2000, (8, 32)), "attention_mask": torch.ones(8, 32, dtype=torch.long),
-             "labels": torch.ones(8)}
+    batch = {
+        "input_ids": torch.randint(1000, 2000, (8, 32)),
+        "attention_mask": torch.ones(8, 32, dtype=torch.long),
+        "labels": torch.ones(8),
+    }
     cpu = torch.device("cpu")
     fp32 = saved_activation_bytes(model, batch, PRECISIONS["fp32"], cpu, loss_fn)
     bf16 = saved_activation_bytes(model, batch, PRECISIONS["bf16"], cpu, loss_fn)
@@ -251,8 +270,9 @@ def test_saved_activations_shrink_under_bf16(tiny_bert):
 
 
 def test_scaling_grid_covers_every_point(tiny_bert):
-    cfg = ScalingConfig(setup=tiny_bert, precisions=["fp32"], batch_sizes=[4], max_lengths=[64],
-                        length_batch_size=4, steps=1, warmup=0)
+    cfg = ScalingConfig(
+        setup=tiny_bert, precisions=["fp32"], batch_sizes=[4], max_lengths=[64], length_batch_size=4, steps=1, warmup=0
+    )
     report = run_scaling(cfg)
     kinds = [(p.grid, p.padding, p.max_length) for p in report.points]
     assert kinds == [("batch", "dynamic", 32), ("length", "max_length", 64), ("length", "dynamic", 64)]
@@ -278,8 +298,26 @@ def test_markdown_table_shape():
 # ------------------------------------------------------------------------------------ CLI
 def test_cli_writes_json_with_the_mlp_modes(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    code = cli.main(["--width", "64", "--batches", "2", "--mlp-batch-size", "16", "--mlp-epochs", "1",
-                     "--include-cpu-fp16", "--peak-size", "128", "--no-steps", "--device", "cpu", "--out", str(out)])
+    code = cli.main(
+        [
+            "--width",
+            "64",
+            "--batches",
+            "2",
+            "--mlp-batch-size",
+            "16",
+            "--mlp-epochs",
+            "1",
+            "--include-cpu-fp16",
+            "--peak-size",
+            "128",
+            "--no-steps",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     doc = json.loads(out.read_text())
     assert [m["mode"] for m in doc["mlp"]["modes"]] == ["default", "autocast", "autocast+scaler"]
@@ -287,8 +325,17 @@ def test_cli_writes_json_with_the_mlp_modes(tmp_path, capsys):
     assert "## (a) MLP benchmark" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["--out", "."], ["--frameworks", "mixft,nope"], ["--steps", "0"],
-                                  ["--device", "tpu"], ["--precisions", "tf32"], ["--ablation"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--out", "."],
+        ["--frameworks", "mixft,nope"],
+        ["--steps", "0"],
+        ["--device", "tpu"],
+        ["--precisions", "tf32"],
+        ["--ablation"],
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
     assert cli.main(argv + ["--no-mlp", "--no-steps"]) == 2
     err = capsys.readouterr().err.strip()
@@ -297,7 +344,12 @@ def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
 
 def test_script_runs_from_any_directory(tmp_path):
     # scripts/benchmark.py finds benchmarks/ beside it, not through the working directory.
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--help"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "--peers" in done.stdout and "--ablation" not in done.stdout

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import free_port
+
 from mixft.data.batching import LengthGroupedBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,8 +19,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def torchrun(*args, timeout=240, check=True):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXFT_DIST_BACKEND": "gloo", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        *args,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert proc.returncode == 0, proc.stderr[-12000:]
@@ -86,9 +96,24 @@ def test_text_classification_under_torchrun(tmp_path):
     (tmp_path / "train.csv").write_text("text,label\n" + body * 2)
     (tmp_path / "dev.csv").write_text("text,label\n" + body)
     out = tmp_path / "out"
-    proc = torchrun("scripts/finetune.py", "--recipe", "text-classification", "--model", str(model),
-                    "--train-file", str(tmp_path / "train.csv"), "--validation-file", str(tmp_path / "dev.csv"),
-                    "--batch-size", "3", "--epochs", "1", "--output-dir", str(out), "--no-progress")
+    proc = torchrun(
+        "scripts/finetune.py",
+        "--recipe",
+        "text-classification",
+        "--model",
+        str(model),
+        "--train-file",
+        str(tmp_path / "train.csv"),
+        "--validation-file",
+        str(tmp_path / "dev.csv"),
+        "--batch-size",
+        "3",
+        "--epochs",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    )
     assert proc.stdout.count("mixft run") == 1
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["steps"] == 4  # 24 examples / (3 per rank x 2 ranks)
@@ -97,9 +122,22 @@ def test_text_classification_under_torchrun(tmp_path):
 
 def test_cli_under_torchrun_writes_results_once(tmp_path, tiny_bert_dir, tiny_data_dir):
     out = tmp_path / "out"
-    proc = torchrun("scripts/finetune.py", "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
-                    "--data-dir", str(tiny_data_dir), "--batch-size", "2", "--epochs", "1",
-                    "--output-dir", str(out), "--no-progress")
+    proc = torchrun(
+        "scripts/finetune.py",
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(tiny_bert_dir),
+        "--data-dir",
+        str(tiny_data_dir),
+        "--batch-size",
+        "2",
+        "--epochs",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    )
     assert proc.stdout.count("mixft run") == 1  # only rank 0 prints the summary
     assert "parallel   2 processes" in proc.stdout
     (run,) = json.loads((out / "results.json").read_text())["runs"]
@@ -111,10 +149,29 @@ def test_best_model_and_early_stopping_under_torchrun(tmp_path, tiny_bert_dir, t
     # Every rank evaluates its shard and the metrics are all-reduced, so every rank keeps the
     # same best step; rank 0 alone writes results.json and the saved model.
     out = tmp_path / "out"
-    proc = torchrun("scripts/finetune.py", "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
-                    "--data-dir", str(tiny_data_dir), "--batch-size", "2", "--epochs", "2", "--eval-steps", "1",
-                    "--metric-for-best", "loss", "--early-stopping-patience", "2", "--save-model",
-                    "--output-dir", str(out), "--no-progress")
+    proc = torchrun(
+        "scripts/finetune.py",
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(tiny_bert_dir),
+        "--data-dir",
+        str(tiny_data_dir),
+        "--batch-size",
+        "2",
+        "--epochs",
+        "2",
+        "--eval-steps",
+        "1",
+        "--metric-for-best",
+        "loss",
+        "--early-stopping-patience",
+        "2",
+        "--save-model",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    )
     assert proc.stdout.count("mixft run") == 1
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     losses = [(e["step"], e["loss"]) for e in run["eval_history"]]
@@ -131,10 +188,25 @@ def test_predict_file_is_refused_under_torchrun(tmp_path, tiny_bert_dir):
     # Each rank would predict its shard of the file: refused in one line instead of a partial file.
     rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'},{'pos' if i % 2 else 'neg'}\n" for i in range(16))
     (tmp_path / "t.csv").write_text("text,label\n" + rows)
-    proc = torchrun("scripts/finetune.py", "--recipe", "text-classification", "--model", str(tiny_bert_dir),
-                    "--train-file", str(tmp_path / "t.csv"), "--validation-split", "0.25",
-                    "--predict-file", str(tmp_path / "t.csv"), "--max-steps", "1",
-                    "--output-dir", str(tmp_path / "out"), "--no-progress", check=False)
+    proc = torchrun(
+        "scripts/finetune.py",
+        "--recipe",
+        "text-classification",
+        "--model",
+        str(tiny_bert_dir),
+        "--train-file",
+        str(tmp_path / "t.csv"),
+        "--validation-split",
+        "0.25",
+        "--predict-file",
+        str(tmp_path / "t.csv"),
+        "--max-steps",
+        "1",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--no-progress",
+        check=False,
+    )
     assert proc.returncode != 0
     assert "--predict-file is not supported under torchrun" in proc.stderr
     assert not (tmp_path / "out" / "results.json").exists()

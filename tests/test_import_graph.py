@@ -73,7 +73,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 stack.pop()
                 path.pop()
             elif colour.get(child) == 1:
-                return path[path.index(child):] + [child]
+                return path[path.index(child) :] + [child]
             elif colour.get(child) == 0:
                 colour[child] = 1
                 path.append(child)
@@ -106,7 +106,9 @@ def test_mixft_has_no_import_cycle():
 
 
 def test_import_mixft_loads_neither_torch_nor_matplotlib():
-    code = "import mixft, sys; assert 'matplotlib' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)"
+    code = (
+        "import mixft, sys; assert 'matplotlib' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
@@ -157,27 +159,38 @@ def test_the_layer_check_catches_an_import_that_climbs():
     # a sideways-looking name, one into a folder the table does not know.
     graph = {
         "mixft.errors": set(),
-        "mixft.amp.precision": {"mixft.errors", "mixft.runs.outdir"},    # climbs: amp -> runs
+        "mixft.amp.precision": {"mixft.errors", "mixft.runs.outdir"},  # climbs: amp -> runs
         "mixft.runs.outdir": {"mixft.errors"},
         "mixft.train.trainer": {"mixft.amp.precision", "mixft.train.hooks"},  # down and sideways: fine
         "mixft.train.hooks": set(),
-        "mixft.report.markdown": {"mixft.runs.outdir"},                  # climbs: report -> runs
+        "mixft.report.markdown": {"mixft.runs.outdir"},  # climbs: report -> runs
     }
     assert layer_violations(graph) == [
         "mixft.amp.precision (amp) -> mixft.runs.outdir (runs)",
         "mixft.report.markdown (report) -> mixft.runs.outdir (runs)",
     ]
-    unknown = layer_violations({"mixft.x.y": {"mixft.errors"}}, layer=lambda m: m.split(".")[1] if m.count(".") > 1 else "ground")
+    unknown = layer_violations(
+        {"mixft.x.y": {"mixft.errors"}}, layer=lambda m: m.split(".")[1] if m.count(".") > 1 else "ground"
+    )
     assert unknown == ["mixft.x.y (x) -> mixft.errors (ground)"]
-    assert layer_of("mixft.errors") == "ground" and layer_of("mixft.runs.runner") == "runs" and layer_of("mixft") == "ground"
+    assert (
+        layer_of("mixft.errors") == "ground"
+        and layer_of("mixft.runs.runner") == "runs"
+        and layer_of("mixft") == "ground"
+    )
 
 
 def test_nothing_in_mixft_imports_the_applications():
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             offenders += [f"{path.relative_to(PACKAGE.parent)}: {n}" for n in names if n.split(".")[0] in APPLICATIONS]
     assert not offenders, offenders
 
@@ -189,8 +202,7 @@ def test_no_package_level_cycle():
     rooms: dict[str, set[str]] = {}
     for module, deps in graph.items():
         room = layer_of(module) if layer_of(module) != "ground" else module
-        rooms.setdefault(room, set()).update(
-            (layer_of(d) if layer_of(d) != "ground" else d) for d in deps)
+        rooms.setdefault(room, set()).update((layer_of(d) if layer_of(d) != "ground" else d) for d in deps)
         rooms[room].discard(room)
     cycle = find_cycle(rooms)
     assert cycle is None, "package-level import cycle: " + " -> ".join(cycle)

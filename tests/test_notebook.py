@@ -44,8 +44,9 @@ def tiny_budget(tmp_path, monkeypatch) -> Path:
 
     model_dir = tmp_path / "tiny-bert"
     torch.manual_seed(0)
-    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=128)
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_position_embeddings=128
+    )
     BertModel(config).save_pretrained(model_dir)
     for name in TOKENIZER_FILES:
         if (shipped_model_dir() / name).is_file():
@@ -76,7 +77,10 @@ def test_notebook_is_committed_without_outputs():
 def test_notebook_runs_end_to_end(kernel_python3, tiny_budget):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(
-        nb, kernel_name=kernel_python3, timeout=300, allow_errors=False,
+        nb,
+        kernel_name=kernel_python3,
+        timeout=300,
+        allow_errors=False,
         resources={"metadata": {"path": str(tiny_budget)}},
     )
     client.execute()  # raises CellExecutionError if any cell fails

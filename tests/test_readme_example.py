@@ -20,9 +20,6 @@ import torch
 from torch import nn
 
 import mixft
-from mixft.data.synthetic.sentiment import generate_sentiment
-from mixft.models.hub import shipped_model_dir
-from mixft.models.classifiers import BertClassifier
 from examples.readme_example import (
     BUGS,
     ReadmeModelAsWritten,
@@ -36,6 +33,9 @@ from examples.readme_example import (
     reproduce_readme_bugs,
     single_precision_loop,
 )
+from mixft.data.synthetic.sentiment import generate_sentiment
+from mixft.models.classifiers import BertClassifier
+from mixft.models.hub import shipped_model_dir
 from mixft.report.frames import compare_frame, results_frame
 from mixft.results import RunResult
 
@@ -49,8 +49,14 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 def tiny_config(**overrides):
     from transformers import BertConfig
 
-    kwargs = dict(hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                  vocab_size=30522, max_position_embeddings=128)
+    kwargs = dict(
+        hidden_size=HIDDEN,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=30522,
+        max_position_embeddings=128,
+    )
     kwargs.update(overrides)
     return BertConfig(**kwargs)
 
@@ -199,8 +205,13 @@ def _batches(n_batches=2, batch=4, length=6, seed=0):
     out = []
     for _ in range(n_batches):
         ids = torch.randint(1, 100, (batch, length), generator=g)
-        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                    "labels": torch.tensor([0.0, 1.0] * (batch // 2))})
+        out.append(
+            {
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "labels": torch.tensor([0.0, 1.0] * (batch // 2)),
+            }
+        )
     return out
 
 
@@ -218,7 +229,9 @@ def test_corrected_loops_train(tiny_encoder, precision):
         scaler = None
     else:
         p = mixft.resolve_precision(precision, device)
-        scaler = mixed_precision_loop(model, loader, optimizer, criterion, epochs, device, p.autocast_dtype, p.grad_scaler)
+        scaler = mixed_precision_loop(
+            model, loader, optimizer, criterion, epochs, device, p.autocast_dtype, p.grad_scaler
+        )
         assert scaler.is_enabled() == (precision == "fp16")
     losses = torch.stack(criterion.values).tolist()
     assert len(losses) == epochs * len(loader)
@@ -233,8 +246,8 @@ def test_loop_diff_is_the_source_that_runs():
     assert diff.startswith("--- single precision (fp32)\n+++ mixed precision (AMP)")
     single = inspect.getsource(single_precision_loop)
     mixed = inspect.getsource(mixed_precision_loop)
-    removed = [l[1:] for l in diff.splitlines()[2:] if l.startswith("-")]
-    added = [l[1:] for l in diff.splitlines()[2:] if l.startswith("+")]
+    removed = [line[1:] for line in diff.splitlines()[2:] if line.startswith("-")]
+    added = [line[1:] for line in diff.splitlines()[2:] if line.startswith("+")]
     assert removed and added
     assert all(line in single.splitlines() for line in removed)
     assert all(line in mixed.splitlines() for line in added)
@@ -256,10 +269,20 @@ def _run_script(monkeypatch, capsys, *args):
 
 def test_script_end_to_end(monkeypatch, capsys, tmp_path, tiny_model_dir, tiny_data_dir):
     code, out, err = _run_script(
-        monkeypatch, capsys,
-        "--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
-        "--batch-size", "8", "--max-length", "32", "--device", "cpu",
-        "--output-dir", str(tmp_path / "out"),
+        monkeypatch,
+        capsys,
+        "--model",
+        str(tiny_model_dir),
+        "--data-dir",
+        str(tiny_data_dir),
+        "--batch-size",
+        "8",
+        "--max-length",
+        "32",
+        "--device",
+        "cpu",
+        "--output-dir",
+        str(tmp_path / "out"),
     )
     assert code == 0, err
     # The bugs, seen live on the tiny encoder.
@@ -286,8 +309,9 @@ def test_script_end_to_end(monkeypatch, capsys, tmp_path, tiny_model_dir, tiny_d
 
 @pytest.mark.parametrize("script", [SCRIPT, ENTRY_POINT])
 def test_scripts_run_from_any_directory(tmp_path, script):
-    done = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: readme_example.py") and "--output-dir" in done.stdout
 
@@ -318,10 +342,20 @@ def test_script_bad_input_exits_2_with_one_line(monkeypatch, capsys, tiny_model_
 
 def _result(precision, accuracy, time_s, mem, scale=None, seed=0):
     return RunResult(
-        precision=precision, autocast_dtype=None, grad_scaler=scale is not None, device="cpu",
-        device_name="cpu", steps=10, skipped_steps=1 if scale else 0, final_loss_scale=scale,
-        train_time_s=time_s, train_samples_per_s=320 / time_s, peak_memory_bytes=mem,
-        peak_memory_kind="cpu_rss", eval={"accuracy": accuracy, "loss": 0.5}, seed=seed,
+        precision=precision,
+        autocast_dtype=None,
+        grad_scaler=scale is not None,
+        device="cpu",
+        device_name="cpu",
+        steps=10,
+        skipped_steps=1 if scale else 0,
+        final_loss_scale=scale,
+        train_time_s=time_s,
+        train_samples_per_s=320 / time_s,
+        peak_memory_bytes=mem,
+        peak_memory_kind="cpu_rss",
+        eval={"accuracy": accuracy, "loss": 0.5},
+        seed=seed,
     )
 
 

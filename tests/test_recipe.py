@@ -8,8 +8,7 @@ import textwrap
 import pytest
 
 from mixft.errors import UsageError
-from mixft.recipe import Recipe, SavesModel
-from mixft.recipe import get_recipe, recipe_names
+from mixft.recipe import Recipe, SavesModel, get_recipe, recipe_names
 
 BUILT_IN = ("bert-sst2", "glue", "mlp-synthetic", "text-classification")
 
@@ -29,7 +28,7 @@ def _install(tmp_path, monkeypatch, package: str, entry_points: str, modules: di
     monkeypatch.delitem(sys.modules, package, raising=False)
 
 
-PLUGIN_RECIPE = '''
+PLUGIN_RECIPE = """
     NAME = "my-task"
     USES = frozenset({"model"})
     DEFAULTS = {"epochs": 1}
@@ -39,7 +38,7 @@ PLUGIN_RECIPE = '''
 
     def build(cfg, prepared, precision, device, seed):
         raise NotImplementedError
-'''
+"""
 
 
 def test_built_in_recipes_are_registered_by_pyproject():
@@ -55,16 +54,26 @@ def test_save_model_is_part_of_the_contract_where_a_recipe_has_one():
 
 
 def test_a_recipe_from_another_package_is_found_by_name(tmp_path, monkeypatch):
-    _install(tmp_path, monkeypatch, "mixft_plugin_demo",
-             '[mixft.recipes]\nmy-task = mixft_plugin_demo.my_recipe\n', {"my_recipe": PLUGIN_RECIPE})
+    _install(
+        tmp_path,
+        monkeypatch,
+        "mixft_plugin_demo",
+        "[mixft.recipes]\nmy-task = mixft_plugin_demo.my_recipe\n",
+        {"my_recipe": PLUGIN_RECIPE},
+    )
     assert "my-task" in recipe_names()
     recipe = get_recipe("my-task")
     assert recipe.__name__ == "mixft_plugin_demo.my_recipe" and recipe.DEFAULTS == {"epochs": 1}
 
 
 def test_unknown_recipe_lists_the_available_ones(tmp_path, monkeypatch):
-    _install(tmp_path, monkeypatch, "mixft_plugin_other",
-             '[mixft.recipes]\nother-task = mixft_plugin_other.r\n', {"r": PLUGIN_RECIPE})
+    _install(
+        tmp_path,
+        monkeypatch,
+        "mixft_plugin_other",
+        "[mixft.recipes]\nother-task = mixft_plugin_other.r\n",
+        {"r": PLUGIN_RECIPE},
+    )
     with pytest.raises(UsageError) as info:
         get_recipe("nope")
     message = str(info.value)
@@ -74,12 +83,18 @@ def test_unknown_recipe_lists_the_available_ones(tmp_path, monkeypatch):
 
 
 def test_a_module_without_the_contract_is_refused_in_one_line(tmp_path, monkeypatch):
-    _install(tmp_path, monkeypatch, "mixft_plugin_broken",
-             '[mixft.recipes]\nbroken = mixft_plugin_broken.half\n', {"half": 'NAME = "broken"\nUSES = frozenset()\n'})
+    _install(
+        tmp_path,
+        monkeypatch,
+        "mixft_plugin_broken",
+        "[mixft.recipes]\nbroken = mixft_plugin_broken.half\n",
+        {"half": 'NAME = "broken"\nUSES = frozenset()\n'},
+    )
     with pytest.raises(UsageError) as info:
         get_recipe("broken")
-    assert str(info.value) == ("recipe 'broken' (mixft_plugin_broken.half) is not a mixft recipe: "
-                               "it lacks DEFAULTS, prepare, build")
+    assert str(info.value) == (
+        "recipe 'broken' (mixft_plugin_broken.half) is not a mixft recipe: it lacks DEFAULTS, prepare, build"
+    )
 
 
 def test_cli_help_lists_the_registered_recipes():

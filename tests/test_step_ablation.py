@@ -13,8 +13,12 @@ def test_every_switch_is_left_out_once_and_all_together():
 
 def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
     order: list = []
-    seconds = {frozenset(): 0.10, frozenset({"fast_dropout"}): 0.12, frozenset({"row_embedding_grad"}): 0.11,
-               frozenset(SWITCHES): 0.15}
+    seconds = {
+        frozenset(): 0.10,
+        frozenset({"fast_dropout"}): 0.12,
+        frozenset({"row_embedding_grad"}): 0.11,
+        frozenset(SWITCHES): 0.15,
+    }
 
     def fake(precision, left_out):
         order.append((precision, left_out))

@@ -26,8 +26,7 @@ DECODER_ARCHITECTURES = ("gpt2", "llama", "qwen2", "mistral")
 
 # Enough words for the toy tasks below; every one is a whole token in each tokenizer.
 WORDS = (
-    "the a this film movie plot acting was is very really not good great fine okay bad awful "
-    "boring fun and but it"
+    "the a this film movie plot acting was is very really not good great fine okay bad awful boring fun and but it"
 ).split()
 _LETTERS = list("abcdefghijklmnopqrstuvwxyz.,!'")
 
@@ -54,13 +53,19 @@ def _trained_bpe(specials: list[str], metaspace: bool = False) -> tuple[dict[str
     if metaspace:
         bpe = Tokenizer(models.BPE(unk_token="<unk>"))
         bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
-        trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=1, show_progress=False, special_tokens=specials,
-                                      initial_alphabet=[*_LETTERS, "\u2581"])
+        trainer = trainers.BpeTrainer(
+            vocab_size=400,
+            min_frequency=1,
+            show_progress=False,
+            special_tokens=specials,
+            initial_alphabet=[*_LETTERS, "\u2581"],
+        )
         bpe.train_from_iterator([" ".join(WORDS)] * 4, trainer)
     else:
         bpe = ByteLevelBPETokenizer()
-        bpe.train_from_iterator([" ".join(WORDS)] * 4, vocab_size=400, min_frequency=1, show_progress=False,
-                                special_tokens=specials)
+        bpe.train_from_iterator(
+            [" ".join(WORDS)] * 4, vocab_size=400, min_frequency=1, show_progress=False, special_tokens=specials
+        )
     model = json.loads(bpe.to_str())["model"]
     return model["vocab"], [tuple(m) if isinstance(m, list) else tuple(m.split()) for m in model["merges"]]
 
@@ -120,8 +125,14 @@ def tiny_config(arch: str, vocab_size: int, **overrides):
     if arch in ("roberta", "xlm-roberta"):
         cls = RobertaConfig if arch == "roberta" else XLMRobertaConfig
         # fairseq's layout: positions start after padding_idx (1), so 2 more than tokens.
-        kwargs = dict(_SIZES, max_position_embeddings=MAX_POSITIONS + 2, pad_token_id=1, bos_token_id=0,
-                      eos_token_id=2, type_vocab_size=1)
+        kwargs = dict(
+            _SIZES,
+            max_position_embeddings=MAX_POSITIONS + 2,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            type_vocab_size=1,
+        )
         return cls(vocab_size=vocab_size, **{**kwargs, **overrides})
     if arch == "distilbert":
         kwargs = dict(dim=32, n_layers=1, n_heads=2, hidden_dim=37, max_position_embeddings=MAX_POSITIONS)
@@ -131,13 +142,21 @@ def tiny_config(arch: str, vocab_size: int, **overrides):
         return ElectraConfig(vocab_size=vocab_size, **{**kwargs, **overrides})
     if arch == "deberta-v2":
         # DeBERTa-v3's layout: relative attention only, no absolute position input.
-        kwargs = dict(_SIZES, max_position_embeddings=MAX_POSITIONS, relative_attention=True,
-                      position_biased_input=False, pos_att_type=["p2c", "c2p"], position_buckets=16,
-                      type_vocab_size=0, pad_token_id=0)
+        kwargs = dict(
+            _SIZES,
+            max_position_embeddings=MAX_POSITIONS,
+            relative_attention=True,
+            position_biased_input=False,
+            pos_att_type=["p2c", "c2p"],
+            position_buckets=16,
+            type_vocab_size=0,
+            pad_token_id=0,
+        )
         return DebertaV2Config(vocab_size=vocab_size, **{**kwargs, **overrides})
     if arch == "gpt2":
-        kwargs = dict(n_embd=32, n_layer=1, n_head=2, n_inner=37, n_positions=MAX_POSITIONS, bos_token_id=0,
-                      eos_token_id=0)
+        kwargs = dict(
+            n_embd=32, n_layer=1, n_head=2, n_inner=37, n_positions=MAX_POSITIONS, bos_token_id=0, eos_token_id=0
+        )
         return GPT2Config(vocab_size=vocab_size, **{**kwargs, **overrides})
     if arch in ("llama", "qwen2", "mistral"):
         # Grouped-query attention (2 query heads share 1 key/value head), as in the real ones.

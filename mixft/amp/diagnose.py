@@ -62,7 +62,9 @@ class Diagnosis:
         else:
             big = self.largest
             where = f"forward pass finite over {self.batches} batch(es) under {self.precision}" + (
-                f", largest |activation| {big.output_max_abs:.3g} in {big.name} (fp16 limit {FP16_MAX:.0f})" if big else ""
+                f", largest |activation| {big.output_max_abs:.3g} in {big.name} (fp16 limit {FP16_MAX:.0f})"
+                if big
+                else ""
             )
         return f"diagnosis: {where}; suggested fix: {self.suggestion}"
 
@@ -150,9 +152,13 @@ def _suggest(d: Diagnosis, trainer) -> str:
         return "lower the learning rate (--lr): the activations grew without bound"
     # Forward finite: the inf/NaN come from the backward pass or the optimizer.
     if d.precision == "fp16":
-        return "the gradients overflow float16: switch to bf16 (--precision bf16) or lower the learning rate (--lr)" + note
-    return "the gradients are inf/NaN while the forward is finite: lower the learning rate (--lr) or clip (--max-grad-norm)" + note
-
+        return (
+            "the gradients overflow float16: switch to bf16 (--precision bf16) or lower the learning rate (--lr)" + note
+        )
+    return (
+        "the gradients are inf/NaN while the forward is finite: lower the learning rate (--lr) or clip (--max-grad-norm)"
+        + note
+    )
 
 
 def _max_abs_and_nonfinite(obj) -> tuple[float, int]:

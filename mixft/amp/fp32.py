@@ -70,7 +70,7 @@ class Fp32Modules:
                     module.forward = original
         self._patched = []
 
-    def __enter__(self) -> "Fp32Modules":
+    def __enter__(self) -> Fp32Modules:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -155,7 +155,7 @@ def _unknown(name: str, known: list[str]) -> str:
     if close:
         hint = f"closest: {', '.join(close)}"
     else:
-        top = sorted({n.split('.')[0] for n in known})[:6]
+        top = sorted({n.split(".")[0] for n in known})[:6]
         hint = f"top-level modules: {', '.join(top)}" if top else "the model has no submodules"
     return f"{FLAG}: the model has no module named {name!r}; {hint}"
 
@@ -173,6 +173,7 @@ def _unknown(name: str, known: list[str]) -> str:
 #
 # Usage: ``y = stable_softplus(x)`` inside ``with trainer.autocast():``
 # ------------------------------------------------------------------------------------------
+
 
 def _make_softplus(device_type: str):
     class StableSoftplus(torch.autograd.Function):

@@ -128,13 +128,21 @@ def native_precisions(device) -> dict[str, Any]:
     """
     import torch
 
-    facts: dict[str, Any] = {"bf16": None, "fp16": None, "via": None, "cpu_capability": None,
-                             "compute_capability": None}
+    facts: dict[str, Any] = {
+        "bf16": None,
+        "fp16": None,
+        "via": None,
+        "cpu_capability": None,
+        "compute_capability": None,
+    }
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
-        facts.update(via="CUDA", compute_capability=f"{major}.{minor}",
-                     bf16=bool(torch.cuda.is_bf16_supported(including_emulation=False)),
-                     fp16=(major, minor) >= (5, 3))  # half-precision arithmetic arrived with sm_53
+        facts.update(
+            via="CUDA",
+            compute_capability=f"{major}.{minor}",
+            bf16=bool(torch.cuda.is_bf16_supported(including_emulation=False)),
+            fp16=(major, minor) >= (5, 3),
+        )  # half-precision arithmetic arrived with sm_53
         return facts
     if device.type != "cpu":
         return facts

@@ -41,14 +41,29 @@ from torch.overrides import TorchFunctionMode
 
 from mixft.rng import capture_rng_state, restore_rng_state
 
-__all__ = ["MEMORY_KEYS", "MemoryRecord", "SavedTensorMeter", "measure_step_memory", "memory_record",
-           "optimizer_state_bytes", "tensor_bytes"]
+__all__ = [
+    "MEMORY_KEYS",
+    "MemoryRecord",
+    "SavedTensorMeter",
+    "measure_step_memory",
+    "memory_record",
+    "optimizer_state_bytes",
+    "tensor_bytes",
+]
 
 TOP_OPS = 5
 
 #: The keys of a results.json run's ``memory`` (bytes unless named otherwise).
-MEMORY_KEYS = ("parameters", "gradients", "optimizer_state", "saved_activations_peak", "saved_by_dtype",
-               "saved_by_op", "device_figure", "device_figure_kind")
+MEMORY_KEYS = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "saved_activations_peak",
+    "saved_by_dtype",
+    "saved_by_op",
+    "device_figure",
+    "device_figure_kind",
+)
 
 
 @dataclass
@@ -184,7 +199,7 @@ class SavedTensorMeter:
         self._stack = contextlib.ExitStack()
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module) -> "SavedTensorMeter":
+    def for_model(cls, model: torch.nn.Module) -> SavedTensorMeter:
         """A meter that counts ``model``'s parameters apart, FSDP's gathered weights included.
 
         Under FSDP a block's parameters are, while it runs, the whole tensors FSDP gathered
@@ -214,7 +229,7 @@ class SavedTensorMeter:
                 meter._stack.callback(m.register_forward_hook(forget).remove)
         return meter
 
-    def __enter__(self) -> "SavedTensorMeter":
+    def __enter__(self) -> SavedTensorMeter:
         self._stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
         self._stack.enter_context(self._ops)
         return self
@@ -315,8 +330,9 @@ def measure_step_memory(
     }
 
 
-def memory_record(step: Mapping[str, Any], optimizer_state: int, device_figure: int | None,
-                  device_figure_kind: str | None) -> dict[str, Any]:
+def memory_record(
+    step: Mapping[str, Any], optimizer_state: int, device_figure: int | None, device_figure_kind: str | None
+) -> dict[str, Any]:
     """results.json ``memory`` for a run: ``measure_step_memory``'s figures, the optimizer
     state and the device figure (``PeakMemory.peak_bytes`` / ``.kind`` of the run).
 

@@ -59,8 +59,10 @@ class Precision:
     def __post_init__(self) -> None:
         # GradScaler unscales into the parameters' own gradients: it needs fp32 master weights.
         if self.param_dtype is not None and self.grad_scaler:
-            raise UsageError(f"precision {self.name}: a GradScaler (fp16's loss scaling) needs fp32 master weights, "
-                             f"but this precision holds the weights in {str(self.param_dtype).removeprefix('torch.')}")
+            raise UsageError(
+                f"precision {self.name}: a GradScaler (fp16's loss scaling) needs fp32 master weights, "
+                f"but this precision holds the weights in {str(self.param_dtype).removeprefix('torch.')}"
+            )
         if self.compensated and self.param_dtype is None:
             raise UsageError(f"precision {self.name}: compensation is for low-precision weights (set param_dtype)")
 
@@ -79,8 +81,9 @@ PRECISIONS: dict[str, Precision] = {
     "fp16": Precision("fp16", torch.float16, grad_scaler=True),
     "bf16": Precision("bf16", torch.bfloat16, grad_scaler=False),
     # autocast stays on: its fp32 list (the losses) still runs in fp32.
-    "bf16-pure": Precision("bf16-pure", torch.bfloat16, grad_scaler=False, param_dtype=torch.bfloat16,
-                           compensated=True),
+    "bf16-pure": Precision(
+        "bf16-pure", torch.bfloat16, grad_scaler=False, param_dtype=torch.bfloat16, compensated=True
+    ),
     "bf16-true": Precision("bf16-true", torch.bfloat16, grad_scaler=False, param_dtype=torch.bfloat16),
 }
 
@@ -134,7 +137,9 @@ def resolve_precision(name: str | Precision | None, device: torch.device, *, pol
 
     if precision.tf32:
         if device.type != "cuda":
-            raise UsageError(f"precision tf32 needs a CUDA GPU (Ampere or newer); device is {device.type}: use fp32 or bf16")
+            raise UsageError(
+                f"precision tf32 needs a CUDA GPU (Ampere or newer); device is {device.type}: use fp32 or bf16"
+            )
         if torch.cuda.get_device_capability(device)[0] < 8:
             raise UsageError("precision tf32 needs an Ampere or newer GPU (compute capability 8.0+); use fp32 or fp16")
     if precision.autocast_dtype is not None:
@@ -143,11 +148,15 @@ def resolve_precision(name: str | Precision | None, device: torch.device, *, pol
         if precision.autocast_dtype == torch.bfloat16 and device.type == "cuda":
             if not torch.cuda.is_bf16_supported(including_emulation=False):
                 if precision.param_dtype is not None:
-                    raise UsageError(f"precision {precision.name} needs a GPU with native bf16 (Ampere or newer); "
-                                     "use fp16 (with loss scaling) or fp32 here")
+                    raise UsageError(
+                        f"precision {precision.name} needs a GPU with native bf16 (Ampere or newer); "
+                        "use fp16 (with loss scaling) or fp32 here"
+                    )
                 raise UsageError("precision bf16 needs an Ampere or newer GPU; use fp16 (with loss scaling) here")
         if not _autocast_runs(device, precision.autocast_dtype):
-            raise UsageError(f"precision {precision.name} is not supported by autocast on {device.type} in this torch build")
+            raise UsageError(
+                f"precision {precision.name} is not supported by autocast on {device.type} in this torch build"
+            )
     return precision
 
 
@@ -175,9 +184,16 @@ class PrecisionChoice(NamedTuple):
     notice: str | None = None  # the one line to show before any work; None: nothing to warn about
 
 
-def choose_precision(requested: str, device_type: str, native: Mapping[str, Any] | None = None, *,
-                     probe_ratios: Mapping[str, float] | None = None, probe_date: str | None = None,
-                     option: str | None = None, comparing: bool = False) -> PrecisionChoice:
+def choose_precision(
+    requested: str,
+    device_type: str,
+    native: Mapping[str, Any] | None = None,
+    *,
+    probe_ratios: Mapping[str, float] | None = None,
+    probe_date: str | None = None,
+    option: str | None = None,
+    comparing: bool = False,
+) -> PrecisionChoice:
     """The precision a run of ``requested`` ("amp" or a name) uses, with its reason: the ``--amp`` policy.
 
     Pure: every fact is an argument. ``native``: torch's native bf16/fp16 check
@@ -210,14 +226,18 @@ def choose_precision(requested: str, device_type: str, native: Mapping[str, Any]
     if device_type == "cpu" and key is not None and native.get(key) is False:
         lacks = f"this CPU has no native {key} ({_evidence(native, key)})"
         also = f" and {measured}" if measured else ""
-        notice = (f"notice: {lacks}: {option} runs it emulated, as asked{also}; the estimate after the first "
-                  "steps says how long it takes")
+        notice = (
+            f"notice: {lacks}: {option} runs it emulated, as asked{also}; the estimate after the first "
+            "steps says how long it takes"
+        )
         return PrecisionChoice(name, f"{reason}; {lacks}, so it runs emulated{also}", notice)
     if ratio is not None and ratio < 1.0 and not comparing:  # a comparison measures exactly this: no advice
         faster = max(ratios.items(), key=lambda item: item[1], default=("fp32", 1.0))
         faster_name = faster[0] if faster[1] > 1.0 and faster[0] != name else "fp32"
-        notice = (f"notice: {measured} on this {_where(device_type)}; {option} keeps {name} as asked; "
-                  f"--precision {faster_name} would be faster")
+        notice = (
+            f"notice: {measured} on this {_where(device_type)}; {option} keeps {name} as asked; "
+            f"--precision {faster_name} would be faster"
+        )
         return PrecisionChoice(name, f"{reason}; {measured}", notice)
     if name == "fp16" and device_type == "cpu":
         notice = precision_notice(PRECISIONS["fp16"], torch.device("cpu"), measured=ratio is not None)
@@ -225,8 +245,9 @@ def choose_precision(requested: str, device_type: str, native: Mapping[str, Any]
     return PrecisionChoice(name, reason + (f"; {measured}" if measured else ""))
 
 
-def _amp_choice(device_type: str, native: Mapping[str, Any], ratios: Mapping[str, float],
-                probe_date: str | None) -> PrecisionChoice:
+def _amp_choice(
+    device_type: str, native: Mapping[str, Any], ratios: Mapping[str, float], probe_date: str | None
+) -> PrecisionChoice:
     """``--amp``'s policy (see ``choose_precision``)."""
     mixed = AMP_DEFAULT.get(device_type)
     if mixed is None:
@@ -234,16 +255,20 @@ def _amp_choice(device_type: str, native: Mapping[str, Any], ratios: Mapping[str
     ratio = ratios.get(mixed)
     measured = _measured(mixed, ratio, probe_date)
     if device_type == "cuda":
-        bf16 = ("bf16 is native here too: --precision bf16 uses it" if native.get("bf16")
-                else "this GPU has no native bf16")
+        bf16 = (
+            "bf16 is native here too: --precision bf16 uses it" if native.get("bf16") else "this GPU has no native bf16"
+        )
         reason = f"--amp uses fp16 on CUDA (with loss scaling; {bf16})"
         if ratio is not None and ratio < 1.0:
             reason = f"{reason}, but {measured}: --precision fp32 would be faster"
             return PrecisionChoice("fp16", reason, f"notice: {reason}")
         return PrecisionChoice("fp16", reason + (f"; {measured}" if measured else ""))
     if native.get(mixed) is not True:
-        lacks = (f"this CPU has no native {mixed} ({_evidence(native, mixed)})" if native.get(mixed) is False
-                 else f"torch cannot tell whether this CPU has native {mixed} ({_evidence(native, mixed)})")
+        lacks = (
+            f"this CPU has no native {mixed} ({_evidence(native, mixed)})"
+            if native.get(mixed) is False
+            else f"torch cannot tell whether this CPU has native {mixed} ({_evidence(native, mixed)})"
+        )
         emulated = f", so {mixed} would run emulated" if native.get(mixed) is False else ""
         why = f" and {measured}" if measured else emulated
         reason = f"--amp chose fp32: {lacks}{why}; --precision {mixed} forces {mixed}"
@@ -292,8 +317,10 @@ def fsdp_policies(precision: Precision) -> tuple[Any, Any]:
 
     if precision.autocast_dtype is None:
         return MixedPrecisionPolicy(), None
-    return (MixedPrecisionPolicy(param_dtype=precision.autocast_dtype, reduce_dtype=torch.float32),
-            MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32))
+    return (
+        MixedPrecisionPolicy(param_dtype=precision.autocast_dtype, reduce_dtype=torch.float32),
+        MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32),
+    )
 
 
 @contextlib.contextmanager
@@ -322,8 +349,12 @@ def _matmul_state() -> tuple:
         legacy = torch.get_float32_matmul_precision()
     except RuntimeError:  # the process mixed torch's legacy and per-backend APIs: no legacy level
         legacy = None
-    return (backends.cuda.matmul.fp32_precision, backends.mkldnn.matmul.fp32_precision,
-            backends.cudnn.allow_tf32, legacy)
+    return (
+        backends.cuda.matmul.fp32_precision,
+        backends.mkldnn.matmul.fp32_precision,
+        backends.cudnn.allow_tf32,
+        legacy,
+    )
 
 
 def _restore_matmul_state(saved: tuple) -> None:

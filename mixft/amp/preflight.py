@@ -67,8 +67,12 @@ INIT_SCALE_FLAG = "--init-loss-scale"
 # Ranking tiers, most severe first: an overflowing activation makes every fp16 step NaN;
 # an overflowing gradient costs a few skipped steps; underflow loses signal silently;
 # a "close" activation is a warning.
-_TIERS = {("overflow", "activation", "exceeds"): 0, ("overflow", "gradient", "exceeds"): 1,
-          ("underflow", "gradient", "exceeds"): 2, ("overflow", "activation", "close"): 3}
+_TIERS = {
+    ("overflow", "activation", "exceeds"): 0,
+    ("overflow", "gradient", "exceeds"): 1,
+    ("underflow", "gradient", "exceeds"): 2,
+    ("overflow", "activation", "close"): 3,
+}
 
 
 @dataclass
@@ -127,15 +131,19 @@ class PreflightResult:
     def summary(self) -> str:
         """One line for a run header."""
         if not self.modules_at_risk:
-            big = f", largest |activation| {self.largest_activation[1]:.3g} in {self.largest_activation[0]}" \
-                if self.largest_activation else ""
+            big = (
+                f", largest |activation| {self.largest_activation[1]:.3g} in {self.largest_activation[0]}"
+                if self.largest_activation
+                else ""
+            )
             if self.largest_underflow and self.largest_underflow[1] > 0:
                 big += f", at most {self.largest_underflow[1]:.2%} of gradients flushed ({self.largest_underflow[0]})"
             return f"preflight: no module at fp16 risk ({self.modules_checked} modules, {self.batches} batches{big})"
         top = self.modules_at_risk[0]
         more = len(self.modules_at_risk) - 1
         return f"preflight: {len(self.modules_at_risk)} module(s) at fp16 risk; first: {top.describe()}" + (
-            f" (+{more} more)" if more else "")
+            f" (+{more} more)" if more else ""
+        )
 
     def render(self, top: int = 5) -> list[str]:
         """Lines for the terminal and report.md: the summary, the top modules, the advice."""
@@ -153,13 +161,26 @@ class PreflightResult:
             "init_scale": self.init_scale,
             "seconds": round(self.seconds, 3),
             "modules_checked": self.modules_checked,
-            "limits": {"fp16_max": FP16_MAX, "fp16_smallest_subnormal": FP16_SMALLEST_SUBNORMAL,
-                       "overflow_margin": OVERFLOW_MARGIN, "underflow_share": UNDERFLOW_SHARE},
+            "limits": {
+                "fp16_max": FP16_MAX,
+                "fp16_smallest_subnormal": FP16_SMALLEST_SUBNORMAL,
+                "overflow_margin": OVERFLOW_MARGIN,
+                "underflow_share": UNDERFLOW_SHARE,
+            },
             "at_risk": self.at_risk,
             "modules_at_risk": [
-                {"name": r.name, "module_type": r.module_type, "kind": r.kind, "tensor": r.tensor, "level": r.level,
-                 "value": _json_number(r.value), "limit": r.limit, "ratio": _json_number(r.ratio),
-                 "origin": r.origin, "contained_by": r.contained_by}
+                {
+                    "name": r.name,
+                    "module_type": r.module_type,
+                    "kind": r.kind,
+                    "tensor": r.tensor,
+                    "level": r.level,
+                    "value": _json_number(r.value),
+                    "limit": r.limit,
+                    "ratio": _json_number(r.ratio),
+                    "origin": r.origin,
+                    "contained_by": r.contained_by,
+                }
                 for r in self.modules_at_risk
             ],
             "largest_activation": _named_number(self.largest_activation),
@@ -182,9 +203,16 @@ class _Stats:
         self.out_max = self.in_max = self.grad_max = self.flushed = self.nonzero = None
 
 
-def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Tensor], batches: Iterable, *,
-              device: torch.device | str, init_scale: float = 65536.0, max_batches: int = 3,
-              bf16_supported: bool = False) -> PreflightResult:
+def preflight(
+    model: nn.Module,
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+    batches: Iterable,
+    *,
+    device: torch.device | str,
+    init_scale: float = 65536.0,
+    max_batches: int = 3,
+    bf16_supported: bool = False,
+) -> PreflightResult:
     """Run up to ``max_batches`` of ``batches`` forward and backward in fp32; rank fp16 risks.
 
     ``batches`` are what the trainer takes: a mapping with a ``labels`` key, or an
@@ -194,8 +222,12 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
 
     Usage: ``result = preflight(model, loss_fn, loader, device=torch.device("cpu"))``
     """
-    if not (isinstance(init_scale, (int, float)) and not isinstance(init_scale, bool)
-            and math.isfinite(init_scale) and init_scale > 0):
+    if not (
+        isinstance(init_scale, (int, float))
+        and not isinstance(init_scale, bool)
+        and math.isfinite(init_scale)
+        and init_scale > 0
+    ):
         raise UsageError(f"preflight: init_scale must be a positive finite number, got {init_scale!r}")
     if not (isinstance(max_batches, int) and not isinstance(max_batches, bool) and max_batches >= 1):
         raise UsageError(f"preflight: max_batches must be a positive integer, got {max_batches!r}")
@@ -259,8 +291,9 @@ def preflight(model: nn.Module, loss_fn: Callable[[Any, torch.Tensor], torch.Ten
     return result
 
 
-def _assess(stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, batches: int,
-            param_shares: dict[str, float]) -> PreflightResult:
+def _assess(
+    stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, batches: int, param_shares: dict[str, float]
+) -> PreflightResult:
     values = {name: _host(s) for name, s in stats.items()}  # read once, after the last batch
     risks: list[ModuleRisk] = []
     close = FP16_MAX / OVERFLOW_MARGIN
@@ -270,16 +303,21 @@ def _assess(stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, b
             level = "exceeds" if out_max > FP16_MAX else "close"
             threshold = FP16_MAX if level == "exceeds" else close
             origin = in_max is None or in_max <= threshold
-            risks.append(ModuleRisk(name, kind, "overflow", "activation", level, out_max, FP16_MAX,
-                                    out_max / FP16_MAX, origin=origin))
+            risks.append(
+                ModuleRisk(
+                    name, kind, "overflow", "activation", level, out_max, FP16_MAX, out_max / FP16_MAX, origin=origin
+                )
+            )
         if grad_max is not None and grad_max * init_scale > FP16_MAX:
             scaled = grad_max * init_scale
-            risks.append(ModuleRisk(name, kind, "overflow", "gradient", "exceeds", scaled, FP16_MAX,
-                                    scaled / FP16_MAX))
+            risks.append(ModuleRisk(name, kind, "overflow", "gradient", "exceeds", scaled, FP16_MAX, scaled / FP16_MAX))
         if nonzero and flushed / nonzero > UNDERFLOW_SHARE:
             share = flushed / nonzero
-            risks.append(ModuleRisk(name, kind, "underflow", "gradient", "exceeds", share, UNDERFLOW_SHARE,
-                                    share / UNDERFLOW_SHARE))
+            risks.append(
+                ModuleRisk(
+                    name, kind, "underflow", "gradient", "exceeds", share, UNDERFLOW_SHARE, share / UNDERFLOW_SHARE
+                )
+            )
     # A container whose output overflows from in-range inputs is not where it starts when a
     # module inside it is (the model itself, a Sequential): the innermost one is the origin.
     inner = [r.name for r in risks if r.origin]
@@ -295,8 +333,12 @@ def _assess(stats: dict[str, _Stats], init_scale: float, bf16_supported: bool, b
     grads = [(n, v[2]) for n, v in values.items() if v[2] is not None]
     shares = [(n, v[3] / v[4]) for n, v in values.items() if v[4]]
     result = PreflightResult(
-        batches=batches, init_scale=float(init_scale), seconds=0.0, modules_checked=len(values),
-        modules_at_risk=risks, bf16_supported=bf16_supported,
+        batches=batches,
+        init_scale=float(init_scale),
+        seconds=0.0,
+        modules_checked=len(values),
+        modules_at_risk=risks,
+        bf16_supported=bf16_supported,
         largest_activation=max(acts, key=lambda a: a[1]) if acts else None,
         largest_gradient=max(grads, key=lambda g: g[1]) if grads else None,
         largest_underflow=max(shares, key=lambda u: u[1]) if shares else None,
@@ -315,11 +357,13 @@ def _recommend(result: PreflightResult, param_shares: dict[str, float]) -> None:
     advice = result.recommendations
     broken = next((r for r in act if not math.isfinite(r.value)), None)
     if broken is not None:
-        advice.append(f"{broken.name} is already inf/NaN in fp32: no precision fixes that; check the weights "
-                      "and the inputs")
+        advice.append(
+            f"{broken.name} is already inf/NaN in fp32: no precision fixes that; check the weights and the inputs"
+        )
     if result.bf16_supported:
-        advice.append("--precision bf16: fp32's exponent range, no loss scaling; none of the ranges above "
-                      "is a risk there")
+        advice.append(
+            "--precision bf16: fp32's exponent range, no loss scaling; none of the ranges above is a risk there"
+        )
     else:
         advice.append("this device cannot train in bf16: fp16 with the changes below, or --precision fp32")
 
@@ -327,18 +371,25 @@ def _recommend(result: PreflightResult, param_shares: dict[str, float]) -> None:
     keep = list(dict.fromkeys(r.contained_by for r in origins if r.contained_by not in (None, ROOT)))
     result.fp32_modules = keep
     if keep:
-        why = "; ".join(f"the overflow starting in {r.name} is back within range at the output of {r.contained_by}"
-                        for r in origins if r.contained_by in keep)
+        why = "; ".join(
+            f"the overflow starting in {r.name} is back within range at the output of {r.contained_by}"
+            for r in origins
+            if r.contained_by in keep
+        )
         advice.append(f"keep {', '.join(keep)} in fp32 (outside autocast): {result.flag_line} ({why})")
         kept = sum(param_shares.get(name, 0.0) for name in keep)
         if kept >= LARGE_SHARE:
             # Pre-norm transformers (Llama, GPT-2) carry a value on the residual stream up to
             # the final norm: the module containing it is then most of the model.
-            advice.append(f"that keeps {kept:.0%} of the parameters in fp32: little is left for fp16 to speed up; "
-                          "bf16 or fp32 is the simpler choice")
+            advice.append(
+                f"that keeps {kept:.0%} of the parameters in fp32: little is left for fp16 to speed up; "
+                "bf16 or fp32 is the simpler choice"
+            )
     elif origins:
-        advice.append(f"the overflow starting in {origins[0].name} reaches the model's output: fp16 cannot hold "
-                      "it; use bf16 or fp32")
+        advice.append(
+            f"the overflow starting in {origins[0].name} reaches the model's output: fp16 cannot hold "
+            "it; use bf16 or fp32"
+        )
 
     largest = result.largest_gradient[1] if result.largest_gradient else 0.0
     # The largest power-of-two scale that keeps every gradient within fp16's range.
@@ -347,19 +398,24 @@ def _recommend(result: PreflightResult, param_shares: dict[str, float]) -> None:
         if fits is not None and fits >= 1:
             skipped = round(math.log2(result.init_scale / fits))
             result.suggested_init_scale = fits
-            advice.append(f"start the loss scale at {fits:g} ({INIT_SCALE_FLAG} {fits:g}; Python: "
-                          f"GradScaler(init_scale={fits:g})): from {result.init_scale:g} the first ~{skipped} "
-                          "steps would be skipped while the scaler halves it")
+            advice.append(
+                f"start the loss scale at {fits:g} ({INIT_SCALE_FLAG} {fits:g}; Python: "
+                f"GradScaler(init_scale={fits:g})): from {result.init_scale:g} the first ~{skipped} "
+                "steps would be skipped while the scaler halves it"
+            )
         else:
             advice.append(f"gradients of {grad_over[0].name} exceed fp16's range even unscaled: use bf16 or fp32")
     if under and not grad_over:
         if fits is not None and fits >= 2 * result.init_scale:
             result.suggested_init_scale = fits
-            advice.append(f"a higher initial loss scale keeps more small gradients: {INIT_SCALE_FLAG} {fits:g} "
-                          f"(the largest gradient still fits fp16 there)")
+            advice.append(
+                f"a higher initial loss scale keeps more small gradients: {INIT_SCALE_FLAG} {fits:g} "
+                f"(the largest gradient still fits fp16 there)"
+            )
         elif not result.bf16_supported:
-            advice.append(f"small gradients of {under[0].name} flush to zero in fp16 and the scale cannot rise "
-                          "further: use fp32")
+            advice.append(
+                f"small gradients of {under[0].name} flush to zero in fp16 and the scale cannot rise further: use fp32"
+            )
 
 
 def _container(name: str, values: dict[str, tuple], safe: float) -> str | None:
@@ -392,8 +448,9 @@ def _split(batch, device: torch.device):
         return batch, labels
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
         return _to(batch[0], device), _to(batch[1], device)
-    raise UsageError(f"preflight: a batch must be a mapping with 'labels' or an (inputs, labels) pair, "
-                     f"got {type(batch).__name__}")
+    raise UsageError(
+        f"preflight: a batch must be a mapping with 'labels' or an (inputs, labels) pair, got {type(batch).__name__}"
+    )
 
 
 def _to(obj, device: torch.device):
@@ -402,7 +459,6 @@ def _to(obj, device: torch.device):
     if isinstance(obj, Mapping):
         return {k: _to(v, device) for k, v in obj.items()}
     return obj
-
 
 
 def _abs_max(t: torch.Tensor) -> torch.Tensor:

@@ -175,10 +175,16 @@ class BestModel(Callback):
         if self._said_undefined:
             return
         self._said_undefined = True
-        reason = (metrics.get("undefined") or {}).get(self.metric) if isinstance(metrics.get("undefined"), dict) else None
-        logger.warning("eval %s is undefined at step %s%s: not ranked (the best is the best defined evaluation; "
-                       "--metric-for-best loss is always defined)", self.metric, trainer.state.step,
-                       f" ({reason})" if reason else "")
+        reason = (
+            (metrics.get("undefined") or {}).get(self.metric) if isinstance(metrics.get("undefined"), dict) else None
+        )
+        logger.warning(
+            "eval %s is undefined at step %s%s: not ranked (the best is the best defined evaluation; "
+            "--metric-for-best loss is always defined)",
+            self.metric,
+            trainer.state.step,
+            f" ({reason})" if reason else "",
+        )
 
     def restore(self, trainer) -> bool:
         """Load the best evaluation's weights into ``trainer``'s model; False when there are none.
@@ -255,8 +261,12 @@ class EarlyStopping(Callback):
             )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"watch": self.watch.state_dict(), "patience": self.patience,
-                "without_improvement": self.without_improvement, "best_step": self.best_step}
+        return {
+            "watch": self.watch.state_dict(),
+            "patience": self.patience,
+            "without_improvement": self.without_improvement,
+            "best_step": self.best_step,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.watch.load_state_dict(state["watch"])

@@ -50,9 +50,17 @@ class Checkpointer(Callback):
     Usage: ``Trainer(..., callbacks=[Checkpointer("out/checkpoint.pt", every=20)])``
     """
 
-    def __init__(self, path: str | os.PathLike, every: int = 20, meta: Mapping[str, Any] | None = None, *,
-                 minutes: float = 0.0, keep: int | None = None, step_name: str = "checkpoint-step{step}.pt",
-                 states: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        every: int = 20,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        minutes: float = 0.0,
+        keep: int | None = None,
+        step_name: str = "checkpoint-step{step}.pt",
+        states: Mapping[str, Any] | None = None,
+    ):
         NON_NEGATIVE_INT.validate("every", every)  # the options' rule (a UsageError is a ValueError)
         NON_NEGATIVE_FLOAT.validate("minutes", minutes)
         if keep is not None:
@@ -106,7 +114,7 @@ class Checkpointer(Callback):
         prefix, _, suffix = self.step_name.partition("{step}")
         found = []
         for candidate in self.path.parent.glob(f"{prefix}*{suffix}"):
-            number = candidate.name[len(prefix):len(candidate.name) - len(suffix)]
+            number = candidate.name[len(prefix) : len(candidate.name) - len(suffix)]
             if number.isdigit():
                 found.append((int(number), candidate))
         return [p for _, p in sorted(found)]

@@ -22,9 +22,9 @@ import random
 
 import torch
 
-from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
 from mixft.log import logger
 from mixft.options import POSITIVE_INT
+from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
 from mixft.train.trainer import Trainer
 
 # The start of the stopped_early message of a run a CollapseDetector ended (for people;
@@ -165,10 +165,14 @@ class CollapseDetector(Callback):
         recent = hist["loss"][start:]
         if not recent:
             return None
-        values = torch.stack([
-            v.detach().float().reshape(()) if isinstance(v, torch.Tensor) else torch.tensor(float(v), device=trainer.device)
-            for v in recent
-        ]).cpu()  # one sync for the whole window
+        values = torch.stack(
+            [
+                v.detach().float().reshape(())
+                if isinstance(v, torch.Tensor)
+                else torch.tensor(float(v), device=trainer.device)
+                for v in recent
+            ]
+        ).cpu()  # one sync for the whole window
         finite = torch.isfinite(values)
         if bool(finite.all()):
             return None

@@ -23,8 +23,8 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
 from mixft.log import logger
+from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
 from mixft.train.trainer import Trainer
 
 # The start of the stopped_early message of a run a signal ended (for people; code reads stop_kind).
@@ -79,7 +79,7 @@ class SignalHandler:
     def exit_code(self) -> int | None:
         return None if self.signum is None else 128 + self.signum
 
-    def __enter__(self) -> "SignalHandler":
+    def __enter__(self) -> SignalHandler:
         if threading.current_thread() is threading.main_thread():
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)

@@ -47,8 +47,12 @@ def contained(hook):
             step = getattr(getattr(trainer, "state", None), "step", None)
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             self.failed = f"{type(e).__name__}: {first}"
-            logger.warning("--report-to %s stopped at step %s: %s; training goes on, results.json is not affected",
-                           getattr(self, "KIND", type(self).__name__), step, self.failed)
+            logger.warning(
+                "--report-to %s stopped at step %s: %s; training goes on, results.json is not affected",
+                getattr(self, "KIND", type(self).__name__),
+                step,
+                self.failed,
+            )
             _close_quietly(self)
             return None
 

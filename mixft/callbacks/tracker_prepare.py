@@ -29,8 +29,9 @@ PROBE_TIMEOUT_S = 5
 
 def _must_be_a_directory(tracker: str, path: Path) -> None:
     if path.exists() and not path.is_dir():
-        raise UsageError(f"--report-to {tracker}: {path} exists and is not a directory; move it away or choose another "
-                         "--output-dir")
+        raise UsageError(
+            f"--report-to {tracker}: {path} exists and is not a directory; move it away or choose another --output-dir"
+        )
 
 
 def prepare_trackers(report_to, out: Path, run_names: Iterable[str]) -> list[str]:
@@ -64,8 +65,10 @@ def _probe_mlflow(uri: str) -> None:
     except Exception as e:  # noqa: BLE001 - any failure is the answer
         text = (str(e).strip().splitlines() or [type(e).__name__])[0]
         why = "connection refused" if "refused" in text.lower() else f"{type(e).__name__}: {text[:160]}"
-        raise UsageError(f"--report-to mlflow: MLFLOW_TRACKING_URI {uri} does not answer ({why}); start the server, or "
-                         "unset MLFLOW_TRACKING_URI to log into OUTPUT_DIR/mlruns") from None
+        raise UsageError(
+            f"--report-to mlflow: MLFLOW_TRACKING_URI {uri} does not answer ({why}); start the server, or "
+            "unset MLFLOW_TRACKING_URI to log into OUTPUT_DIR/mlruns"
+        ) from None
 
 
 class _allow_file_store:

@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
-from mixft.train.hooks import Callback
+from mixft.callbacks.tracker_guard import bounded_mlflow_requests, contained
+from mixft.callbacks.tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
 from mixft.distributed import is_main_process
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.callbacks.tracker_guard import bounded_mlflow_requests, contained
-from mixft.callbacks.tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
+from mixft.train.hooks import Callback
 
 #: Steps between reads of the device tensors (loss, gradient norm).
 DEFAULT_EVERY = 20
@@ -64,9 +64,16 @@ def directory_project(out: str | os.PathLike) -> str:
     return f"{path.name or 'mixft'}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
 
 
-def build_trackers(names: Iterable[str], output_dir: str | os.PathLike, name: str, *,
-                   hparams: Mapping[str, Any] | None = None, hardware: Mapping[str, Any] | None = None,
-                   every: int = DEFAULT_EVERY, project: str | None = None) -> list["Tracker"]:
+def build_trackers(
+    names: Iterable[str],
+    output_dir: str | os.PathLike,
+    name: str,
+    *,
+    hparams: Mapping[str, Any] | None = None,
+    hardware: Mapping[str, Any] | None = None,
+    every: int = DEFAULT_EVERY,
+    project: str | None = None,
+) -> list[Tracker]:
     """The tracker callbacks for ``names`` (from ``check_trackers``), writing under ``output_dir``.
 
     ``hparams`` and ``hardware`` default to the trainer's recorded run config (plus its
@@ -131,8 +138,14 @@ class Tracker(Callback):
 
     KIND = "tracker"  # the --report-to name, for messages
 
-    def __init__(self, name: str, *, hparams: Mapping[str, Any] | None = None,
-                 hardware: Mapping[str, Any] | None = None, every: int = DEFAULT_EVERY):
+    def __init__(
+        self,
+        name: str,
+        *,
+        hparams: Mapping[str, Any] | None = None,
+        hardware: Mapping[str, Any] | None = None,
+        every: int = DEFAULT_EVERY,
+    ):
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"every must be a positive integer, got {every!r}")
         self.name = name
@@ -151,16 +164,18 @@ class Tracker(Callback):
 
     @contained
     def on_step_end(self, trainer, info) -> None:
-        self._pending.append((info.step, info.loss.detach(), info.grad_norm.detach(), info.lr,
-                              info.loss_scale, info.skipped))
+        self._pending.append(
+            (info.step, info.loss.detach(), info.grad_norm.detach(), info.lr, info.loss_scale, info.skipped)
+        )
         if len(self._pending) >= self.every:
             self.flush()
 
     @contained
     def on_evaluate(self, trainer, metrics: dict[str, Any]) -> None:
         self.flush()  # the steps before this evaluation first: each writer sees steps in order
-        values = {f"eval/{k}": float(v) for k, v in metrics.items()
-                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        values = {
+            f"eval/{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         self._write(trainer.state.step, values)
 
     @contained
@@ -173,11 +188,16 @@ class Tracker(Callback):
         if not self._pending or not self._open_now:
             return
         pending, self._pending = self._pending, []
-        read = torch.stack([torch.stack([loss.float().reshape(()), norm.float().reshape(())])
-                            for _, loss, norm, *_ in pending]).tolist()
+        read = torch.stack(
+            [torch.stack([loss.float().reshape(()), norm.float().reshape(())]) for _, loss, norm, *_ in pending]
+        ).tolist()
         for (step, _, _, lr, scale, skipped), (loss, norm) in zip(pending, read):
-            values = {"train/loss": loss, "train/learning_rate": lr, "train/grad_norm": norm,
-                      "train/skipped": float(skipped)}
+            values = {
+                "train/loss": loss,
+                "train/learning_rate": lr,
+                "train/grad_norm": norm,
+                "train/skipped": float(skipped),
+            }
             if scale is not None:
                 values["train/loss_scale"] = scale
             self._write(step, values)
@@ -273,8 +293,15 @@ class MLflowTracker(Tracker):
     KIND = "mlflow"
     MAX_METRICS, MAX_PARAMS, MAX_VALUE = 1000, 100, 6000  # MLflow's log_batch limits
 
-    def __init__(self, store_dir: str | os.PathLike, name: str, *, experiment: str = "mixft",
-                 tracking_uri: str | None = None, **kwargs):
+    def __init__(
+        self,
+        store_dir: str | os.PathLike,
+        name: str,
+        *,
+        experiment: str = "mixft",
+        tracking_uri: str | None = None,
+        **kwargs,
+    ):
         super().__init__(name, **kwargs)
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or Path(store_dir).resolve().as_uri()
         self.experiment = experiment
@@ -340,8 +367,15 @@ class TrackioTracker(Tracker):
         import trackio
 
         with _quiet():  # trackio prints its own notices; the CLI owns the terminal
-            self.run = trackio.init(project=self.project, name=self.name, config=params, resume="never",
-                                    embed=False, auto_log_gpu=False, auto_log_cpu=False)
+            self.run = trackio.init(
+                project=self.project,
+                name=self.name,
+                config=params,
+                resume="never",
+                embed=False,
+                auto_log_gpu=False,
+                auto_log_cpu=False,
+            )
 
     def _log_metrics(self, step: int, values: dict[str, float]) -> None:
         with _quiet():

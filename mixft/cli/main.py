@@ -14,24 +14,24 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import fields
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
-from mixft.report.summary import is_eval_only
+from mixft.amp.precision import PRECISIONS, amp_precision_names, resolve_device
 from mixft.atomic import WriteFailed
+from mixft.callbacks.faults import is_collapse
+from mixft.callbacks.interrupt import SignalHandler, StopOnSignal
 from mixft.cli.parser import OneLineParser, int_list, setup_logging
 from mixft.config.run_config import RunConfig
 from mixft.distributed import is_main_process, shutdown, world_size
 from mixft.errors import UsageError
-from mixft.callbacks.interrupt import SignalHandler, StopOnSignal
 from mixft.metrics.task import UNDEFINED_KEY
-from mixft.callbacks.faults import is_collapse
 from mixft.options import SEED, add_arguments
-from mixft.amp.precision import PRECISIONS, amp_precision_names, resolve_device
-from mixft.train.hooks import Callback, StepInfo
 from mixft.recipe import recipe_names
+from mixft.report.summary import is_eval_only
 from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, has_checkpoint
+from mixft.train.hooks import Callback, StepInfo
 
 PROG = "finetune.py"
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
@@ -42,26 +42,41 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser: every option but the precision and seed choices is generated from RunConfig."""
     p = OneLineParser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
     # Required, but a --config file may name it instead (main() checks that one of them does).
-    p.add_argument("--recipe", default=None, help=f"one of: {', '.join(recipe_names())} (required, here or in --config)")
-    p.add_argument("--config", metavar="FILE", default=None,
-                   help="options from a YAML or JSON file (keys: RunConfig field names, e.g. max_train_samples); "
-                        "flags given here override it; every run writes OUTPUT_DIR/config.yaml (default: none)")
+    p.add_argument(
+        "--recipe", default=None, help=f"one of: {', '.join(recipe_names())} (required, here or in --config)"
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="options from a YAML or JSON file (keys: RunConfig field names, e.g. max_train_samples); "
+        "flags given here override it; every run writes OUTPUT_DIR/config.yaml (default: none)",
+    )
     # RunConfig.precisions, spelled three ways.
     prec = p.add_mutually_exclusive_group()
-    prec.add_argument("--amp", action="store_true",
-                      help="automatic mixed precision: fp16 on CUDA; on a CPU bf16 where torch says it is native "
-                           "and no probe measured it slower, else fp32 with a notice (default off)")
+    prec.add_argument(
+        "--amp",
+        action="store_true",
+        help="automatic mixed precision: fp16 on CUDA; on a CPU bf16 where torch says it is native "
+        "and no probe measured it slower, else fp32 with a notice (default off)",
+    )
     prec.add_argument("--precision", choices=list(PRECISIONS), help="one precision (default fp32)")
     prec.add_argument(
-        "--compare", nargs="?", const="default", metavar="LIST",
+        "--compare",
+        nargs="?",
+        const="default",
+        metavar="LIST",
         help="train each precision back to back, e.g. fp32,bf16 (without LIST: fp32 plus the device's AMP "
-             "precisions) (default: off, one precision)",
+        "precisions) (default: off, one precision)",
     )
     # RunConfig.seeds, spelled two ways.
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=SEED.parse, default=None, help="the run's seed (default 0)")
-    seeds.add_argument("--seeds", type=int_list,
-                       help="repeat each precision per seed, e.g. 0,1,2 (mean ± std) (default: one seed, --seed)")
+    seeds.add_argument(
+        "--seeds",
+        type=int_list,
+        help="repeat each precision per seed, e.g. 0,1,2 (mean ± std) (default: one seed, --seed)",
+    )
     add_arguments(p, fields(RunConfig))
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar per run)")
     return p
@@ -115,8 +130,14 @@ class ProgressBar(Callback):
         if self.enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=trainer.total_steps, initial=trainer.state.step, desc=self.label, unit="step",
-                            file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(
+                total=trainer.total_steps,
+                initial=trainer.state.step,
+                desc=self.label,
+                unit="step",
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
 
     def on_step_end(self, trainer, info: StepInfo) -> None:
         if self.bar is None:
@@ -158,8 +179,10 @@ class DurationEstimate(Callback):
         elif taken == self.warmup + self.timed and self._t0 is not None:
             per_step = (time.perf_counter() - self._t0) / self.timed
             left = max(trainer.total_steps - info.step, 0)
-            say(f"  estimate   [{self.label}] {per_step:.2f} s/step: ~{_duration(per_step * trainer.total_steps)} "
-                  f"for {trainer.total_steps} steps, ~{_duration(per_step * left)} to go (training only)")
+            say(
+                f"  estimate   [{self.label}] {per_step:.2f} s/step: ~{_duration(per_step * trainer.total_steps)} "
+                f"for {trainer.total_steps} steps, ~{_duration(per_step * left)} to go (training only)"
+            )
             self.done = True
 
 
@@ -197,8 +220,10 @@ def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, process
     if train_rows is None or effective * processes <= train_rows:
         return text
     asked = f"{effective * processes} asked across {processes} processes" if processes > 1 else f"{effective} asked"
-    return (f"{batch_size} x {grad_accum} accumulation = {asked}, but the training data has {train_rows} "
-            f"row{'s' if train_rows != 1 else ''}: each optimizer step sees all {train_rows} (one step per epoch)")
+    return (
+        f"{batch_size} x {grad_accum} accumulation = {asked}, but the training data has {train_rows} "
+        f"row{'s' if train_rows != 1 else ''}: each optimizer step sees all {train_rows} (one step per epoch)"
+    )
 
 
 def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
@@ -213,8 +238,14 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
         say(f"  task       {run_info['task']}")
     if run_info.get("parameters"):
         params, lora = run_info["parameters"], run_info.get("lora")
-        how = (f" (LoRA r={lora['r']}, alpha {lora['alpha']:g}, dropout {lora['dropout']:g} on "
-               f"{', '.join(lora['target_modules'])}; the head in full)") if lora else ""
+        how = (
+            (
+                f" (LoRA r={lora['r']}, alpha {lora['alpha']:g}, dropout {lora['dropout']:g} on "
+                f"{', '.join(lora['target_modules'])}; the head in full)"
+            )
+            if lora
+            else ""
+        )
         say(f"  params     {params['trainable']:,} trainable / {params['total']:,} total{how}")
     say(f"  device     {device}: {hardware_line(hardware)}")
     if "native" in hardware:  # torch's own check: is there a hardware path for bf16/fp16 here
@@ -224,8 +255,10 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     else:
         say("  speed      not probed on this machine yet (--probe measures it in under a minute)")
     chosen = " (--amp)" if list(cfg.precisions) == ["amp"] else ""  # why: the notice above and results.json
-    say(f"  precision  {', '.join(p.name for p in precisions)}{chosen}"
-        + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else ""))
+    say(
+        f"  precision  {', '.join(p.name for p in precisions)}{chosen}"
+        + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else "")
+    )
     if cfg.eval_only:  # nothing trains: no batch arithmetic or budget to announce
         say(f"  evaluate   --eval-only: no training; evaluation batches of {cfg.batch_size * 2}")
         say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
@@ -234,8 +267,11 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
     steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
     say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
-    warmup = (f"{cfg.warmup_steps} warm-up steps" if cfg.warmup_steps is not None
-              else f"{cfg.warmup_ratio if cfg.warmup_ratio is not None else 0.1:g} warm-up")
+    warmup = (
+        f"{cfg.warmup_steps} warm-up steps"
+        if cfg.warmup_steps is not None
+        else f"{cfg.warmup_ratio if cfg.warmup_ratio is not None else 0.1:g} warm-up"
+    )
     decay = cfg.weight_decay if cfg.weight_decay is not None else 0.01
     if (cfg.lr_scheduler, warmup, decay) != ("linear", "0.1 warm-up", 0.01):  # the defaults go unsaid
         say(f"  schedule   {cfg.lr_scheduler}, {warmup}, weight decay {decay:g}")
@@ -250,13 +286,17 @@ def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
     how = []
     for p in precisions:
         if p.autocast_enabled:
-            how.append(f"{p.name}: {p.name} weights gathered per block, fp32 master shards and gradient reduction, "
-                       "norms and embeddings gathered in fp32")
+            how.append(
+                f"{p.name}: {p.name} weights gathered per block, fp32 master shards and gradient reduction, "
+                "norms and embeddings gathered in fp32"
+            )
         else:
             how.append(f"{p.name}: {p.name} weights gathered per block")
-    lines = [f"  sharding   FSDP2 over {processes} processes (weights, gradients, optimizer state: 1/{processes} "
-             f"each), global batch {cfg.batch_size * cfg.grad_accum * processes}",
-             *(f"             {text}" for text in how)]
+    lines = [
+        f"  sharding   FSDP2 over {processes} processes (weights, gradients, optimizer state: 1/{processes} "
+        f"each), global batch {cfg.batch_size * cfg.grad_accum * processes}",
+        *(f"             {text}" for text in how),
+    ]
     if device.type == "cpu":
         dropout = "fast dropout on" if cfg.fast_dropout else "torch's dropout"
         lines.append(f"  paths      {dropout}; row-gradient embeddings off (FSDP needs dense gradients)")
@@ -271,7 +311,9 @@ _NOT_METRICS = {"loss", "time_s", "samples_per_s"}
 def print_result(result) -> None:
     """One line per run: the figures a user came for."""
     mem = result.peak_memory_bytes
-    mem_s = f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
+    mem_s = (
+        f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
+    )
     metrics = {k: v for k, v in result.eval.items() if k not in _NOT_METRICS and isinstance(v, (int, float))}
     undefined = result.eval.get(UNDEFINED_KEY) or {}
     if metrics:
@@ -291,8 +333,11 @@ def print_result(result) -> None:
     if is_eval_only(result):
         # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained"
         # (report.md's table does the same: mixft.report.summary.is_eval_only decides for both).
-        say(f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
-            f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)", flush=True)
+        say(
+            f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
+            f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)",
+            flush=True,
+        )
         return
     best = result.best or {}
     if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
@@ -303,7 +348,9 @@ def print_result(result) -> None:
         quality += ", early stopping"
     writes = f" + checkpoints {result.checkpoint_time_s:.1f} s" if result.checkpoint_time_s else ""
     saved = (result.memory or {}).get("saved_activations_peak")
-    saved_s = f" | saved activations {saved / 2**20:.{0 if saved >= 10 * 2**20 else 1}f} MiB" if saved else ""  # what a precision shrinks
+    saved_s = (
+        f" | saved activations {saved / 2**20:.{0 if saved >= 10 * 2**20 else 1}f} MiB" if saved else ""
+    )  # what a precision shrinks
     say(
         f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
         f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s}{saved_s} | steps {result.steps}, "
@@ -338,8 +385,10 @@ class ConsoleObserver:
                 for line in sharding_lines(cfg, device, precisions, world_size()):
                     say(line)
             elif world_size() > 1:
-                say(f"  parallel   {world_size()} processes (DistributedDataParallel), "
-                      f"global batch {cfg.batch_size * cfg.grad_accum * world_size()}")
+                say(
+                    f"  parallel   {world_size()} processes (DistributedDataParallel), "
+                    f"global batch {cfg.batch_size * cfg.grad_accum * world_size()}"
+                )
 
     def callbacks(self, cfg, precision, seed):
         label = precision.name + (f" seed {seed}" if len(cfg.seeds) > 1 else "")
@@ -386,7 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             result = run_probe(cfg)
             say(render_probe_table(result))
-            say(f"results: {cfg.output_dir}/{PROBE_RESULTS_NAME} (hardware.probe); report: {cfg.output_dir}/{PROBE_REPORT_NAME}")
+            say(
+                f"results: {cfg.output_dir}/{PROBE_RESULTS_NAME} (hardware.probe); report: {cfg.output_dir}/{PROBE_REPORT_NAME}"
+            )
             return 0
         if args.no_progress:
             _quiet_library_progress()
@@ -403,29 +454,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WriteFailed as e:  # disk full, quota, read-only: a one-line cause, not a traceback
         out = Path(cfg.output_dir) if cfg is not None else None
         resumable = out is not None and has_checkpoint(out)
-        print(f"{PROG}: error: {e}; earlier results and the last good checkpoint are kept"
-              + (f"; once fixed, rerun the same command with --resume to continue from the last checkpoint in {out}"
-                 if resumable else "; once fixed, rerun the same command"), file=sys.stderr)
+        print(
+            f"{PROG}: error: {e}; earlier results and the last good checkpoint are kept"
+            + (
+                f"; once fixed, rerun the same command with --resume to continue from the last checkpoint in {out}"
+                if resumable
+                else "; once fixed, rerun the same command"
+            ),
+            file=sys.stderr,
+        )
         return EXIT_WRITE_FAILED
     except KeyboardInterrupt as e:  # a second Ctrl-C, or one outside training
         out = Path(cfg.output_dir) if cfg is not None else None
         if out is not None and has_checkpoint(out):
-            print(f"{PROG}: interrupted; rerun the same command with --resume to continue from the last checkpoint "
-                  f"in {out}", file=sys.stderr)
+            print(
+                f"{PROG}: interrupted; rerun the same command with --resume to continue from the last checkpoint "
+                f"in {out}",
+                file=sys.stderr,
+            )
         else:
             print(f"{PROG}: interrupted", file=sys.stderr)
         return getattr(e, "exit_code", 130)
     if signals.signum is not None:
         saved = next((s.checkpoint for s in reversed(observer.stoppers) if s.checkpoint), None)
         where = f"checkpoint saved to {saved}" if saved else f"results so far in {cfg.output_dir}"
-        print(f"{PROG}: interrupted ({signals.signal_name}); {where}; rerun the same command with --resume to continue",
-              file=sys.stderr)
+        print(
+            f"{PROG}: interrupted ({signals.signal_name}); {where}; rerun the same command with --resume to continue",
+            file=sys.stderr,
+        )
         return signals.exit_code
-    collapsed = [r.precision + (f" seed {r.seed}" if len(cfg.seeds) > 1 else "")
-                 for r in results if is_collapse(r)]
+    collapsed = [r.precision + (f" seed {r.seed}" if len(cfg.seeds) > 1 else "") for r in results if is_collapse(r)]
     if collapsed:  # the diagnosis itself was logged above, when the run stopped
-        print(f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
-              f"{cfg.output_dir}/{RESULTS_NAME}; any checkpoint from before the collapse is kept", file=sys.stderr)
+        print(
+            f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
+            f"{cfg.output_dir}/{RESULTS_NAME}; any checkpoint from before the collapse is kept",
+            file=sys.stderr,
+        )
         return EXIT_COLLAPSE  # no barrier: a rank-local collapse (a NaN loss) may leave peers elsewhere
     if is_main_process():
         if len(results) > 1:

@@ -14,8 +14,8 @@ import re
 import sys
 
 from mixft.errors import UsageError
-from mixft.options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, Check
 from mixft.log import logger
+from mixft.options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, PROBABILITY, Check
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -40,8 +40,9 @@ probability = PROBABILITY.parse
 
 
 def int_list(text: str) -> list[int]:
-    return Check(lambda t: [int(part) for part in t.split(",") if part.strip()], bool,
-                 "comma-separated integers").parse(text)
+    return Check(
+        lambda t: [int(part) for part in t.split(",") if part.strip()], bool, "comma-separated integers"
+    ).parse(text)
 
 
 class _StderrHandler(logging.StreamHandler):

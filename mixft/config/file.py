@@ -30,8 +30,14 @@ from mixft.errors import UsageError
 from mixft.options import SEED, TEXT
 
 #: Command-line spellings that are not field names -> the field they fill.
-CLI_SPELLINGS = {"amp": "precisions", "precision": "precisions", "compare": "precisions",
-                 "seed": "seeds", "seeds": "seeds", "precisions": "precisions"}
+CLI_SPELLINGS = {
+    "amp": "precisions",
+    "precision": "precisions",
+    "compare": "precisions",
+    "seed": "seeds",
+    "seeds": "seeds",
+    "precisions": "precisions",
+}
 
 
 def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
@@ -68,7 +74,11 @@ def config_values(data: Mapping[str, Any], source: str = "--config") -> dict[str
             raise UsageError(f"{source}: unknown option {key!r}{_suggestion(name, by_name)}")
         if target in written_as:
             raise UsageError(f"{source}: {written_as[target]!r} and {key!r} both set {target}: give one")
-        converted = _spelling_value(name, value, source) if name in CLI_SPELLINGS else _field_value(by_name[name], key, value, source)
+        converted = (
+            _spelling_value(name, value, source)
+            if name in CLI_SPELLINGS
+            else _field_value(by_name[name], key, value, source)
+        )
         if converted is _UNSET:
             continue
         values[target] = converted
@@ -134,10 +144,13 @@ def config_yaml(cfg: RunConfig) -> str:
 
     values = absolute_paths(cfg.to_dict())  # --config THIS_FILE reproduces the run from any folder
     _check_plain(values.get("extra", {}), "extra")
-    header = ("# mixft: the effective configuration of this run.\n"
-              "# Reproduce it with: python scripts/finetune.py --config THIS_FILE\n")
-    return header + yaml.dump(values, Dumper=_no_alias_dumper(), sort_keys=False, default_flow_style=False,
-                              allow_unicode=True)
+    header = (
+        "# mixft: the effective configuration of this run.\n"
+        "# Reproduce it with: python scripts/finetune.py --config THIS_FILE\n"
+    )
+    return header + yaml.dump(
+        values, Dumper=_no_alias_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
 
 
 # ------------------------------------------------------------------ helpers
@@ -197,8 +210,10 @@ def _extra_value(value, where: str) -> dict[str, Any]:
         if not isinstance(key, str):
             raise UsageError(f"{where}: option names are strings, got {key!r}")
         if not (_scalar(item) or (isinstance(item, list) and all(_scalar(v) for v in item))):
-            raise UsageError(f"{where}.{key} must be a number, text, true/false or a list of them (a recipe's "
-                             f"own option), got a {type(item).__name__}")
+            raise UsageError(
+                f"{where}.{key} must be a number, text, true/false or a list of them (a recipe's "
+                f"own option), got a {type(item).__name__}"
+            )
     return dict(value)
 
 
@@ -275,5 +290,7 @@ def _check_plain(value, where: str) -> None:
         for i, v in enumerate(value):
             _check_plain(v, f"{where}[{i}]")
     elif not (value is None or isinstance(value, (bool, int, float, str))):
-        raise UsageError(f"config file: {where} is a {type(value).__name__}; a config file holds only text, "
-                         "numbers, booleans, lists and mappings")
+        raise UsageError(
+            f"config file: {where} is a {type(value).__name__}; a config file holds only text, "
+            "numbers, booleans, lists and mappings"
+        )

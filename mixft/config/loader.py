@@ -41,15 +41,21 @@ class _StrictLoader(yaml.SafeLoader):
         # An alias (*name) re-uses a node: 10 aliases per level, 6 levels = a million leaves from 500 bytes.
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise UsageError(f"{self.source}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are "
-                             "not accepted in a config file; write the value out")
+            raise UsageError(
+                f"{self.source}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are "
+                "not accepted in a config file; write the value out"
+            )
         event = self.peek_event()
         if getattr(event, "anchor", None):
-            raise UsageError(f"{self.source}: line {event.start_mark.line + 1}: YAML anchors (&{event.anchor}) are "
-                             "not accepted in a config file; write the value out")
+            raise UsageError(
+                f"{self.source}: line {event.start_mark.line + 1}: YAML anchors (&{event.anchor}) are "
+                "not accepted in a config file; write the value out"
+            )
         if len(self._depth_stack) > MAX_DEPTH:  # noqa: SLF001
-            raise UsageError(f"{self.source}: line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels "
-                             "deep; a config file holds options, lists and one level of `extra`")
+            raise UsageError(
+                f"{self.source}: line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels "
+                "deep; a config file holds options, lists and one level of `extra`"
+            )
         self._depth_stack.append(1)
         try:
             return super().compose_node(parent, index)
@@ -61,8 +67,10 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
-                raise UsageError(f"{self.source}: line {key_node.start_mark.line + 1}: {key!r} is given twice (first "
-                                 f"on line {seen[key]}); keep one")
+                raise UsageError(
+                    f"{self.source}: line {key_node.start_mark.line + 1}: {key!r} is given twice (first "
+                    f"on line {seen[key]}); keep one"
+                )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
@@ -95,8 +103,9 @@ def _json(text: str, source: str):
     except json.JSONDecodeError as e:
         raise UsageError(f"{source}: not valid JSON (line {e.lineno}: {e.msg})") from None
     except RecursionError:
-        raise UsageError(f"{source}: nested too deeply; a config file holds options, lists and one level of "
-                         "`extra`") from None
+        raise UsageError(
+            f"{source}: nested too deeply; a config file holds options, lists and one level of `extra`"
+        ) from None
 
 
 def read_mapping(path: str | os.PathLike):

@@ -38,22 +38,30 @@ def _set(cfg, name: str) -> bool:
 def check_option_combinations(cfg) -> None:
     """Refuse option pairs that cannot run as asked (one line naming both)."""
     if cfg.lr_scheduler == "polynomial" and cfg.lr is not None and cfg.lr <= POLYNOMIAL_LR_END:
-        raise UsageError(f"--lr-scheduler polynomial decays to {POLYNOMIAL_LR_END:g} (transformers' lr_end): --lr must "
-                         f"be above it, got {cfg.lr:g}")
+        raise UsageError(
+            f"--lr-scheduler polynomial decays to {POLYNOMIAL_LR_END:g} (transformers' lr_end): --lr must "
+            f"be above it, got {cfg.lr:g}"
+        )
     if not cfg.detect_collapse:
         for name in ("min_loss_scale", "max_consecutive_skips"):
             if _set(cfg, name):
                 flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag} configures the collapse check that --no-collapse-check turns off: drop one "
-                                 "of the two")
+                raise UsageError(
+                    f"{flag} configures the collapse check that --no-collapse-check turns off: drop one of the two"
+                )
         return
     trains_fp16 = "fp16" in cfg.precisions
     if cfg.init_loss_scale is not None or trains_fp16:
-        start = (f"--init-loss-scale {cfg.init_loss_scale:g}" if cfg.init_loss_scale is not None
-                 else f"fp16's initial loss scale {DEFAULT_INIT_LOSS_SCALE:g} (the default)")
+        start = (
+            f"--init-loss-scale {cfg.init_loss_scale:g}"
+            if cfg.init_loss_scale is not None
+            else f"fp16's initial loss scale {DEFAULT_INIT_LOSS_SCALE:g} (the default)"
+        )
         if (cfg.init_loss_scale or DEFAULT_INIT_LOSS_SCALE) < cfg.min_loss_scale:
-            raise UsageError(f"{start} is below --min-loss-scale {cfg.min_loss_scale:g}: the collapse check would stop "
-                             "the run at its first step; raise the one or lower the other")
+            raise UsageError(
+                f"{start} is below --min-loss-scale {cfg.min_loss_scale:g}: the collapse check would stop "
+                "the run at its first step; raise the one or lower the other"
+            )
 
 
 def check_precision_combinations(cfg, precisions) -> None:
@@ -67,8 +75,10 @@ def check_precision_combinations(cfg, precisions) -> None:
     if cfg.detect_collapse and _set(cfg, "min_loss_scale") and not any(p.grad_scaler for p in precisions):
         raise UsageError(f"--min-loss-scale: only fp16 uses a loss scale; this command trains {trained}")
     if cfg.fp32_modules and not any(p.autocast_enabled for p in precisions):
-        raise UsageError(f"--fp32-modules: only autocast precisions (bf16, fp16) run modules in lower precision; this "
-                         f"command trains {trained}")
+        raise UsageError(
+            f"--fp32-modules: only autocast precisions (bf16, fp16) run modules in lower precision; this "
+            f"command trains {trained}"
+        )
 
 
 def recipe_extra_options(recipe) -> frozenset[str]:

@@ -14,13 +14,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from mixft.amp.hardware import DEVICE_CHOICES
+from mixft.config.option_rules import check_option_combinations
 from mixft.errors import UsageError
 from mixft.options import (
     BOOL,
     FRACTION,
+    LORA_DROPOUT,
     MAX_LENGTH,
     NAMES,
-    LORA_DROPOUT,
     NON_NEGATIVE_FLOAT,
     NON_NEGATIVE_FLOAT32,
     NON_NEGATIVE_INT,
@@ -33,8 +35,6 @@ from mixft.options import (
     flag_of,
     option,
 )
-from mixft.amp.hardware import DEVICE_CHOICES
-from mixft.config.option_rules import check_option_combinations
 from mixft.train.schedules import CLASS_WEIGHTS, SCHEDULER, SCHEDULERS, check_schedule
 
 DATA = "data (which recipes read which: --help of each recipe's USES; others refuse them)"
@@ -67,158 +67,330 @@ class RunConfig:
     # each precision is trained once per seed. The CLI spells it --seed/--seeds.
     seeds: list[int] = option(None, "seeds", cli=False, default_factory=lambda: [0])
     model: str | None = per_recipe(None, "model name or path (offline-first; default: the recipe's)", check=TEXT)
-    data_dir: str | None = per_recipe(None, "directory with GLUE-layout train.tsv and dev.tsv", check=TEXT,
-                                      metavar="DIR", group=DATA)
-    train_file: str | None = per_recipe(None, "training data: .csv, .tsv, .json, .jsonl or .parquet", check=TEXT,
-                                        metavar="FILE", group=DATA)
-    validation_file: str | None = per_recipe(None, "validation data in the same formats", check=TEXT,
-                                             metavar="FILE", group=DATA)
-    dataset: str | None = per_recipe(None, "a Hugging Face dataset (local cache or hub), e.g. ag_news", check=TEXT,
-                                     metavar="NAME", group=DATA)
-    dataset_config: str | None = per_recipe(None, "the dataset's configuration, e.g. sst2 for glue", check=TEXT,
-                                            metavar="CFG", group=DATA)
-    eval_split: str | None = per_recipe(None, "the dataset's split to evaluate on (default: validation, "
-                                        "validation_matched, dev or valid, whichever it has)", check=TEXT,
-                                        metavar="SPLIT", group=DATA)
-    task_kind: str | None = per_recipe(None, "classification or regression (default: from the labels; float "
-                                       "labels are regression)", check=choice("classification", "regression"),
-                                       metavar="KIND", group=DATA)
-    task: str | None = per_recipe(None, "GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli", check=TEXT,
-                                  group=DATA)
-    text_column: str | None = per_recipe(None, "column holding the text (auto-detected: sentence, text, ...)",
-                                         check=TEXT, metavar="COL", group=DATA)
-    text_pair_column: str | None = per_recipe(None, "column holding the second text of a pair (auto-detected)",
-                                              check=TEXT, metavar="COL", group=DATA)
-    label_column: str | None = per_recipe(None, "column holding the label (auto-detected: label, labels)",
-                                          check=TEXT, metavar="COL", group=DATA)
-    validation_split: float | None = per_recipe(None, "carve this fraction of the training data for validation "
-                                                "when there is none", check=FRACTION, metavar="F", group=DATA)
-    max_train_samples: int | None = per_recipe(None, "use the first N training examples (default: all of the "
-                                               "data you bring; 2000 of the generated demo data)",
-                                               check=POSITIVE_INT, metavar="N", group=DATA)
-    max_eval_samples: int | None = per_recipe(None, "use the first N evaluation examples", check=POSITIVE_INT,
-                                              metavar="N", group=DATA)
-    max_length: int | None = per_recipe(None, "tokens per example; longer ones are truncated", check=MAX_LENGTH,
-                                        metavar="N")
-    lora: bool = per_recipe(False, "train LoRA adapters on the frozen model (the classification head trains in "
-                            "full); --save-model then writes the adapters + head only", check=BOOL, group=LORA)
+    data_dir: str | None = per_recipe(
+        None, "directory with GLUE-layout train.tsv and dev.tsv", check=TEXT, metavar="DIR", group=DATA
+    )
+    train_file: str | None = per_recipe(
+        None, "training data: .csv, .tsv, .json, .jsonl or .parquet", check=TEXT, metavar="FILE", group=DATA
+    )
+    validation_file: str | None = per_recipe(
+        None, "validation data in the same formats", check=TEXT, metavar="FILE", group=DATA
+    )
+    dataset: str | None = per_recipe(
+        None, "a Hugging Face dataset (local cache or hub), e.g. ag_news", check=TEXT, metavar="NAME", group=DATA
+    )
+    dataset_config: str | None = per_recipe(
+        None, "the dataset's configuration, e.g. sst2 for glue", check=TEXT, metavar="CFG", group=DATA
+    )
+    eval_split: str | None = per_recipe(
+        None,
+        "the dataset's split to evaluate on (default: validation, validation_matched, dev or valid, whichever it has)",
+        check=TEXT,
+        metavar="SPLIT",
+        group=DATA,
+    )
+    task_kind: str | None = per_recipe(
+        None,
+        "classification or regression (default: from the labels; float labels are regression)",
+        check=choice("classification", "regression"),
+        metavar="KIND",
+        group=DATA,
+    )
+    task: str | None = per_recipe(
+        None, "GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli", check=TEXT, group=DATA
+    )
+    text_column: str | None = per_recipe(
+        None, "column holding the text (auto-detected: sentence, text, ...)", check=TEXT, metavar="COL", group=DATA
+    )
+    text_pair_column: str | None = per_recipe(
+        None, "column holding the second text of a pair (auto-detected)", check=TEXT, metavar="COL", group=DATA
+    )
+    label_column: str | None = per_recipe(
+        None, "column holding the label (auto-detected: label, labels)", check=TEXT, metavar="COL", group=DATA
+    )
+    validation_split: float | None = per_recipe(
+        None,
+        "carve this fraction of the training data for validation when there is none",
+        check=FRACTION,
+        metavar="F",
+        group=DATA,
+    )
+    max_train_samples: int | None = per_recipe(
+        None,
+        "use the first N training examples (default: all of the data you bring; 2000 of the generated demo data)",
+        check=POSITIVE_INT,
+        metavar="N",
+        group=DATA,
+    )
+    max_eval_samples: int | None = per_recipe(
+        None, "use the first N evaluation examples", check=POSITIVE_INT, metavar="N", group=DATA
+    )
+    max_length: int | None = per_recipe(
+        None, "tokens per example; longer ones are truncated", check=MAX_LENGTH, metavar="N"
+    )
+    lora: bool = per_recipe(
+        False,
+        "train LoRA adapters on the frozen model (the classification head trains in "
+        "full); --save-model then writes the adapters + head only",
+        check=BOOL,
+        group=LORA,
+    )
     lora_r: int = per_recipe(8, "rank of each LoRA update", check=POSITIVE_INT, metavar="N", group=LORA)
-    lora_alpha: float = per_recipe(16.0, "LoRA scaling: updates are multiplied by alpha / r", check=POSITIVE_FLOAT32,
-                                   metavar="F", group=LORA)
-    lora_dropout: float = per_recipe(0.05, "dropout on the LoRA branch's input", check=LORA_DROPOUT, metavar="P",
-                                     group=LORA)
-    lora_target_modules: str | None = per_recipe(None, "Linear layers to adapt: short names, comma-separated "
-                                                 "(e.g. query,value or q_proj,v_proj), or all-linear (default: the "
-                                                 "architecture's attention query and value)", check=TEXT,
-                                                 metavar="NAMES", group=LORA)
+    lora_alpha: float = per_recipe(
+        16.0, "LoRA scaling: updates are multiplied by alpha / r", check=POSITIVE_FLOAT32, metavar="F", group=LORA
+    )
+    lora_dropout: float = per_recipe(
+        0.05, "dropout on the LoRA branch's input", check=LORA_DROPOUT, metavar="P", group=LORA
+    )
+    lora_target_modules: str | None = per_recipe(
+        None,
+        "Linear layers to adapt: short names, comma-separated "
+        "(e.g. query,value or q_proj,v_proj), or all-linear (default: the "
+        "architecture's attention query and value)",
+        check=TEXT,
+        metavar="NAMES",
+        group=LORA,
+    )
     epochs: int | None = option(None, "passes over the training data", check=POSITIVE_INT, metavar="N")
-    max_steps: int | None = option(None, "optimizer steps; ends the run early when reached", check=POSITIVE_INT,
-                                   metavar="N")
-    batch_size: int | None = option(None, "micro-batch size; effective batch = batch size x grad accum",
-                                    check=POSITIVE_INT, metavar="N")
+    max_steps: int | None = option(
+        None, "optimizer steps; ends the run early when reached", check=POSITIVE_INT, metavar="N"
+    )
+    batch_size: int | None = option(
+        None, "micro-batch size; effective batch = batch size x grad accum", check=POSITIVE_INT, metavar="N"
+    )
     lr: float | None = option(None, "peak learning rate", check=POSITIVE_FLOAT32, metavar="F")
-    max_grad_norm: float | None = option(None, "clip the unscaled gradient norm to F (0: no clipping)",
-                                         check=NON_NEGATIVE_FLOAT32, metavar="F")
+    max_grad_norm: float | None = option(
+        None, "clip the unscaled gradient norm to F (0: no clipping)", check=NON_NEGATIVE_FLOAT32, metavar="F"
+    )
     grad_accum: int = option(1, "micro-batches per optimizer step", check=POSITIVE_INT, metavar="N")
-    lr_scheduler: str = per_recipe("linear", "learning-rate schedule after the warm-up (transformers' get_scheduler): "
-                                   + ", ".join(SCHEDULERS), check=SCHEDULER, metavar="NAME",
-                                   group=OPTIMISATION)
-    warmup_ratio: float | None = per_recipe(None, "warm up linearly over this fraction of the optimizer steps "
-                                            "(default 0.1; none with constant)", check=PROBABILITY, metavar="F",
-                                            group=OPTIMISATION)
-    warmup_steps: int | None = per_recipe(None, "warm up over N optimizer steps instead of --warmup-ratio",
-                                          check=NON_NEGATIVE_INT, metavar="N", group=OPTIMISATION)
-    weight_decay: float = per_recipe(0.01, "AdamW weight decay (biases and LayerNorm weights get none)",
-                                     check=NON_NEGATIVE_FLOAT32, metavar="F", group=OPTIMISATION)
-    label_smoothing: float = per_recipe(0.0, "classification: train towards (1 - F) on the label and F spread over "
-                                        "all classes (the evaluation loss is smoothed too)", check=PROBABILITY,
-                                        metavar="F", group=OPTIMISATION)
-    class_weights: str | None = per_recipe(None, "balanced: weigh each class by its inverse frequency in the "
-                                           "training labels (classification, for imbalanced data; the evaluation "
-                                           "loss is weighted too)",
-                                           check=choice(*CLASS_WEIGHTS), metavar="balanced", group=OPTIMISATION)
+    lr_scheduler: str = per_recipe(
+        "linear",
+        "learning-rate schedule after the warm-up (transformers' get_scheduler): " + ", ".join(SCHEDULERS),
+        check=SCHEDULER,
+        metavar="NAME",
+        group=OPTIMISATION,
+    )
+    warmup_ratio: float | None = per_recipe(
+        None,
+        "warm up linearly over this fraction of the optimizer steps (default 0.1; none with constant)",
+        check=PROBABILITY,
+        metavar="F",
+        group=OPTIMISATION,
+    )
+    warmup_steps: int | None = per_recipe(
+        None,
+        "warm up over N optimizer steps instead of --warmup-ratio",
+        check=NON_NEGATIVE_INT,
+        metavar="N",
+        group=OPTIMISATION,
+    )
+    weight_decay: float = per_recipe(
+        0.01,
+        "AdamW weight decay (biases and LayerNorm weights get none)",
+        check=NON_NEGATIVE_FLOAT32,
+        metavar="F",
+        group=OPTIMISATION,
+    )
+    label_smoothing: float = per_recipe(
+        0.0,
+        "classification: train towards (1 - F) on the label and F spread over "
+        "all classes (the evaluation loss is smoothed too)",
+        check=PROBABILITY,
+        metavar="F",
+        group=OPTIMISATION,
+    )
+    class_weights: str | None = per_recipe(
+        None,
+        "balanced: weigh each class by its inverse frequency in the "
+        "training labels (classification, for imbalanced data; the evaluation "
+        "loss is weighted too)",
+        check=choice(*CLASS_WEIGHTS),
+        metavar="balanced",
+        group=OPTIMISATION,
+    )
     # Length grouping (mixft.data.batching): which sentences share a batch changes the trajectory, so
     # both are part of a run's identity for --resume (mixft/runs/identity.py).
     # Off by default: on real SST-2 at a small budget grouping cost 1.3 accuracy points over 10 seeds
     # (docs/benchmarks.md, "Accuracy at equal budget"), and a speed path must not cost accuracy by default.
-    group_by_length: bool = per_recipe(False, "batch sentences of similar length together (less padding, faster, "
-                                       "but it cost accuracy at small budgets: docs/benchmarks.md): each group "
-                                       "of --length-group-size batches drawn at random is sorted by length and "
-                                       "cut into batches; by default every batch is drawn at random",
-                                       check=BOOL, negatable=True, group=OPTIMISATION)
-    length_group_size: int = per_recipe(50, "batches per length group: larger groups pad less, smaller ones keep "
-                                        "batches closer to random", check=POSITIVE_INT, metavar="N",
-                                        group=OPTIMISATION)
-    gradient_checkpointing: bool = per_recipe(False, "recompute each layer's activations in backward instead of "
-                                              "keeping them: less memory, about one more forward of compute",
-                                              check=BOOL, group=OPTIMISATION)
+    group_by_length: bool = per_recipe(
+        False,
+        "batch sentences of similar length together (less padding, faster, "
+        "but it cost accuracy at small budgets: docs/benchmarks.md): each group "
+        "of --length-group-size batches drawn at random is sorted by length and "
+        "cut into batches; by default every batch is drawn at random",
+        check=BOOL,
+        negatable=True,
+        group=OPTIMISATION,
+    )
+    length_group_size: int = per_recipe(
+        50,
+        "batches per length group: larger groups pad less, smaller ones keep batches closer to random",
+        check=POSITIVE_INT,
+        metavar="N",
+        group=OPTIMISATION,
+    )
+    gradient_checkpointing: bool = per_recipe(
+        False,
+        "recompute each layer's activations in backward instead of "
+        "keeping them: less memory, about one more forward of compute",
+        check=BOOL,
+        group=OPTIMISATION,
+    )
     device: str = option("auto", "where to train", check=choice(*DEVICE_CHOICES), metavar="|".join(DEVICE_CHOICES))
-    output_dir: str = option("outputs/run", "where results.json, report.md and checkpoints go", check=TEXT,
-                             metavar="DIR")
+    output_dir: str = option(
+        "outputs/run", "where results.json, report.md and checkpoints go", check=TEXT, metavar="DIR"
+    )
     resume: bool = option(False, "continue from OUTPUT_DIR's checkpoint", check=BOOL)
     save_model: bool = option(False, "save the fine-tuned model under OUTPUT_DIR", check=BOOL)
-    eval_only: bool = option(False, "no training: evaluate --model (e.g. a --save-model directory) at each "
-                             "precision", check=BOOL)
+    eval_only: bool = option(
+        False, "no training: evaluate --model (e.g. a --save-model directory) at each precision", check=BOOL
+    )
     # Issue 31: shard instead of copy under torchrun (mixft.train.fsdp; checked by mixft.runs.runner before any work).
-    fsdp: bool = option(False, "under torchrun --nproc-per-node N (N >= 2): shard the model, its gradients and the "
-                        "optimizer state across the processes (FSDP2) instead of a whole copy in each (DDP), for a "
-                        "model larger than one device's memory (docs/fsdp.md)", check=BOOL)
-    num_workers: int = option(0, "DataLoader worker processes (0 keeps the data in this process)",
-                              check=NON_NEGATIVE_INT, metavar="N")
-    fast_dropout: bool = option(True, "use torch's own dropout masks on CPU instead of mixft's faster exact ones "
-                                "(mixft.train.fast_dropout: same keep rate, fewer random draws; measured in docs/benchmarks.md)",
-                                check=BOOL, flag="--torch-dropout")
-    probe: bool = option(False, "answer 'is AMP faster here?' in seconds: time the recipe's matmuls and a few real "
-                         "training steps per precision, print a table and a recommendation, cache it for this "
-                         "machine (later runs' headers and --amp read it); trains nothing", check=BOOL)
+    fsdp: bool = option(
+        False,
+        "under torchrun --nproc-per-node N (N >= 2): shard the model, its gradients and the "
+        "optimizer state across the processes (FSDP2) instead of a whole copy in each (DDP), for a "
+        "model larger than one device's memory (docs/fsdp.md)",
+        check=BOOL,
+    )
+    num_workers: int = option(
+        0, "DataLoader worker processes (0 keeps the data in this process)", check=NON_NEGATIVE_INT, metavar="N"
+    )
+    fast_dropout: bool = option(
+        True,
+        "use torch's own dropout masks on CPU instead of mixft's faster exact ones "
+        "(mixft.train.fast_dropout: same keep rate, fewer random draws; measured in docs/benchmarks.md)",
+        check=BOOL,
+        flag="--torch-dropout",
+    )
+    probe: bool = option(
+        False,
+        "answer 'is AMP faster here?' in seconds: time the recipe's matmuls and a few real "
+        "training steps per precision, print a table and a recommendation, cache it for this "
+        "machine (later runs' headers and --amp read it); trains nothing",
+        check=BOOL,
+    )
     # A real run (issue 20): evaluation during training, the best model, trackers, predictions, checkpoint costs.
-    eval_steps: int = option(0, "also evaluate every N optimizer steps (0: at epoch ends only)", check=NON_NEGATIVE_INT,
-                             metavar="N", group=REAL_RUN)
-    metric_for_best: str | None = option(None, "the eval metric that ranks evaluations (loss: lower is better; the "
-                                         "others higher); default: the task's main metric (accuracy, pearsonr...)",
-                                         check=TEXT, metavar="NAME", group=REAL_RUN)
+    eval_steps: int = option(
+        0,
+        "also evaluate every N optimizer steps (0: at epoch ends only)",
+        check=NON_NEGATIVE_INT,
+        metavar="N",
+        group=REAL_RUN,
+    )
+    metric_for_best: str | None = option(
+        None,
+        "the eval metric that ranks evaluations (loss: lower is better; the "
+        "others higher); default: the task's main metric (accuracy, pearsonr...)",
+        check=TEXT,
+        metavar="NAME",
+        group=REAL_RUN,
+    )
     # None: on when the run evaluates more than once (eval_steps, or more than one epoch).
-    load_best: bool | None = option(None, "end with the best evaluation's weights: the final eval, --save-model and "
-                                    "--predict-file use them (default: on when evaluating more than once)",
-                                    check=BOOL, negatable=True, group=REAL_RUN)
-    early_stopping_patience: int | None = option(None, "stop after K evaluations in a row without improvement of "
-                                                 "--metric-for-best (default: never)", check=POSITIVE_INT, metavar="K",
-                                                 group=REAL_RUN)
-    report_to: str | None = option(None, "experiment trackers, comma-separated: tensorboard, mlflow, trackio "
-                                   "(local files; each an optional extra: pip install \"mixft[tensorboard]\"; default: none)",
-                                   check=TEXT, metavar="LIST", group=REAL_RUN)
-    predict_file: str | None = option(None, "label this file (any data format; a label column is optional) and write "
-                                      "OUTPUT_DIR/predictions.csv|jsonl; with labels, its metrics too (default: none)", check=TEXT,
-                                      metavar="FILE", group=REAL_RUN)
-    save_total_limit: int | None = option(None, "also keep the newest K step checkpoints (checkpoint-step<N>.pt, "
-                                          "hard links: no extra writes); default: only the latest",
-                                          check=POSITIVE_INT, metavar="K", group=RELIABILITY)
-    checkpoint_minutes: float = option(10.0, "save OUTPUT_DIR/checkpoint.pt every F minutes of the run and at epoch "
-                                       "ends (0: not by time)", check=NON_NEGATIVE_FLOAT, metavar="F",
-                                       group=RELIABILITY)
-    extra: dict[str, Any] = option(None, "recipe-specific options (Python API only)", cli=False,
-                                   default_factory=dict)
-    checkpoint_every: int = option(0, "also save OUTPUT_DIR/checkpoint.pt every N optimizer steps (0: by time "
-                                   "and at epoch ends only)", check=NON_NEGATIVE_INT, metavar="N", group=RELIABILITY)
-    inject_nonfinite: float = option(0.0, "diagnostic: put an inf into one gradient element at this fraction of "
-                                     "optimizer steps", check=PROBABILITY, metavar="RATE", group=RELIABILITY)
-    detect_collapse: bool = option(True, "do not stop (exit code 3) when the loss scale, skipped steps or loss "
-                                   "show a collapse", check=BOOL, flag="--no-collapse-check", group=RELIABILITY)
-    min_loss_scale: float = option(1.0, "collapse when the fp16 loss scale falls below F", check=NON_NEGATIVE_FLOAT32,
-                                   metavar="F", group=RELIABILITY)
-    max_consecutive_skips: int = option(10, "collapse after N skipped optimizer steps in a row",
-                                        check=POSITIVE_INT, metavar="N", group=RELIABILITY)
+    load_best: bool | None = option(
+        None,
+        "end with the best evaluation's weights: the final eval, --save-model and "
+        "--predict-file use them (default: on when evaluating more than once)",
+        check=BOOL,
+        negatable=True,
+        group=REAL_RUN,
+    )
+    early_stopping_patience: int | None = option(
+        None,
+        "stop after K evaluations in a row without improvement of --metric-for-best (default: never)",
+        check=POSITIVE_INT,
+        metavar="K",
+        group=REAL_RUN,
+    )
+    report_to: str | None = option(
+        None,
+        "experiment trackers, comma-separated: tensorboard, mlflow, trackio "
+        '(local files; each an optional extra: pip install "mixft[tensorboard]"; default: none)',
+        check=TEXT,
+        metavar="LIST",
+        group=REAL_RUN,
+    )
+    predict_file: str | None = option(
+        None,
+        "label this file (any data format; a label column is optional) and write "
+        "OUTPUT_DIR/predictions.csv|jsonl; with labels, its metrics too (default: none)",
+        check=TEXT,
+        metavar="FILE",
+        group=REAL_RUN,
+    )
+    save_total_limit: int | None = option(
+        None,
+        "also keep the newest K step checkpoints (checkpoint-step<N>.pt, "
+        "hard links: no extra writes); default: only the latest",
+        check=POSITIVE_INT,
+        metavar="K",
+        group=RELIABILITY,
+    )
+    checkpoint_minutes: float = option(
+        10.0,
+        "save OUTPUT_DIR/checkpoint.pt every F minutes of the run and at epoch ends (0: not by time)",
+        check=NON_NEGATIVE_FLOAT,
+        metavar="F",
+        group=RELIABILITY,
+    )
+    extra: dict[str, Any] = option(None, "recipe-specific options (Python API only)", cli=False, default_factory=dict)
+    checkpoint_every: int = option(
+        0,
+        "also save OUTPUT_DIR/checkpoint.pt every N optimizer steps (0: by time and at epoch ends only)",
+        check=NON_NEGATIVE_INT,
+        metavar="N",
+        group=RELIABILITY,
+    )
+    inject_nonfinite: float = option(
+        0.0,
+        "diagnostic: put an inf into one gradient element at this fraction of optimizer steps",
+        check=PROBABILITY,
+        metavar="RATE",
+        group=RELIABILITY,
+    )
+    detect_collapse: bool = option(
+        True,
+        "do not stop (exit code 3) when the loss scale, skipped steps or loss show a collapse",
+        check=BOOL,
+        flag="--no-collapse-check",
+        group=RELIABILITY,
+    )
+    min_loss_scale: float = option(
+        1.0,
+        "collapse when the fp16 loss scale falls below F",
+        check=NON_NEGATIVE_FLOAT32,
+        metavar="F",
+        group=RELIABILITY,
+    )
+    max_consecutive_skips: int = option(
+        10, "collapse after N skipped optimizer steps in a row", check=POSITIVE_INT, metavar="N", group=RELIABILITY
+    )
     # The fp16 risk check (mixft.amp.preflight) and its two fixes; mixft/runs/checks.py applies them.
-    preflight: bool | None = option(None, "check the model for fp16 overflow/underflow before training (a few fp32 "
-                                    "batches with hooks; default: before any fp16 run); it only checks, training "
-                                    "follows", check=BOOL, negatable=True, group=RELIABILITY)
-    fp32_modules: list[str] | None = option(None, "run these modules outside autocast, in fp32 (the preflight names "
-                                            "them), e.g. encoder.layer.3.output", check=NAMES, metavar="NAME,...",
-                                            group=RELIABILITY)
-    init_loss_scale: float | None = option(None, "fp16's initial GradScaler loss scale (default 65536)",
-                                           check=POSITIVE_FLOAT32, metavar="F", group=RELIABILITY)
+    preflight: bool | None = option(
+        None,
+        "check the model for fp16 overflow/underflow before training (a few fp32 "
+        "batches with hooks; default: before any fp16 run); it only checks, training "
+        "follows",
+        check=BOOL,
+        negatable=True,
+        group=RELIABILITY,
+    )
+    fp32_modules: list[str] | None = option(
+        None,
+        "run these modules outside autocast, in fp32 (the preflight names them), e.g. encoder.layer.3.output",
+        check=NAMES,
+        metavar="NAME,...",
+        group=RELIABILITY,
+    )
+    init_loss_scale: float | None = option(
+        None,
+        "fp16's initial GradScaler loss scale (default 65536)",
+        check=POSITIVE_FLOAT32,
+        metavar="F",
+        group=RELIABILITY,
+    )
 
-    def with_defaults(self, defaults: dict[str, Any]) -> "RunConfig":
+    def with_defaults(self, defaults: dict[str, Any]) -> RunConfig:
         """A copy where every None field takes the recipe's default; unknown keys are a bug."""
         known = {f.name for f in fields(self)}
         unknown = set(defaults) - known
@@ -235,7 +407,7 @@ class RunConfig:
         cfg.recipe_defaulted = filled
         return cfg
 
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         """Apply every field's rule and the rules between fields; UsageError names the option."""
         for f in fields(self):
             value, check = getattr(self, f.name), f.metadata.get("check")
@@ -274,15 +446,19 @@ class RunConfig:
     def _validate_optimisation(self) -> None:
         check_schedule(self.lr_scheduler, self.warmup_ratio, self.warmup_steps)
         if self.label_smoothing == 1:
-            raise UsageError("--label-smoothing 1 makes every target uniform, leaving nothing to learn: "
-                             "use a value below 1")
+            raise UsageError(
+                "--label-smoothing 1 makes every target uniform, leaving nothing to learn: use a value below 1"
+            )
         if not self.group_by_length and self.length_group_size != _default("length_group_size"):
-            raise UsageError("--length-group-size sizes the length groups of --group-by-length, which is off "
-                             "(every batch is drawn at random): add --group-by-length or drop --length-group-size")
+            raise UsageError(
+                "--length-group-size sizes the length groups of --group-by-length, which is off "
+                "(every batch is drawn at random): add --group-by-length or drop --length-group-size"
+            )
         if self.eval_only:  # nothing trains: a training option would be silently ignored
             for f in fields(self):
                 if f.metadata.get("group") == OPTIMISATION and getattr(self, f.name) != f.default:
                     raise UsageError(f"--eval-only trains nothing: {flag_of(f)} cannot be combined with it")
+
     def _validate_real_run(self) -> None:
         from mixft.callbacks.tracker_names import check_trackers
 
@@ -290,11 +466,14 @@ class RunConfig:
         if self.predict_file is not None:
             path = Path(self.predict_file).expanduser()
             if not path.is_file():
-                raise UsageError(f"--predict-file {self.predict_file}: "
-                                 + ("is a directory, expected a data file" if path.is_dir() else "file not found"))
+                raise UsageError(
+                    f"--predict-file {self.predict_file}: "
+                    + ("is a directory, expected a data file" if path.is_dir() else "file not found")
+                )
         if self.eval_only and (self.early_stopping_patience or self.eval_steps or self.load_best):
-            raise UsageError("--eval-only trains nothing: --eval-steps, --load-best and --early-stopping-patience "
-                             "need training")
+            raise UsageError(
+                "--eval-only trains nothing: --eval-steps, --load-best and --early-stopping-patience need training"
+            )
 
     def check_recipe_options(self, recipe_name: str, uses, defaults: dict[str, Any] | None = None) -> None:
         """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic).
@@ -305,10 +484,16 @@ class RunConfig:
         defaults = defaults or {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.metadata.get("per_recipe") and f.name not in uses and value != f.default \
-                    and not (f.name in defaults and value == defaults[f.name]):
-                raise UsageError(f"{flag_of(f)}: not used by recipe {recipe_name} (it uses: "
-                                 f"{', '.join(sorted(flag_of(g) for g in fields(self) if g.name in uses)) or 'none of the per-recipe options'})")
+            if (
+                f.metadata.get("per_recipe")
+                and f.name not in uses
+                and value != f.default
+                and not (f.name in defaults and value == defaults[f.name])
+            ):
+                raise UsageError(
+                    f"{flag_of(f)}: not used by recipe {recipe_name} (it uses: "
+                    f"{', '.join(sorted(flag_of(g) for g in fields(self) if g.name in uses)) or 'none of the per-recipe options'})"
+                )
 
     @property
     def clip_norm(self) -> float | None:

@@ -21,8 +21,16 @@ from mixft.data.glue import GLUE_TASKS, glue_task
 from mixft.data.tokenize import tokenize_text_data
 from mixft.data.user_data import TextData, TextTask, load_glue_data, load_text_data
 
-__all__ = ["GLUE_TASKS", "TextData", "TextTask", "glue_task", "load_glue_data", "load_text_data",
-           "make_loader", "tokenize_text_data"]
+__all__ = [
+    "GLUE_TASKS",
+    "TextData",
+    "TextTask",
+    "glue_task",
+    "load_glue_data",
+    "load_text_data",
+    "make_loader",
+    "tokenize_text_data",
+]
 
 
 def __getattr__(name: str):

@@ -33,11 +33,20 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     Usage: ``DataLoader(ds, batch_sampler=LengthGroupedBatchSampler(lengths, 32, seed=0))``
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, group_factor: int = 50,
-                 shuffle: bool = True, num_replicas: int | None = None, rank: int | None = None):
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        seed: int = 0,
+        group_factor: int = 50,
+        shuffle: bool = True,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ):
         POSITIVE_INT.validate("batch_size", batch_size)
         POSITIVE_INT.validate("group_factor", group_factor)
-        from mixft.distributed import rank as current_rank, world_size
+        from mixft.distributed import rank as current_rank
+        from mixft.distributed import world_size
 
         self.lengths = list(lengths)
         self.batch_size = batch_size

@@ -107,8 +107,15 @@ def _check_regular_file(p: Path, where: str) -> int:
     if stat.S_ISDIR(info.st_mode):
         raise UsageError(f"{where}: is a directory, expected a {SUPPORTED} file")
     if not stat.S_ISREG(info.st_mode):
-        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
-                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
+        kind = (
+            "a named pipe (FIFO)"
+            if stat.S_ISFIFO(info.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(info.st_mode)
+            else "a device"
+            if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+            else "not a regular file"
+        )
         raise UsageError(f"{where}: is {kind}, expected a regular {SUPPORTED} file; save the data to a file first")
     try:
         with open(p, "rb"):
@@ -129,14 +136,15 @@ def _check_utf8(p: Path, where: str) -> None:
             except UnicodeDecodeError as exc:
                 line = newlines + chunk.count(b"\n", 0, exc.start) + 1
                 utf16 = chunk[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) and newlines == 0
-                what = "a UTF-16 file" if utf16 else f"{chunk[exc.start:exc.start + 1]!r} is not UTF-8"
+                what = "a UTF-16 file" if utf16 else f"{chunk[exc.start : exc.start + 1]!r} is not UTF-8"
                 raise UsageError(f"{where}: line {line}: {what} (Invalid UTF8 sequence); {_UTF8_HINT}") from None
             newlines += chunk.count(b"\n")
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise UsageError(f"{where}: line {newlines + 1}: the file ends inside a UTF-8 character; "
-                             f"{_UTF8_HINT}") from None
+            raise UsageError(
+                f"{where}: line {newlines + 1}: the file ends inside a UTF-8 character; {_UTF8_HINT}"
+            ) from None
 
 
 def _read_header(p: Path, where: str, options: dict) -> tuple[list[str], int]:
@@ -164,8 +172,9 @@ def _read_header(p: Path, where: str, options: dict) -> tuple[list[str], int]:
     names = [name if name != "" else f"Unnamed: {i}" for i, name in enumerate(header)]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise UsageError(f"{where}: the header names column {repeated[0]!r} more than once; "
-                         "give every column its own name")
+        raise UsageError(
+            f"{where}: the header names column {repeated[0]!r} more than once; give every column its own name"
+        )
     return names, records
 
 
@@ -179,8 +188,15 @@ def _csv_options(p: Path, where: str, options: dict) -> dict:
     # skiprows counts records as pandas' tokenizer does (a quoted newline stays inside one).
     columns = [*names, _EXTRA_FIELD]
     features = datasets.Features({name: datasets.Value("string") for name in columns})
-    return {**options, "column_names": columns, "header": None, "skiprows": header_records, "features": features,
-            "keep_default_na": False, "na_values": [""]}
+    return {
+        **options,
+        "column_names": columns,
+        "header": None,
+        "skiprows": header_records,
+        "features": features,
+        "keep_default_na": False,
+        "na_values": [""],
+    }
 
 
 def _refuse_extra_fields(ds, where: str, header_fields: int, sep: str):
@@ -190,8 +206,10 @@ def _refuse_extra_fields(ds, where: str, header_fields: int, sep: str):
     if column.null_count < len(column):
         row = int(pc.index(pc.is_valid(column), True).as_py())
         shown = "comma" if sep == "," else "tab" if sep == "\t" else repr(sep)
-        raise UsageError(f"{where}: data row {row + 1} has more fields than the header's {header_fields} "
-                         f"(an unquoted {shown} in a text?); quote the fields that contain one")
+        raise UsageError(
+            f"{where}: data row {row + 1} has more fields than the header's {header_fields} "
+            f"(an unquoted {shown} in a text?); quote the fields that contain one"
+        )
     return ds.remove_columns([_EXTRA_FIELD])
 
 
@@ -202,8 +220,9 @@ def _reader_error(cause: BaseException, where: str, suffix: str) -> UsageError:
     fields = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
     if fields:  # counts include our extra column: say it in the header's terms
         expected, line, saw = int(fields.group(1)) - 1, fields.group(2), fields.group(3)
-        return UsageError(f"{where}: line {line} has {saw} fields, the header {expected}; "
-                          "quote fields that contain the separator")
+        return UsageError(
+            f"{where}: line {line} has {saw} fields, the header {expected}; quote fields that contain the separator"
+        )
     if "utf8" in text.lower().replace("-", "") or isinstance(cause, UnicodeDecodeError):
         return UsageError(f"{where}: cannot read as {suffix}: {text}; {_UTF8_HINT}")
     return UsageError(f"{where}: cannot read as {suffix}: {text}")
@@ -222,8 +241,9 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
         raise UsageError(f"{where}: file is empty (expected a header or records, then data rows)")
     resolved = str(p.resolve())
     if "::" in resolved:  # fsspec (under datasets) reads "a::b" as a chain of file systems
-        raise UsageError(f"{where}: the datasets reader cannot open a path containing '::'; rename the file "
-                         "or a folder on its path")
+        raise UsageError(
+            f"{where}: the datasets reader cannot open a path containing '::'; rename the file or a folder on its path"
+        )
     suffix = p.suffix.lower()
     if suffix in _TEXT_SUFFIXES:
         _check_utf8(p, where)
@@ -237,8 +257,7 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
     try:
         with _quiet_datasets():
             # Escaped: datasets expands data_files as glob patterns ("tr[1].csv" would read tr1.csv).
-            ds = datasets.load_dataset(builder, data_files={"train": glob.escape(resolved)}, split="train",
-                                       **options)
+            ds = datasets.load_dataset(builder, data_files={"train": glob.escape(resolved)}, split="train", **options)
     except Exception as exc:  # every reader's error type: pandas, pyarrow, json, datasets
         raise _reader_error(_root_cause(exc), where, p.suffix[1:].upper()) from None
     if builder == "csv":

@@ -45,22 +45,28 @@ _ENTAILMENT = ("entailment", "not_entailment")
 GLUE_TASKS: dict[str, GlueTask] = {
     t.name: t
     for t in (
-        GlueTask("cola", ("sentence",), "classification", ("unacceptable", "acceptable"),
-                 ("matthews_correlation",)),
+        GlueTask("cola", ("sentence",), "classification", ("unacceptable", "acceptable"), ("matthews_correlation",)),
         GlueTask("sst2", ("sentence",), "classification", ("negative", "positive"), ("accuracy",)),
         # MRPC and QQP are unbalanced, so GLUE reports F1 of the positive class beside accuracy.
-        GlueTask("mrpc", ("sentence1", "sentence2"), "classification", ("not_equivalent", "equivalent"),
-                 ("f1", "accuracy")),
-        GlueTask("qqp", ("question1", "question2"), "classification", ("not_duplicate", "duplicate"),
-                 ("f1", "accuracy")),
+        GlueTask(
+            "mrpc", ("sentence1", "sentence2"), "classification", ("not_equivalent", "equivalent"), ("f1", "accuracy")
+        ),
+        GlueTask(
+            "qqp", ("question1", "question2"), "classification", ("not_duplicate", "duplicate"), ("f1", "accuracy")
+        ),
         GlueTask("stsb", ("sentence1", "sentence2"), "regression", (), ("pearsonr", "spearmanr")),
         # MNLI has two dev sets (matched / mismatched genres); "matched" is the headline one.
-        GlueTask("mnli", ("premise", "hypothesis"), "classification", ("entailment", "neutral", "contradiction"),
-                 ("accuracy",), validation_split="validation_matched"),
+        GlueTask(
+            "mnli",
+            ("premise", "hypothesis"),
+            "classification",
+            ("entailment", "neutral", "contradiction"),
+            ("accuracy",),
+            validation_split="validation_matched",
+        ),
         GlueTask("qnli", ("question", "sentence"), "classification", _ENTAILMENT, ("accuracy",)),
         GlueTask("rte", ("sentence1", "sentence2"), "classification", _ENTAILMENT, ("accuracy",)),
-        GlueTask("wnli", ("sentence1", "sentence2"), "classification", ("not_entailment", "entailment"),
-                 ("accuracy",)),
+        GlueTask("wnli", ("sentence1", "sentence2"), "classification", ("not_entailment", "entailment"), ("accuracy",)),
     )
 }
 

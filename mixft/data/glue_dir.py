@@ -66,7 +66,7 @@ def _decode_line(raw: bytes, where: str, lineno: int) -> str:
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"{where} line {lineno}: invalid UTF-8 at byte {exc.start + 1}"
-            f" ({raw[exc.start:exc.start + 4]!r}); expected UTF-8 text"
+            f" ({raw[exc.start : exc.start + 4]!r}); expected UTF-8 text"
         ) from None
 
 
@@ -102,7 +102,7 @@ def read_glue_tsv(path: str | os.PathLike):
 
         if lineno == 1:
             if line.startswith(_BOM):  # Excel and some editors prepend a BOM
-                line = line[len(_BOM):]
+                line = line[len(_BOM) :]
             columns = [c.strip() for c in line.split("\t")]
             missing = [c for c in REQUIRED_COLUMNS if c not in columns]
             if missing:
@@ -114,8 +114,7 @@ def read_glue_tsv(path: str | os.PathLike):
             for name in REQUIRED_COLUMNS:
                 if columns.count(name) > 1:
                     raise UsageError(
-                        f"{where} line 1: header has column {name!r} more than once;"
-                        f" expected {_EXPECTED_HEADER}"
+                        f"{where} line 1: header has column {name!r} more than once; expected {_EXPECTED_HEADER}"
                     )
             sentence_idx = columns.index("sentence")
             label_idx = columns.index("label")
@@ -132,35 +131,28 @@ def read_glue_tsv(path: str | os.PathLike):
         fields = line.split("\t")
         if len(fields) != n_fields:
             raise UsageError(
-                f"{where} line {lineno}: expected {n_fields} tab-separated fields"
-                f" like the header, got {len(fields)}"
+                f"{where} line {lineno}: expected {n_fields} tab-separated fields like the header, got {len(fields)}"
             )
         label_text = fields[label_idx]
         if label_text not in _LABELS:
-            raise UsageError(
-                f"{where} line {lineno}: label must be 0 or 1, got {_show(label_text)}"
-            )
+            raise UsageError(f"{where} line {lineno}: label must be 0 or 1, got {_show(label_text)}")
         sentence = fields[sentence_idx]
         if sentence.strip() == "":
-            raise UsageError(
-                f"{where} line {lineno}: sentence is empty (expected non-empty text)"
-            )
+            raise UsageError(f"{where} line {lineno}: sentence is empty (expected non-empty text)")
         sentences.append(sentence)
         labels.append(_LABELS[label_text])
 
     if not sentences:
-        raise UsageError(
-            f"{where}: no data rows after the header (expected at least one"
-            " 'sentence<TAB>label' row)"
-        )
+        raise UsageError(f"{where}: no data rows after the header (expected at least one 'sentence<TAB>label' row)")
     return _arrow(sentences, labels)
 
 
 def _arrow(sentences: list[str], labels: list[int]):
     import datasets
 
-    features = datasets.Features({"sentence": datasets.Value("string"),
-                                  "label": datasets.ClassLabel(names=list(LABEL_NAMES))})
+    features = datasets.Features(
+        {"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=list(LABEL_NAMES))}
+    )
     return datasets.Dataset.from_dict({"sentence": sentences, "label": labels}, features=features)
 
 
@@ -173,9 +165,7 @@ def read_glue_dir(data_dir: str | os.PathLike):
     wrong ``--data-dir`` fails immediately. Raises ``UsageError`` on any problem.
     """
     d = Path(data_dir)
-    layout = (
-        "expected GLUE SST-2 layout: train.tsv and dev.tsv with header 'sentence<TAB>label'"
-    )
+    layout = "expected GLUE SST-2 layout: train.tsv and dev.tsv with header 'sentence<TAB>label'"
     if not d.exists():
         raise UsageError(f"--data-dir {d}: directory not found ({layout})")
     if not d.is_dir():

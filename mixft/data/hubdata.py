@@ -16,8 +16,8 @@ from __future__ import annotations
 from mixft.data.files import first_line
 from mixft.data.glue import GLUE_REPO
 from mixft.errors import UsageError
-from mixft.models.hub import go_offline, hub_reachable, offline_mode_set
 from mixft.log import logger
+from mixft.models.hub import go_offline, hub_reachable, offline_mode_set
 
 # Canonical hub repositories of datasets best known by their old, namespace-less names: the
 # cache is keyed by the repository, so "glue" must find what "nyu-mll/glue" stored.
@@ -45,8 +45,14 @@ def canonical_name(name: str) -> str:
 OTHER_DATA = "pass --train-file/--validation-file"
 
 
-def fetch_hub_dataset(name: str, config: str | None = None, *, hub_timeout: float = 3.0, shown: str | None = None,
-                      other_data: str = OTHER_DATA):
+def fetch_hub_dataset(
+    name: str,
+    config: str | None = None,
+    *,
+    hub_timeout: float = 3.0,
+    shown: str | None = None,
+    other_data: str = OTHER_DATA,
+):
     """``(DatasetDict, source)`` for a hub dataset; source is "hub" or "cache".
 
     Usage: ``splits, source = fetch_hub_dataset("imdb")``

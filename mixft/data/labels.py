@@ -308,16 +308,21 @@ def _check_scan(scan: _Scan, column: str, where: str) -> None:
             "labels must be integers, strings or floats"
         )
     if scan.words and (scan.ints or scan.fractions):
-        minority = (f"first text: data row {scan.first_word + 1}" if scan.words <= scan.ints + scan.fractions
-                    else f"first number: data row {scan.first_number + 1}")
+        minority = (
+            f"first text: data row {scan.first_word + 1}"
+            if scan.words <= scan.ints + scan.fractions
+            else f"first number: data row {scan.first_number + 1}"
+        )
         raise UsageError(
             f"{where}: mixed label types in column {column!r}: numbers ({_show(scan.number_examples, 3)}) and text "
             f"({_show(scan.word_examples, 3)}); use one type for every label ({minority})"
         )
     if scan.not_finite is not None:
         row, value = scan.not_finite
-        raise UsageError(f"{where}: data row {row + 1}: label {value!r} in column {column!r} is not a finite number; "
-                         "fix or remove that row")
+        raise UsageError(
+            f"{where}: data row {row + 1}: label {value!r} in column {column!r} is not a finite number; "
+            "fix or remove that row"
+        )
 
 
 def _too_many_classes(column: str, where: str) -> None:
@@ -354,8 +359,10 @@ def analyze_labels(ds, column: str, *, where: str, task_kind: str | None = None)
         return LabelInfo("classification", "classlabel", names, {i: i for i in sorted(keys)})
     if task_kind == "regression" and kind in ("string", "bool"):
         shown = _show(keys, 3) if keys is not None else _show(scan.word_examples, 3)
-        raise UsageError(f"{where}: --task-kind regression, but the labels in column {column!r} are "
-                         f"{'text' if kind == 'string' else 'true/false'} ({shown}); regression needs numbers")
+        raise UsageError(
+            f"{where}: --task-kind regression, but the labels in column {column!r} are "
+            f"{'text' if kind == 'string' else 'true/false'} ({shown}); regression needs numbers"
+        )
     if (kind == "float" and task_kind != "classification") or (kind == "int" and task_kind == "regression"):
         return _checked_regression(scan, kind, column, where)
 
@@ -368,8 +375,9 @@ def analyze_labels(ds, column: str, *, where: str, task_kind: str | None = None)
     ordered = sorted(keys)  # numbers in numeric order, words in text order, False before True
     names = tuple(str(k).lower() if kind == "bool" else str(k) for k in ordered)
     mapping = {k: i for i, k in enumerate(ordered)}
-    return _checked_classes(LabelInfo("classification", "int" if kind == "float" else kind, names, mapping),
-                            column, where)
+    return _checked_classes(
+        LabelInfo("classification", "int" if kind == "float" else kind, names, mapping), column, where
+    )
 
 
 def _single_class(column: str, where: str, name) -> None:
@@ -388,9 +396,11 @@ def _checked_classes(info: LabelInfo, column: str, where: str) -> LabelInfo:
 def _refuse_too_large(scan: _Scan, column: str, where: str) -> None:
     if scan.too_large is not None:
         row, value = scan.too_large
-        raise UsageError(f"{where}: data row {row + 1}: regression target {value!r} in column {column!r} is too "
-                         f"large (beyond {MAX_REGRESSION_TARGET:.3g}, its squared error overflows float32); "
-                         "rescale the targets")
+        raise UsageError(
+            f"{where}: data row {row + 1}: regression target {value!r} in column {column!r} is too "
+            f"large (beyond {MAX_REGRESSION_TARGET:.3g}, its squared error overflows float32); "
+            "rescale the targets"
+        )
 
 
 def _checked_regression(scan: _Scan, kind: str, column: str, where: str) -> LabelInfo:
@@ -425,8 +435,10 @@ def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str, role: str
     kind = scan.kind
     if info.kind == "regression":
         if kind not in ("int", "float"):
-            raise UnscorableLabels(f"{where}: mixed label types: {role} labels in column {column!r} are {kind}, "
-                                   "training labels numbers (regression); use one type for every label")
+            raise UnscorableLabels(
+                f"{where}: mixed label types: {role} labels in column {column!r} are {kind}, "
+                "training labels numbers (regression); use one type for every label"
+            )
         _refuse_too_large(scan, column, where)
         return
     if not _compatible(info.value_type, kind):
@@ -494,8 +506,10 @@ def labels_for_model(ds, column: str, model: ModelLabels, *, where: str) -> Labe
     kind = scan.kind
     if model.names is None:
         if kind not in ("int", "float"):
-            raise UsageError(f"{where}: {model.source} is a regression model, but the labels in column {column!r} "
-                             f"are {'text' if kind == 'string' else kind}; it needs numbers")
+            raise UsageError(
+                f"{where}: {model.source} is a regression model, but the labels in column {column!r} "
+                f"are {'text' if kind == 'string' else kind}; it needs numbers"
+            )
         _refuse_too_large(scan, column, where)
         return LabelInfo(kind="regression", value_type=kind)
     if scan.keys is None:

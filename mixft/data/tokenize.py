@@ -31,8 +31,15 @@ _MAP_BATCH = 1000  # rows per tokenizer call: large enough for the fast tokenize
 class _Encode:
     """The batched map function. A class (not a closure) so `datasets` hashes exactly its fields."""
 
-    def __init__(self, tokenizer, text_columns: tuple[str, ...], label_column: str, labels: LabelInfo,
-                 max_length: int, float_labels: bool):
+    def __init__(
+        self,
+        tokenizer,
+        text_columns: tuple[str, ...],
+        label_column: str,
+        labels: LabelInfo,
+        max_length: int,
+        float_labels: bool,
+    ):
         self.tokenizer = tokenizer
         self.text_columns = text_columns
         self.label_column = label_column
@@ -69,8 +76,16 @@ def _features(tokenizer, text_columns: tuple[str, ...], labels: LabelInfo, float
     return datasets.Features(features)
 
 
-def tokenize_dataset(ds, tokenizer, *, text_columns: tuple[str, ...], label_column: str, labels: LabelInfo,
-                     max_length: int, float_labels: bool = False):
+def tokenize_dataset(
+    ds,
+    tokenizer,
+    *,
+    text_columns: tuple[str, ...],
+    label_column: str,
+    labels: LabelInfo,
+    max_length: int,
+    float_labels: bool = False,
+):
     """One Arrow dataset -> its tokenised form (see module docstring for the columns).
 
     ``float_labels``: class ids as float32 (0./1. for a one-logit BCE head such as bert-sst2's).
@@ -103,6 +118,11 @@ def tokenize_text_data(data, tokenizer, max_length: int = 128, *, float_labels: 
     Usage: ``train, dev = tokenize_text_data(load_text_data(train_file="t.csv", validation_split=0.1), tok)``
     """
     task = data.task
-    kwargs = dict(text_columns=task.text_columns, label_column=task.label_column, labels=task.labels,
-                  max_length=max_length, float_labels=float_labels)
+    kwargs = dict(
+        text_columns=task.text_columns,
+        label_column=task.label_column,
+        labels=task.labels,
+        max_length=max_length,
+        float_labels=float_labels,
+    )
     return tokenize_dataset(data.train, tokenizer, **kwargs), tokenize_dataset(data.eval, tokenizer, **kwargs)

@@ -32,14 +32,15 @@ from typing import Any
 from mixft.data.columns import check_columns, check_text_columns, resolve_columns
 from mixft.data.labels import TASK_KINDS, LabelInfo, ModelLabels, analyze_labels, check_eval_labels, labels_for_model
 from mixft.errors import UsageError
-from mixft.options import FRACTION, POSITIVE_INT
 from mixft.log import logger
+from mixft.options import FRACTION, POSITIVE_INT
 
 DEMO_TRAIN_SIZE = 2000
 DEMO_EVAL_SIZE = 872  # SST-2's dev size
 # Advice for a GLUE task that cannot be had: --recipe glue takes no data files of its own.
-GLUE_OTHER_DATA = ("train on your own copy of the task's files with --recipe text-classification "
-                   "--train-file/--validation-file")
+GLUE_OTHER_DATA = (
+    "train on your own copy of the task's files with --recipe text-classification --train-file/--validation-file"
+)
 # Split names that hold validation data on the hub, in order of preference.
 VALIDATION_SPLITS = ("validation", "validation_matched", "dev", "valid")
 
@@ -56,7 +57,7 @@ class TextTask:
 
     @property
     def kind(self) -> str:
-        """"classification" or "regression"."""
+        """ "classification" or "regression"."""
         return self.labels.kind
 
     @property
@@ -110,18 +111,38 @@ class TextData:
 # ---------------------------------------------------------------------------------------
 
 
-def _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
-                     validation_split, max_train_samples, max_eval_samples, evaluation_only: bool = False) -> None:
+def _check_arguments(
+    train_file,
+    validation_file,
+    data_dir,
+    dataset,
+    dataset_config,
+    eval_split,
+    task_kind,
+    validation_split,
+    max_train_samples,
+    max_eval_samples,
+    evaluation_only: bool = False,
+) -> None:
     if data_dir is not None:
-        given = [flag for flag, value in (("--train-file", train_file), ("--dataset", dataset),
-                                          ("--validation-split", validation_split)) if value is not None]
+        given = [
+            flag
+            for flag, value in (
+                ("--train-file", train_file),
+                ("--dataset", dataset),
+                ("--validation-split", validation_split),
+            )
+            if value is not None
+        ]
         if given:
             raise UsageError(f"--data-dir brings its own train.tsv and dev.tsv; drop {', '.join(given)}")
     elif evaluation_only and train_file is None and dataset is None:
         # A saved model is evaluated: its labels come from the model, no training data is needed.
         if validation_file is None:
-            raise UsageError("pass --validation-file (the data to evaluate on), or --train-file with "
-                             "--validation-split, or --dataset NAME")
+            raise UsageError(
+                "pass --validation-file (the data to evaluate on), or --train-file with "
+                "--validation-split, or --dataset NAME"
+            )
     elif (train_file is None) == (dataset is None):
         raise UsageError("pass either --train-file (with --validation-file or --validation-split) or --dataset NAME")
     if validation_file is not None and train_file is None:
@@ -157,16 +178,18 @@ def _pick_eval_split(splits, eval_split: str | None, shown: str, flag: str) -> s
     return next((s for s in VALIDATION_SPLITS if s in splits), None)
 
 
-def _from_hub(dataset, config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval,
-              shown, other_data):
+def _from_hub(
+    dataset, config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train, demo_eval, shown, other_data
+):
     """(train, eval or None, name, source, notice, where, eval_where, splits listing)."""
     from mixft.data.hubdata import OTHER_DATA, DatasetUnavailable, dataset_label, fetch_hub_dataset
 
     label = dataset_label(dataset, config)
     shown = shown or f"--dataset {label}"
     try:
-        splits, source = fetch_hub_dataset(dataset, config, hub_timeout=hub_timeout, shown=shown,
-                                           other_data=other_data or OTHER_DATA)
+        splits, source = fetch_hub_dataset(
+            dataset, config, hub_timeout=hub_timeout, shown=shown, other_data=other_data or OTHER_DATA
+        )
         name, notice = label, None
     except DatasetUnavailable as unavailable:
         if stand_in is None:
@@ -187,15 +210,20 @@ def _from_hub(dataset, config, eval_split, user_eval_split, seed, hub_timeout, s
 def _stand_in(stand_in, label: str, seed: int, train_size: int, eval_size: int):
     """(the stand-in's splits, its notice); sizes past what it offers are refused before any is made."""
     label = stand_in.label or label
-    for flag, what, size in (("--max-train-samples", "training", train_size),
-                             ("--max-eval-samples", "evaluation", eval_size)):
+    for flag, what, size in (
+        ("--max-train-samples", "training", train_size),
+        ("--max-eval-samples", "evaluation", eval_size),
+    ):
         if size > stand_in.max_size:
-            raise UsageError(f"{flag} {size}: {stand_in.described} offers at most {stand_in.max_size} {what} "
-                             f"{stand_in.unit} ({label} is not reachable or cached here); pass {stand_in.more_data} "
-                             "for more data")
+            raise UsageError(
+                f"{flag} {size}: {stand_in.described} offers at most {stand_in.max_size} {what} "
+                f"{stand_in.unit} ({label} is not reachable or cached here); pass {stand_in.more_data} "
+                "for more data"
+            )
     splits = stand_in.build(train_size=train_size, eval_size=eval_size, seed=seed)
-    notice = stand_in.notice.format(label=label, name=stand_in.name, train=len(splits["train"]),
-                                    eval=len(splits[stand_in.eval_split]), seed=seed)
+    notice = stand_in.notice.format(
+        label=label, name=stand_in.name, train=len(splits["train"]), eval=len(splits[stand_in.eval_split]), seed=seed
+    )
     return splits, notice
 
 
@@ -224,8 +252,10 @@ def _carve(train, fraction: float, seed: int, where: str, kind: str, label_colum
         held.append(group[: min(int(round(fraction * len(group))), len(group) - 1)])
     held = np.sort(np.concatenate(held)) if held else np.array([], dtype=np.int64)
     if len(held) == 0:
-        raise UsageError(f"{where}: --validation-split {fraction} of {len(train)} rows holds out no row; "
-                         "pass a larger fraction or --validation-file")
+        raise UsageError(
+            f"{where}: --validation-split {fraction} of {len(train)} rows holds out no row; "
+            "pass a larger fraction or --validation-file"
+        )
     keep = np.setdiff1d(np.arange(len(train)), held, assume_unique=True)
     return train.select(keep), train.select(held)
 
@@ -238,8 +268,10 @@ def _blamed_on_the_cap(capped: bool, max_train_samples: int | None):
     except UsageError as exc:
         if not capped:
             raise
-        raise UsageError(f"{exc} (after --max-train-samples {max_train_samples} kept the first "
-                         f"{max_train_samples} training rows; raise it, or shuffle the file)") from None
+        raise UsageError(
+            f"{exc} (after --max-train-samples {max_train_samples} kept the first "
+            f"{max_train_samples} training rows; raise it, or shuffle the file)"
+        ) from None
 
 
 def _same_file(a, b) -> bool:
@@ -305,24 +337,51 @@ def load_text_data(
     Usage: ``data = load_text_data(train_file="train.csv", validation_split=0.1, seed=0)``
     """
     evaluation_only = model_labels is not None
-    _check_arguments(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, task_kind,
-                     validation_split, max_train_samples, max_eval_samples, evaluation_only)
+    _check_arguments(
+        train_file,
+        validation_file,
+        data_dir,
+        dataset,
+        dataset_config,
+        eval_split,
+        task_kind,
+        validation_split,
+        max_train_samples,
+        max_eval_samples,
+        evaluation_only,
+    )
     if evaluation_only and task_kind is not None and task_kind != model_labels.kind:
-        raise UsageError(f"--task-kind {task_kind}: {model_labels.source} is a {model_labels.kind} model; drop "
-                         "--task-kind (a saved model's task is its own)")
+        raise UsageError(
+            f"--task-kind {task_kind}: {model_labels.source} is a {model_labels.kind} model; drop "
+            "--task-kind (a saved model's task is its own)"
+        )
     user_eval_split = eval_split is not None
     if dataset is not None and glue_task is None:
         glue_task = _glue_config(dataset, dataset_config)
     if glue_task is not None:
         task_kind, eval_split, text_column, text_pair_column = _glue_defaults(
-            glue_task, dataset is not None, task_kind, eval_split, text_column, text_pair_column)
+            glue_task, dataset is not None, task_kind, eval_split, text_column, text_pair_column
+        )
     columns = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
 
     if evaluation_only and train_file is None and data_dir is None and dataset is None:  # evaluation data alone
         return _validation_file_for_model(validation_file, columns, model_labels, max_eval_samples, glue_task)
-    src = _read_source(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, user_eval_split,
-                       seed, hub_timeout, stand_in, max_train_samples or demo_train_size,
-                       max_eval_samples or demo_eval_size, dataset_shown, other_data)
+    src = _read_source(
+        train_file,
+        validation_file,
+        data_dir,
+        dataset,
+        dataset_config,
+        eval_split,
+        user_eval_split,
+        seed,
+        hub_timeout,
+        stand_in,
+        max_train_samples or demo_train_size,
+        max_eval_samples or demo_eval_size,
+        dataset_shown,
+        other_data,
+    )
     _check_validation_source(src, validation_split)
     cols = _checked_columns(src, columns)
     if evaluation_only:  # the model's labels, not the training data's, say what each name means
@@ -330,17 +389,34 @@ def load_text_data(
         if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
             _, eval_ds = _carve(src.train, validation_split, seed, src.where, model_labels.kind, cols.label)
             eval_where = f"{src.where} (rows held out by --validation-split {validation_split})"
-        return _for_model(eval_ds, cols, model_labels, eval_where, max_eval_samples, glue_task, name=src.name,
-                          source=src.source, notice=src.notice)
-    train, eval_ds, labels = _labelled_and_capped(src, cols, task_kind, validation_split, seed, max_train_samples,
-                                                  max_eval_samples)
+        return _for_model(
+            eval_ds,
+            cols,
+            model_labels,
+            eval_where,
+            max_eval_samples,
+            glue_task,
+            name=src.name,
+            source=src.source,
+            notice=src.notice,
+        )
+    train, eval_ds, labels = _labelled_and_capped(
+        src, cols, task_kind, validation_split, seed, max_train_samples, max_eval_samples
+    )
     notice = src.notice
     if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
         # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
-        notice = (f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
-                  "well the model fits its training data, not how it does on unseen data")
-    task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
-                    labels=labels, glue_task=glue_task)
+        notice = (
+            f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
+            "well the model fits its training data, not how it does on unseen data"
+        )
+    task = TextTask(
+        text_column=cols.text,
+        text_pair_column=cols.text_pair,
+        label_column=cols.label,
+        labels=labels,
+        glue_task=glue_task,
+    )
     return TextData(train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice)
 
 
@@ -355,13 +431,16 @@ def _glue_defaults(glue_task: str, from_hub: bool, task_kind, eval_split, text_c
     if text_column is None and text_pair_column is None:
         text_column, text_pair_column = table.text_columns[0], (table.text_columns[1:] or (None,))[0]
     elif text_pair_column is not None and not table.is_pair:
-        raise UsageError(f"GLUE {table.name} is single-text data (column {table.text_columns[0]!r}); "
-                         f"--text-pair-column {text_pair_column} does not apply")
+        raise UsageError(
+            f"GLUE {table.name} is single-text data (column {table.text_columns[0]!r}); "
+            f"--text-pair-column {text_pair_column} does not apply"
+        )
     return task_kind, eval_split, text_column, text_pair_column
 
 
-def _validation_file_for_model(validation_file, columns: dict, model_labels: ModelLabels,
-                               max_eval_samples: int | None, glue_task: str | None) -> TextData:
+def _validation_file_for_model(
+    validation_file, columns: dict, model_labels: ModelLabels, max_eval_samples: int | None, glue_task: str | None
+) -> TextData:
     """``--eval-only`` with ``--validation-file`` alone: that file, read against the model's labels."""
     from mixft.data.files import load_data_file
 
@@ -369,8 +448,17 @@ def _validation_file_for_model(validation_file, columns: dict, model_labels: Mod
     eval_where = f"--validation-file {validation_file}"
     cols = resolve_columns(eval_ds.column_names, where=eval_where, **columns)
     check_text_columns(eval_ds, cols, where=eval_where)
-    return _for_model(eval_ds, cols, model_labels, eval_where, max_eval_samples, glue_task,
-                      name=str(validation_file), source="files", notice=None)
+    return _for_model(
+        eval_ds,
+        cols,
+        model_labels,
+        eval_where,
+        max_eval_samples,
+        glue_task,
+        name=str(validation_file),
+        source="files",
+        notice=None,
+    )
 
 
 @dataclass
@@ -387,25 +475,64 @@ class _Source:
     listing: str | None  # a hub dataset's split names (for the message when none is the evaluation split)
 
 
-def _read_source(train_file, validation_file, data_dir, dataset, dataset_config, eval_split, user_eval_split,
-                 seed, hub_timeout, stand_in, demo_train, demo_eval, dataset_shown, other_data) -> _Source:
+def _read_source(
+    train_file,
+    validation_file,
+    data_dir,
+    dataset,
+    dataset_config,
+    eval_split,
+    user_eval_split,
+    seed,
+    hub_timeout,
+    stand_in,
+    demo_train,
+    demo_eval,
+    dataset_shown,
+    other_data,
+) -> _Source:
     """Files, a GLUE directory, or a hub dataset (or its generated stand-in), read whole."""
     if train_file is not None:
         from mixft.data.files import load_data_file
 
         train = load_data_file(train_file, "--train-file")
         eval_ds = load_data_file(validation_file, "--validation-file") if validation_file is not None else None
-        return _Source(train, eval_ds, str(train_file), "files", None, f"--train-file {train_file}",
-                       f"--validation-file {validation_file}", None)
+        return _Source(
+            train,
+            eval_ds,
+            str(train_file),
+            "files",
+            None,
+            f"--train-file {train_file}",
+            f"--validation-file {validation_file}",
+            None,
+        )
     if data_dir is not None:
         from mixft.data.glue_dir import read_glue_dir
 
         train, eval_ds = read_glue_dir(data_dir)
-        return _Source(train, eval_ds, str(data_dir), "data-dir", None, f"--data-dir {data_dir} (train.tsv)",
-                       f"--data-dir {data_dir} (dev.tsv)", None)
+        return _Source(
+            train,
+            eval_ds,
+            str(data_dir),
+            "data-dir",
+            None,
+            f"--data-dir {data_dir} (train.tsv)",
+            f"--data-dir {data_dir} (dev.tsv)",
+            None,
+        )
     train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
-        dataset, dataset_config, eval_split, user_eval_split, seed, hub_timeout, stand_in, demo_train,
-        demo_eval, dataset_shown, other_data
+        dataset,
+        dataset_config,
+        eval_split,
+        user_eval_split,
+        seed,
+        hub_timeout,
+        stand_in,
+        demo_train,
+        demo_eval,
+        dataset_shown,
+        other_data,
     )
     return _Source(train, eval_ds, name, source, notice, where, eval_where, listing)
 
@@ -416,8 +543,11 @@ def _check_validation_source(src: _Source, validation_split: float | None) -> No
         raise UsageError(f"{src.where}: the data has a validation split already; drop --validation-split")
     if src.eval is None and validation_split is None:
         # --validation-file goes with --train-file only: a hub dataset is offered what it accepts.
-        choices = (f"its splits are {src.listing}: pass --eval-split NAME" if src.listing is not None
-                   else "pass --validation-file")
+        choices = (
+            f"its splits are {src.listing}: pass --eval-split NAME"
+            if src.listing is not None
+            else "pass --validation-file"
+        )
         raise UsageError(
             f"{src.where}: no validation data; {choices}, or --validation-split F "
             "(0 < F < 1) to hold out a fraction of the training data"
@@ -435,8 +565,7 @@ def _checked_columns(src: _Source, columns: dict):
     return cols
 
 
-def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, max_train_samples,
-                         max_eval_samples):
+def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, max_train_samples, max_eval_samples):
     """(train, eval, labels): the label space read from train, the hold-out carved, the caps applied, eval checked."""
     train, eval_ds, where, eval_where = src.train, src.eval, src.where, src.eval_where
     labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
@@ -458,13 +587,28 @@ def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, 
     return train, eval_ds, labels
 
 
-def _for_model(eval_ds, cols, model_labels: ModelLabels, eval_where: str, max_eval_samples: int | None,
-               glue_task: str | None, *, name: str, source: str, notice: str | None) -> TextData:
+def _for_model(
+    eval_ds,
+    cols,
+    model_labels: ModelLabels,
+    eval_where: str,
+    max_eval_samples: int | None,
+    glue_task: str | None,
+    *,
+    name: str,
+    source: str,
+    notice: str | None,
+) -> TextData:
     """Evaluation data for a saved model: its labels read against the model's, no training rows."""
     eval_ds = _first(eval_ds, max_eval_samples)
     labels = labels_for_model(eval_ds, cols.label, model_labels, where=eval_where)
-    task = TextTask(text_column=cols.text, text_pair_column=cols.text_pair, label_column=cols.label,
-                    labels=labels, glue_task=glue_task)
+    task = TextTask(
+        text_column=cols.text,
+        text_pair_column=cols.text_pair,
+        label_column=cols.label,
+        labels=labels,
+        glue_task=glue_task,
+    )
     return TextData(train=eval_ds.select([]), eval=eval_ds, task=task, name=name, source=source, notice=notice)
 
 
@@ -508,9 +652,17 @@ def load_glue_data(
 
     table = glue_task(task)
     return load_text_data(
-        dataset="glue", dataset_config=table.name, glue_task=table.name,
-        max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
-        hub_timeout=hub_timeout, stand_in=stand_in, demo_train_size=demo_train_size, demo_eval_size=demo_eval_size,
-        dataset_shown=shown or f"glue/{table.name}", other_data=other_data or GLUE_OTHER_DATA,
+        dataset="glue",
+        dataset_config=table.name,
+        glue_task=table.name,
+        max_train_samples=max_train_samples,
+        max_eval_samples=max_eval_samples,
+        seed=seed,
+        hub_timeout=hub_timeout,
+        stand_in=stand_in,
+        demo_train_size=demo_train_size,
+        demo_eval_size=demo_eval_size,
+        dataset_shown=shown or f"glue/{table.name}",
+        other_data=other_data or GLUE_OTHER_DATA,
         model_labels=model_labels,
     )

@@ -101,15 +101,19 @@ def undefined_reasons(metrics: dict, predictions, references) -> dict[str, str]:
     Usage: ``undefined_reasons({"pearsonr": float("nan")}, [0.5, 0.5], [1.0, 2.0])``
     -> ``{"pearsonr": "the predictions are constant (all 0.5)"}``
     """
-    missing = [name for name, value in metrics.items()
-               if isinstance(value, float) and value != value]  # NaN is the only value unequal to itself
+    missing = [
+        name for name, value in metrics.items() if isinstance(value, float) and value != value
+    ]  # NaN is the only value unequal to itself
     if not missing:
         return {}
     predictions, references = list(predictions), list(references)
     if len(predictions) < 2:
         why = f"{len(predictions)} evaluation example{'' if len(predictions) == 1 else 's'}, two or more needed"
     else:
-        constant = [f"the {what} are constant (all {values[0]:g})" for what, values in
-                    (("predictions", predictions), ("labels", references)) if len(set(values)) == 1]
+        constant = [
+            f"the {what} are constant (all {values[0]:g})"
+            for what, values in (("predictions", predictions), ("labels", references))
+            if len(set(values)) == 1
+        ]
         why = " and ".join(constant) or "not a finite number on this data"
     return {name: why for name in missing}

@@ -41,25 +41,57 @@ from pathlib import Path
 from typing import Any
 
 from mixft.errors import UsageError, first_line
-from mixft.models.hub import CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX
 from mixft.log import logger
+from mixft.models.hub import CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX
 
 # The files a tokenizer can be built from (transformers' fast and slow formats).
 TOKENIZER_FILES = (
-    "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "spm.model", "sentencepiece.bpe.model",
-    "spiece.model", "tokenizer.model", "sentencepiece.model",
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spm.model",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.model",
 )
 
 # Families whose position ids start at padding_idx + 1 (fairseq's convention), so
 # max_position_embeddings - (pad_token_id + 1) tokens fit, not max_position_embeddings:
 # RoBERTa's 514 positions hold 512 tokens.
-_PADDING_OFFSET_TYPES = frozenset({
-    "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "roberta-prelayernorm",
-    "data2vec-text", "ibert", "mpnet", "esm", "xmod", "luke",
-})
+_PADDING_OFFSET_TYPES = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "longformer",
+        "roberta-prelayernorm",
+        "data2vec-text",
+        "ibert",
+        "mpnet",
+        "esm",
+        "xmod",
+        "luke",
+    }
+)
 _SAFETENSORS_ITEMSIZE = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
 }
 # A safetensors header is JSON of a few hundred bytes per tensor; anything near this is not one.
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -115,8 +147,10 @@ def encoder_problem(config, *, decoders: bool = False) -> str | None:
     if getattr(config, "is_encoder_decoder", False) or model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
         return f"is an encoder-decoder model ({model_type}); mixft fine-tunes encoders ({takes})"
     if is_decoder_only(config) and not decoders:
-        return (f"is a decoder-only model ({model_type}); this recipe fine-tunes encoders ({_ENCODERS}); "
-                "--recipe text-classification also takes decoder-only models")
+        return (
+            f"is a decoder-only model ({model_type}); this recipe fine-tunes encoders ({_ENCODERS}); "
+            "--recipe text-classification also takes decoder-only models"
+        )
     if getattr(config, "is_decoder", False) and not is_decoder_only(config):
         # An encoder configured as a decoder sees only the tokens before each position, so
         # its [CLS] vector, the one the head reads, sees nothing but itself.
@@ -194,8 +228,11 @@ def _locate(source: str, path: str, filename: str) -> str | None:
 
     try:
         return cached_file(
-            path, filename, _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False, _raise_exceptions_for_gated_repo=False,
+            path,
+            filename,
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+            _raise_exceptions_for_gated_repo=False,
         )
     except OSError as exc:  # RepositoryNotFound, revision not found, a gated repo...
         raise UsageError(f"{source}: cannot read {filename} from the Hugging Face hub: {first_line(exc)}") from None
@@ -218,7 +255,7 @@ def _read_config(source: str, path: str):
         raise UsageError(f"{source}: {CONFIG_FILE} must hold a JSON object, found {type(raw).__name__}")
     model_type = raw.get("model_type")
     if not model_type:
-        raise UsageError(f"{source}: {CONFIG_FILE} has no model_type (e.g. \"bert\", \"roberta\")")
+        raise UsageError(f'{source}: {CONFIG_FILE} has no model_type (e.g. "bert", "roberta")')
     if model_type not in CONFIG_MAPPING_NAMES:
         raise UsageError(
             f"{source}: {CONFIG_FILE} has model_type {model_type!r}, which this transformers does not know "
@@ -227,7 +264,9 @@ def _read_config(source: str, path: str):
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:  # a field of the wrong type, a custom-code model, ...
-        raise UsageError(f"{source}: {CONFIG_FILE} cannot be read as a {model_type} config: {first_line(exc)}") from None
+        raise UsageError(
+            f"{source}: {CONFIG_FILE} cannot be read as a {model_type} config: {first_line(exc)}"
+        ) from None
 
 
 def safetensors_shapes(file: str | Path, label: str | None = None) -> dict[str, tuple[int, ...]]:
@@ -358,7 +397,9 @@ def check_weight_shapes(source: str, weight_files: Iterable[str], shapes: Mappin
                 f"the config describes {list(expected[key])}"
             )
     if matched == 0:
-        raise UsageError(f"{source}: {files} holds no tensor of a {config.model_type} model (weights of another architecture?)")
+        raise UsageError(
+            f"{source}: {files} holds no tensor of a {config.model_type} model (weights of another architecture?)"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -452,7 +493,11 @@ def held_library_warnings() -> Iterator[None]:
 
 
 def check_model(
-    path: str, *, max_length: int | None = None, source: str | None = None, decoders: bool = False,
+    path: str,
+    *,
+    max_length: int | None = None,
+    source: str | None = None,
+    decoders: bool = False,
     max_length_shown: str | None = None,
 ) -> CheckedModel:
     """Check a resolved model before training; return its config and loaded tokenizer.
@@ -478,6 +523,9 @@ def check_model(
             check_max_length(config, max_length, source, max_length_shown)
     logger.debug("%s: %s checked (%d tensors in %s)", source, config.model_type, len(shapes), ", ".join(weight_files))
     return CheckedModel(
-        path=str(path), config=config, tokenizer=tokenizer, weight_files=weight_files,
+        path=str(path),
+        config=config,
+        tokenizer=tokenizer,
+        weight_files=weight_files,
         max_length=max_sequence_length(config),
     )

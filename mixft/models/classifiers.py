@@ -105,7 +105,8 @@ class SequenceClassifier(nn.Module):
         # past the table; DeBERTa (0) ignores them. GPT-2 would look segment ids up in its
         # *word* embeddings. Only encoders with 2+ segments get them.
         self._token_types = (
-            "token_type_ids" in accepted and getattr(model.config, "type_vocab_size", 2) > 1
+            "token_type_ids" in accepted
+            and getattr(model.config, "type_vocab_size", 2) > 1
             and not _is_decoder_only(model.config)
         )
 
@@ -191,8 +192,9 @@ def pad_for_classification(tokenizer, config, source: str = "the model"):
         return tokenizer
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise UsageError(f"{source}: the tokenizer has neither a padding token nor an end-of-text token "
-                             "to pad with")
+            raise UsageError(
+                f"{source}: the tokenizer has neither a padding token nor an end-of-text token to pad with"
+            )
         tokenizer.pad_token = tokenizer.eos_token
         logger.debug("%s: no padding token; padding with the end-of-text token %r", source, tokenizer.eos_token)
     tokenizer.padding_side = "right"
@@ -258,7 +260,11 @@ def load_classifier(
     with torch.random.fork_rng(devices=[]), _quiet_transformers():
         torch.manual_seed(seed)
         model, info = AutoModelForSequenceClassification.from_pretrained(
-            model_path, dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True, **task,
+            model_path,
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
+            **task,
         )
     # Mismatched sizes are loaded as fresh weights, then judged here: a head of another
     # size is expected when a new label set is asked for, never inside the encoder.
@@ -292,8 +298,12 @@ def _decoder_pad_id(model_path: str, config, source: str, tokenizer) -> int:
             raise UsageError(f"{needs}, which cannot be loaded: {first}") from None
     pad_id = pad_for_classification(tokenizer, config, source).pad_token_id
     if config.pad_token_id is not None and config.pad_token_id != pad_id:
-        logger.debug("%s: config.json pads with id %s, the tokenizer with %s; using the tokenizer's",
-                     source, config.pad_token_id, pad_id)
+        logger.debug(
+            "%s: config.json pads with id %s, the tokenizer with %s; using the tokenizer's",
+            source,
+            config.pad_token_id,
+            pad_id,
+        )
     return pad_id
 
 
@@ -335,8 +345,9 @@ def classification_loss_factory(label_smoothing: float = 0.0, class_weights: tor
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         with torch.autocast(logits.device.type, enabled=False):
             weight = None if weights is None else weights.to(logits.device)  # a few floats: no cost worth caching
-            return nn.functional.cross_entropy(logits.float(), labels.long(), weight=weight,
-                                               label_smoothing=label_smoothing)
+            return nn.functional.cross_entropy(
+                logits.float(), labels.long(), weight=weight, label_smoothing=label_smoothing
+            )
 
     return loss
 

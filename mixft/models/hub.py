@@ -121,7 +121,7 @@ def _http_probe(endpoint: str, timeout: float) -> bool:
     return bool(result and result[0])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(endpoint: str, timeout: float) -> bool:
     if not urlsplit(endpoint).hostname:
         logger.debug("hub endpoint %r has no host; treating the hub as unreachable", endpoint)

@@ -70,8 +70,10 @@ class LoraOptions:
         elif targets is not None:
             targets = tuple(targets)
         if isinstance(targets, tuple) and (not targets or not all(isinstance(n, str) and n for n in targets)):
-            raise UsageError(f"--lora-target-modules must name Linear layers (e.g. query,value) or be "
-                             f"{ALL_LINEAR}, got {self.target_modules!r}")
+            raise UsageError(
+                f"--lora-target-modules must name Linear layers (e.g. query,value) or be "
+                f"{ALL_LINEAR}, got {self.target_modules!r}"
+            )
         object.__setattr__(self, "target_modules", targets)
 
 
@@ -111,8 +113,11 @@ def head_modules(model: nn.Module) -> list[str]:
     hf = model.model if isinstance(model, SequenceClassifier) else model
     if hasattr(hf, "get_base_model"):  # already LoRA-wrapped: the transformers model inside
         hf = hf.get_base_model()
-    names = [name for name, child in hf.named_children()
-             if name != hf.base_model_prefix and any(True for _ in child.parameters())]
+    names = [
+        name
+        for name, child in hf.named_children()
+        if name != hf.base_model_prefix and any(True for _ in child.parameters())
+    ]
     fresh = model.fresh_weights if isinstance(model, SequenceClassifier) else ()
     for weight in fresh:
         module = weight.rpartition(".")[0]
@@ -155,8 +160,10 @@ def resolve_targets(model: SequenceClassifier, options: LoraOptions) -> list[str
     available = sorted(set(candidates.values()))
     unknown = [name for name in wanted if name not in available]
     if unknown:
-        raise UsageError(f"--lora-target-modules: {model.config.model_type} has no Linear layer named "
-                         f"{', '.join(unknown)}; its Linear layers: {', '.join(available)} (or {ALL_LINEAR})")
+        raise UsageError(
+            f"--lora-target-modules: {model.config.model_type} has no Linear layer named "
+            f"{', '.join(unknown)}; its Linear layers: {', '.join(available)} (or {ALL_LINEAR})"
+        )
     return sorted(full for full, short in candidates.items() if short in wanted)
 
 
@@ -173,8 +180,10 @@ def check_lora_rank(model: nn.Module, targets: Sequence[str], r: int) -> None:
     widths = [min(modules[name].weight.shape) for name in targets if getattr(modules[name], "weight", None) is not None]
     if widths and r > max(widths):
         short = ", ".join(sorted({name.rpartition(".")[2] for name in targets}))
-        raise UsageError(f"--lora-r {r} is above the rank the adapted layers can use (at most {max(widths)}: "
-                         f"min(in, out) of {short}); a larger rank adds parameters and nothing else")
+        raise UsageError(
+            f"--lora-r {r} is above the rank the adapted layers can use (at most {max(widths)}: "
+            f"min(in, out) of {short}); a larger rank adds parameters and nothing else"
+        )
 
 
 def check_lora_targets(config, options: LoraOptions) -> list[str]:
@@ -219,8 +228,12 @@ def apply_lora(model: SequenceClassifier, options: LoraOptions | None = None, se
     conv1d = _linear_types()[1]
     modules = dict(model.model.named_modules())
     config = LoraConfig(
-        task_type=TaskType.SEQ_CLS, r=options.r, lora_alpha=options.alpha, lora_dropout=options.dropout,
-        target_modules=targets, modules_to_save=head_modules(model),
+        task_type=TaskType.SEQ_CLS,
+        r=options.r,
+        lora_alpha=options.alpha,
+        lora_dropout=options.dropout,
+        target_modules=targets,
+        modules_to_save=head_modules(model),
         # GPT-2's Conv1D keeps its weight as (in, out): peft must know, per layer kind.
         fan_in_fan_out=all(isinstance(modules[name], conv1d) for name in targets),
     )
@@ -232,8 +245,13 @@ def apply_lora(model: SequenceClassifier, options: LoraOptions | None = None, se
     for warning in caught:  # transformers' deprecation notices raised inside peft: not the user's concern
         logger.debug("peft: %s", warning.message)
     base = model.config.name_or_path
-    logger.debug("LoRA r=%d alpha=%s on %d layers; trained in full: %s", options.r, options.alpha, len(targets),
-                 ", ".join(config.modules_to_save))
+    logger.debug(
+        "LoRA r=%d alpha=%s on %d layers; trained in full: %s",
+        options.r,
+        options.alpha,
+        len(targets),
+        ", ".join(config.modules_to_save),
+    )
     return LoraClassifier(peft_model, base, model.fresh_weights)
 
 
@@ -269,8 +287,9 @@ def lora_base_model(directory) -> str:
         raise UsageError(f"{directory}: {LORA_FILE} is not valid (JSON with base_model and task)") from None
 
 
-def load_lora_classifier(directory, *, base_model: str | None = None, seed: int = 0, trainable: bool = False,
-                         tokenizer=None) -> LoraClassifier:
+def load_lora_classifier(
+    directory, *, base_model: str | None = None, seed: int = 0, trainable: bool = False, tokenizer=None
+) -> LoraClassifier:
     """Rebuild a saved LoRA classifier: the base model (recorded, or ``base_model``) + adapters + head.
 
     ``base_model`` overrides the recorded name or path (the base moved, or the caller
@@ -294,8 +313,9 @@ def load_lora_classifier(directory, *, base_model: str | None = None, seed: int 
 
         tokenizer = AutoTokenizer.from_pretrained(directory)
     source = f"{directory} (base model {base})"
-    classifier = load_classifier(base, seed=seed, labels=labels, regression=regression, source=source,
-                                 tokenizer=tokenizer)
+    classifier = load_classifier(
+        base, seed=seed, labels=labels, regression=regression, source=source, tokenizer=tokenizer
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         peft_model = PeftModel.from_pretrained(classifier.model, directory, is_trainable=trainable)

@@ -54,12 +54,20 @@ def mcnemar_exact_p(fp32_only_right: int, precision_only_right: int) -> float:
 
 def _check(name: str, values: Sequence[Any], n: int) -> None:
     if len(values) != n:
-        raise ValueError(f"agreement: {name} has {len(values)} values, the fp32 predictions {n}; "
-                         "both must cover the same examples in the same order")
+        raise ValueError(
+            f"agreement: {name} has {len(values)} values, the fp32 predictions {n}; "
+            "both must cover the same examples in the same order"
+        )
 
 
-def agreement_vs_fp32(precision: str, predictions: Sequence[Any], fp32_predictions: Sequence[Any],
-                      labels: Sequence[Any] | None = None, *, regression: bool = False) -> dict[str, Any]:
+def agreement_vs_fp32(
+    precision: str,
+    predictions: Sequence[Any],
+    fp32_predictions: Sequence[Any],
+    labels: Sequence[Any] | None = None,
+    *,
+    regression: bool = False,
+) -> dict[str, Any]:
     """Per-example agreement of ``precision``'s eval predictions with fp32's (same examples, same order).
 
     Classification (predicted labels, any hashable values): ``{"kind": "classification", "n",
@@ -82,12 +90,23 @@ def agreement_vs_fp32(precision: str, predictions: Sequence[Any], fp32_predictio
         return _regression(precision, predictions, fp32_predictions)
 
     flips = sum(1 for p, r in zip(predictions, fp32_predictions) if p != r)
-    out: dict[str, Any] = {"kind": "classification", "n": n, "flips": flips, "flip_rate": flips / n,
-                           "accuracy_diff": None, "accuracy_diff_ci95": None, "fp32_only_right": None,
-                           "precision_only_right": None, "mcnemar_p": None, "interval": INTERVAL}
+    out: dict[str, Any] = {
+        "kind": "classification",
+        "n": n,
+        "flips": flips,
+        "flip_rate": flips / n,
+        "accuracy_diff": None,
+        "accuracy_diff_ci95": None,
+        "fp32_only_right": None,
+        "precision_only_right": None,
+        "mcnemar_p": None,
+        "interval": INTERVAL,
+    }
     if labels is None:
-        out["verdict"] = (f"{precision} predicted a different label than fp32 on {flips} of {n} examples "
-                          f"({flips / n:.1%}); without true labels no accuracy gap can be tested.")
+        out["verdict"] = (
+            f"{precision} predicted a different label than fp32 on {flips} of {n} examples "
+            f"({flips / n:.1%}); without true labels no accuracy gap can be tested."
+        )
         return out
     diffs = [int(p == y) - int(r == y) for p, r, y in zip(predictions, fp32_predictions, labels)]
     only_precision, only_fp32 = diffs.count(1), diffs.count(-1)
@@ -98,8 +117,13 @@ def agreement_vs_fp32(precision: str, predictions: Sequence[Any], fp32_predictio
         half = Z95 * sd / math.sqrt(n)
         ci = [mean - half, mean + half]
     p = mcnemar_exact_p(only_fp32, only_precision)
-    out.update(accuracy_diff=mean, accuracy_diff_ci95=ci, fp32_only_right=only_fp32,
-               precision_only_right=only_precision, mcnemar_p=p)
+    out.update(
+        accuracy_diff=mean,
+        accuracy_diff_ci95=ci,
+        fp32_only_right=only_fp32,
+        precision_only_right=only_precision,
+        mcnemar_p=p,
+    )
     out["verdict"] = _verdict(precision, n, flips, mean, ci, only_fp32, only_precision, p)
     return out
 
@@ -108,18 +132,29 @@ def _pts(x: float) -> str:
     return f"{100 * x:+.2f}"
 
 
-def _verdict(precision: str, n: int, flips: int, mean: float, ci: list[float] | None,
-             only_fp32: int, only_precision: int, p: float) -> str:
+def _verdict(
+    precision: str,
+    n: int,
+    flips: int,
+    mean: float,
+    ci: list[float] | None,
+    only_fp32: int,
+    only_precision: int,
+    p: float,
+) -> str:
     if flips == 0:
         return f"{precision} and fp32 predicted the same label on all {n} examples: no accuracy gap to test."
     if only_fp32 + only_precision == 0:
-        return (f"{precision} and fp32 were right and wrong on exactly the same {n} examples "
-                f"({flips} predicted labels differ, all where both were wrong): no accuracy gap to test.")
+        return (
+            f"{precision} and fp32 were right and wrong on exactly the same {n} examples "
+            f"({flips} predicted labels differ, all where both were wrong): no accuracy gap to test."
+        )
     gap = f"accuracy {_pts(mean)} pts vs fp32"
     if ci is not None:
         gap += f" (95% interval {_pts(ci[0])} to {_pts(ci[1])})"
-    split = (f"{only_precision} examples only {precision} got right, {only_fp32} only fp32 got right, "
-             f"McNemar p = {p:.3g}")
+    split = (
+        f"{only_precision} examples only {precision} got right, {only_fp32} only fp32 got right, McNemar p = {p:.3g}"
+    )
     if p < ALPHA:
         return f"{precision}: {gap}; {split}: a real difference at the 5% level on these {n} examples."
     return f"{precision}: {gap}; {split}: not distinguishable from noise on these {n} examples."
@@ -129,9 +164,16 @@ def _regression(precision: str, predictions: Sequence[Any], fp32_predictions: Se
     gaps = [abs(float(p) - float(r)) for p, r in zip(predictions, fp32_predictions)]
     n = len(gaps)
     mean, worst = sum(gaps) / n, max(gaps)
-    return {"kind": "regression", "n": n, "mean_abs_diff": mean, "max_abs_diff": worst,
-            "verdict": (f"{precision}'s predictions differ from fp32's by {mean:.4g} on average "
-                        f"(largest {worst:.4g}) over {n} examples.")}
+    return {
+        "kind": "regression",
+        "n": n,
+        "mean_abs_diff": mean,
+        "max_abs_diff": worst,
+        "verdict": (
+            f"{precision}'s predictions differ from fp32's by {mean:.4g} on average "
+            f"(largest {worst:.4g}) over {n} examples."
+        ),
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -171,12 +213,18 @@ def add_agreement(results: list) -> bool:
         if r.precision == BASELINE or ref is None or not r.eval_predictions or not ref.eval_predictions:
             continue
         if len(r.eval_predictions) != len(ref.eval_predictions):
-            logger.warning("no agreement with fp32 for %s seed %s: %d eval predictions against fp32's %d",
-                           r.precision, r.seed, len(r.eval_predictions), len(ref.eval_predictions))
+            logger.warning(
+                "no agreement with fp32 for %s seed %s: %d eval predictions against fp32's %d",
+                r.precision,
+                r.seed,
+                len(r.eval_predictions),
+                len(ref.eval_predictions),
+            )
             continue
         # The references are the eval set's labels: the same for both runs unless the data changed.
         labels = r.eval_labels if r.eval_labels and r.eval_labels == ref.eval_labels else None
-        r.agreement_vs_fp32 = agreement_vs_fp32(r.precision, r.eval_predictions, ref.eval_predictions, labels,
-                                                regression=_is_regression(r))
+        r.agreement_vs_fp32 = agreement_vs_fp32(
+            r.precision, r.eval_predictions, ref.eval_predictions, labels, regression=_is_regression(r)
+        )
         changed = True
     return changed

@@ -19,13 +19,24 @@ __all__ = ["RESULTS_FRAME_COLUMNS", "compare_frame", "results_frame"]
 
 #: Columns of :func:`results_frame`, in order (each other task metric follows ``accuracy``).
 RESULTS_FRAME_COLUMNS = (
-    "precision", "seed", "accuracy", "eval_loss", "train_time_s", "train_samples_per_s",
-    "peak_memory_mib", "peak_memory_kind", "steps", "skipped_steps", "final_loss_scale",
-    "device", "model", "dataset",
+    "precision",
+    "seed",
+    "accuracy",
+    "eval_loss",
+    "train_time_s",
+    "train_samples_per_s",
+    "peak_memory_mib",
+    "peak_memory_kind",
+    "steps",
+    "skipped_steps",
+    "final_loss_scale",
+    "device",
+    "model",
+    "dataset",
 )
 
 
-def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is imported lazily)
+def results_frame(results) -> pandas.DataFrame:  # noqa: F821 (pandas is imported lazily)
     """Several runs as a pandas DataFrame, one row per run (columns: ``RESULTS_FRAME_COLUMNS``,
     with a column per other task metric the runs report right after ``accuracy``: ``f1``,
     ``matthews_correlation``, ``pearsonr``, ``spearmanr``...; ``accuracy`` is NaN for regression).
@@ -43,7 +54,7 @@ def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is impor
     runs = [run.to_dict() if isinstance(run, RunResult) else dict(run) for run in results]
     others = [m for m in reported_metric_names({"runs": runs}) if m != "accuracy" and m not in RESULTS_FRAME_COLUMNS]
     columns = list(RESULTS_FRAME_COLUMNS)
-    columns[columns.index("accuracy") + 1:columns.index("accuracy") + 1] = others
+    columns[columns.index("accuracy") + 1 : columns.index("accuracy") + 1] = others
     rows = []
     for run in runs:
         mem = run.get("peak_memory_bytes")
@@ -69,7 +80,7 @@ def results_frame(results) -> "pandas.DataFrame":  # noqa: F821 (pandas is impor
     return pd.DataFrame(rows, columns=columns)
 
 
-def compare_frame(results, baseline: str = "fp32") -> "pandas.DataFrame":  # noqa: F821
+def compare_frame(results, baseline: str = "fp32") -> pandas.DataFrame:  # noqa: F821
     """One row per precision, aggregated over seeds, with Δaccuracy, speedup and memory ratio
     against ``baseline`` (the rows of :func:`mixft.report.summary.summarize`), indexed by precision.
     Every task metric ``m`` has ``m_mean``, ``m_std`` and its Δ (``delta_m_pts`` for scores

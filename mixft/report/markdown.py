@@ -16,14 +16,17 @@ Usage::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from mixft.atomic import write_text
 from mixft.amp.hardware import CPU_FLAGS, hardware_line, native_line
+from mixft.atomic import write_text
 from mixft.log import logger
 from mixft.report import REPORT_NAME
 from mixft.report.summary import (
+    MEMORY_PARTS,
+    MIB,
     NA,
     chart_titles,
     delta_key,
@@ -35,22 +38,32 @@ from mixft.report.summary import (
     fmt_scale,
     group_runs,
     is_points,
-    MEMORY_PARTS,
-    MIB,
     memory_label,
     memory_rows,
     metric_label,
-    reported_metric_names,
     metric_short,
     number,
     planned_charts,
+    reported_metric_names,
     summarize,
     task_of,
 )
 
-__all__ = ["lighter_sentence", "measured_speed_sentence", "render_agreement", "render_eval_history", "render_hardware",
-           "render_markdown", "render_memory", "render_preflight", "render_probe", "render_table",
-           "summarize", "task_line", "write_report"]
+__all__ = [
+    "lighter_sentence",
+    "measured_speed_sentence",
+    "render_agreement",
+    "render_eval_history",
+    "render_hardware",
+    "render_markdown",
+    "render_memory",
+    "render_preflight",
+    "render_probe",
+    "render_table",
+    "summarize",
+    "task_line",
+    "write_report",
+]
 
 #: A train cell of an ``--eval-only`` row beside trained ones.
 NO_TRAINING = "no training"
@@ -122,8 +135,11 @@ def render_table(rows: list[dict], baseline: str = "fp32", *, task: dict | None 
     show_increase = any(r["memory_increase_n"] for r in rows)
     # --eval-only runs trained nothing: their speed is inference, and train columns would only say 0.
     evaluated = _only_evaluated(rows)
-    speed = (["eval time (s)", "inference speedup", "inference samples/s"] if evaluated
-             else ["train time (s)", "speedup", "samples/s"])
+    speed = (
+        ["eval time (s)", "inference speedup", "inference samples/s"]
+        if evaluated
+        else ["train time (s)", "speedup", "samples/s"]
+    )
     header = [
         "precision",
         *(h for m in metrics for h in (metric_label(m, task), _delta_header(m, baseline))),
@@ -153,15 +169,19 @@ def render_table(rows: list[dict], baseline: str = "fp32", *, task: dict | None 
         else:
             scale = fmt_scale(r["final_loss_scale"])
         if evaluated:
-            speeds = [fmt_mean_std(r["eval_time_s_mean"], r["eval_time_s_std"], ".2f"),
-                      fmt_ratio(r["inference_speedup"]),
-                      fmt_mean_std(r["inference_samples_per_s_mean"], r["inference_samples_per_s_std"], ".1f")]
+            speeds = [
+                fmt_mean_std(r["eval_time_s_mean"], r["eval_time_s_std"], ".2f"),
+                fmt_ratio(r["inference_speedup"]),
+                fmt_mean_std(r["inference_samples_per_s_mean"], r["inference_samples_per_s_std"], ".1f"),
+            ]
         elif r.get("eval_only"):  # beside trained runs: say why its train cells are empty
             speeds, skipped, scale = [NO_TRAINING] * 3, NO_TRAINING, NO_TRAINING
         else:
-            speeds = [fmt_mean_std(r["train_time_s_mean"], r["train_time_s_std"], ".2f"),
-                      fmt_ratio(r["speedup"]),
-                      fmt_mean_std(r["samples_per_s_mean"], r["samples_per_s_std"], ".1f")]
+            speeds = [
+                fmt_mean_std(r["train_time_s_mean"], r["train_time_s_std"], ".2f"),
+                fmt_ratio(r["speedup"]),
+                fmt_mean_std(r["samples_per_s_mean"], r["samples_per_s_std"], ".1f"),
+            ]
         cells = [
             r["precision"],
             *scores,
@@ -196,9 +216,15 @@ def _notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
     """The report's notes, in order: seed noise, eval-only runs, speed, GradScaler, memory, best model, the unusual."""
     base = next((r for r in rows if r["is_baseline"]), None)
     evaluated = _only_evaluated(rows)
-    return [*_seed_noise_notes(doc, rows, base, baseline), *_eval_only_notes(rows, base, baseline, evaluated),
-            *_speed_notes(rows, base, baseline), *_scaler_notes(doc, rows, evaluated), *_memory_notes(doc, rows),
-            *best_model_notes(doc.get("runs") or []), *_unusual_notes(doc)]
+    return [
+        *_seed_noise_notes(doc, rows, base, baseline),
+        *_eval_only_notes(rows, base, baseline, evaluated),
+        *_speed_notes(rows, base, baseline),
+        *_scaler_notes(doc, rows, evaluated),
+        *_memory_notes(doc, rows),
+        *best_model_notes(doc.get("runs") or []),
+        *_unusual_notes(doc),
+    ]
 
 
 def _seed_noise_notes(doc: dict, rows: list[dict], base: dict | None, baseline: str) -> list[str]:
@@ -225,8 +251,9 @@ def _seed_noise_notes(doc: dict, rows: list[dict], base: dict | None, baseline: 
                 spread = f"pooled std {pooled:{spec}}{unit}, {r[f'{m}_n']} vs {base[f'{m}_n']} seeds"
                 gap = f"**{r['precision']}** vs {baseline}: Δ{short} {fmt_metric_delta(m, d)}{unit}"
                 if abs(d) <= 2 * pooled:
-                    notes.append(f"{gap} is within 2× the seed spread ({spread}), so it is indistinguishable "
-                                 f"from seed noise.")
+                    notes.append(
+                        f"{gap} is within 2× the seed spread ({spread}), so it is indistinguishable from seed noise."
+                    )
                 else:
                     notes.append(f"{gap} is more than 2× the seed spread ({spread}): likely a real difference.")
             else:
@@ -251,12 +278,13 @@ def _eval_only_notes(rows: list[dict], base: dict | None, baseline: str, evaluat
             "skipped steps or loss scales."
         )
         if base is not None and any(r["inference_speedup"] is not None for r in rows if not r["is_baseline"]):
-            notes.append(f"inference speedup = {baseline}'s mean eval time ÷ this precision's (above 1.00× is "
-                         f"faster); memory ratio = this precision's mean peak memory ÷ {baseline}'s.")
+            notes.append(
+                f"inference speedup = {baseline}'s mean eval time ÷ this precision's (above 1.00× is "
+                f"faster); memory ratio = this precision's mean peak memory ÷ {baseline}'s."
+            )
     elif any(r.get("eval_only") for r in rows):
         names = ", ".join(f"**{r['precision']}**" for r in rows if r.get("eval_only"))
-        notes.append(f"{names} only evaluated a saved model (`--eval-only`): its train cells read "
-                     f"\"{NO_TRAINING}\".")
+        notes.append(f'{names} only evaluated a saved model (`--eval-only`): its train cells read "{NO_TRAINING}".')
     return notes
 
 
@@ -316,15 +344,21 @@ def _memory_notes(doc: dict, rows: list[dict]) -> list[str]:
             notes.append(
                 f"Each run's peak RSS was measured in a fresh process that built its model and data and trained "
                 f"its first {fresh} steps, with no earlier run in it, so run order does not move it"
-                + ("; the increase over start is what those steps added after building." if any(
-                    r["memory_increase_n"] for r in rows) else ".")
+                + (
+                    "; the increase over start is what those steps added after building."
+                    if any(r["memory_increase_n"] for r in rows)
+                    else "."
+                )
             )
         else:
             notes.append(
                 "On CPU the RSS of a later run includes what earlier runs in the same process left "
                 "allocated, so run order affects it"
-                + (": the increase over start (peak minus the RSS when the run began) is the fairer "
-                   "comparison." if any(r["memory_increase_n"] for r in rows) else ".")
+                + (
+                    ": the increase over start (peak minus the RSS when the run began) is the fairer comparison."
+                    if any(r["memory_increase_n"] for r in rows)
+                    else "."
+                )
             )
     if "cuda_max_allocated" in kinds:
         notes.append(
@@ -334,12 +368,12 @@ def _memory_notes(doc: dict, rows: list[dict]) -> list[str]:
     if len(kinds) > 1:
         notes.append("Runs measured different kinds of memory; memory ratios across kinds are n/a.")
     missing = [
-        f"{r.get('precision')} seed {r.get('seed')}" for r in doc.get("runs") or [] if number(r.get("peak_memory_bytes")) is None
+        f"{r.get('precision')} seed {r.get('seed')}"
+        for r in doc.get("runs") or []
+        if number(r.get("peak_memory_bytes")) is None
     ]
     if missing:
-        notes.append(
-            f"Peak memory was not measured for {', '.join(missing)}; means use the runs that have it."
-        )
+        notes.append(f"Peak memory was not measured for {', '.join(missing)}; means use the runs that have it.")
     return notes
 
 
@@ -445,12 +479,19 @@ def measured_speed_sentence(rows: Sequence[dict], baseline: str = "fp32", probe:
             s = number(r.get("inference_speedup"))
             if r.get("is_baseline") or s is None:
                 continue
-            how = (f"{s:.2f}x faster than" if round(s, 2) > 1 else
-                   f"at {s:.2f}x the speed of" if round(s, 2) < 1 else "as fast as")
+            how = (
+                f"{s:.2f}x faster than"
+                if round(s, 2) > 1
+                else f"at {s:.2f}x the speed of"
+                if round(s, 2) < 1
+                else "as fast as"
+            )
             said.append(f"{r['precision']} evaluated {how} {baseline}")
         if said:
-            return (f"Measured in these runs: {'; '.join(said)} (inference on the eval set, the table's inference "
-                    "speedup; nothing was trained).")
+            return (
+                f"Measured in these runs: {'; '.join(said)} (inference on the eval set, the table's inference "
+                "speedup; nothing was trained)."
+            )
     for r in rows:
         s = number(r.get("speedup"))
         if r.get("is_baseline") or s is None:
@@ -467,8 +508,10 @@ def measured_speed_sentence(rows: Sequence[dict], baseline: str = "fp32", probe:
         return text + (" The probe below timed single training steps on this machine." if probed else "")
     if probed:
         return "These runs have no speed ratio to compare; the probe below measured one on this machine."
-    return ("Nothing in these results measured one precision's speed against another on this machine: "
-            "`--probe` measures it (about 30 s), or `--compare fp32,bf16` trains both.")
+    return (
+        "Nothing in these results measured one precision's speed against another on this machine: "
+        "`--probe` measures it (about 30 s), or `--compare fp32,bf16` trains both."
+    )
 
 
 def render_hardware(hw: dict | None, rows: Sequence[dict] = (), baseline: str = "fp32") -> str | None:
@@ -499,8 +542,10 @@ def render_hardware(hw: dict | None, rows: Sequence[dict] = (), baseline: str = 
     if facts:
         lines.append("- " + " · ".join(facts))
     flags = cpu.get("flags") if isinstance(cpu.get("flags"), dict) else {}
-    lines.append("- CPU flags (context for the figures, not a forecast of them): "
-                 + " · ".join(f"`{f}` {_yes_no(flags.get(f))}" for f in CPU_FLAGS))
+    lines.append(
+        "- CPU flags (context for the figures, not a forecast of them): "
+        + " · ".join(f"`{f}` {_yes_no(flags.get(f))}" for f in CPU_FLAGS)
+    )
     if isinstance(hw.get("native"), dict):  # torch's own check: is there a hardware path (not how fast it is)
         lines.append(f"- Native in torch's check: {native_line(hw['native'])}")
     gpu = hw.get("gpu")
@@ -540,8 +585,10 @@ def held_sentence(precision: str, held: float, base_held: float, baseline: str =
     Usage: ``held_sentence("bf16-pure", 227e6, 363e6)`` -> ``"bf16-pure holds 216.5 MiB in parameters,
     gradients and optimizer state against fp32's 346.2 MiB (0.63x)"``
     """
-    return (f"{precision} holds {held / MIB:.1f} MiB in parameters, gradients and optimizer state against "
-            f"{baseline}'s {base_held / MIB:.1f} MiB ({held / base_held:.2f}x)")
+    return (
+        f"{precision} holds {held / MIB:.1f} MiB in parameters, gradients and optimizer state against "
+        f"{baseline}'s {base_held / MIB:.1f} MiB ({held / base_held:.2f}x)"
+    )
 
 
 def _held(row: Mapping[str, Any] | None) -> float | None:
@@ -562,8 +609,10 @@ def _fresh_rss_steps(runs: Sequence[dict]) -> int | None:
     """The steps every CPU run's fresh process trained (``memory.device_figure_steps``), when all
     CPU-RSS runs were measured that way with the same count; else None (in-process figures)."""
     cpu = [r for r in runs if r.get("peak_memory_kind") == "cpu_rss"]
-    scopes = {((r.get("memory") or {}).get("device_figure_scope"), (r.get("memory") or {}).get("device_figure_steps"))
-              for r in cpu}
+    scopes = {
+        ((r.get("memory") or {}).get("device_figure_scope"), (r.get("memory") or {}).get("device_figure_steps"))
+        for r in cpu
+    }
     if len(scopes) == 1:
         scope, steps = scopes.pop()
         if scope == "fresh_process" and steps:
@@ -584,37 +633,53 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
     kinds = {r["device_figure_kind"] for r in rows if r["device_figure"] is not None}
     kind = memory_label(next(iter(kinds))) if len(kinds) == 1 and None not in kinds else "device"
     base = next((r for r in rows if r["precision"] == baseline), None)
-    header = ["precision", *(f"{label} (MiB)" for _, label in MEMORY_PARTS), f"device figure (MiB, {kind})",
-              f"saved vs {baseline}"]
-    lines = ["## Memory breakdown", "",
-             "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    header = [
+        "precision",
+        *(f"{label} (MiB)" for _, label in MEMORY_PARTS),
+        f"device figure (MiB, {kind})",
+        f"saved vs {baseline}",
+    ]
+    lines = ["## Memory breakdown", "", "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
     words = []
     for r in rows:
         ratio = NA
         if base is not None and r is not base and r["saved_activations_peak"] and base["saved_activations_peak"]:
             ratio = f"{r['saved_activations_peak'] / base['saved_activations_peak']:.2f}×"
-            words.append(lighter_sentence(r["precision"], r["saved_activations_peak"],
-                                          base["saved_activations_peak"], baseline))
+            words.append(
+                lighter_sentence(r["precision"], r["saved_activations_peak"], base["saved_activations_peak"], baseline)
+            )
         elif r is base:
             ratio = "baseline"
         cells = [r["precision"], *(_mib_of(r[key]) for key, _ in MEMORY_PARTS), _mib_of(r["device_figure"]), ratio]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines.append("")
-    held = [held_sentence(r["precision"], _held(r), _held(base), baseline) for r in rows
-            if base is not None and r is not base and _held(r) and _held(base)
-            and abs(_held(r) / _held(base) - 1) >= 0.01]
+    held = [
+        held_sentence(r["precision"], _held(r), _held(base), baseline)
+        for r in rows
+        if base is not None and r is not base and _held(r) and _held(base) and abs(_held(r) / _held(base) - 1) >= 0.01
+    ]
     if words:
-        lines += [f"**Lighter?** {'; '.join(words)} (peak bytes autograd saved for backward in one training "
-                  "step, the part of memory a precision changes).", ""]
+        lines += [
+            f"**Lighter?** {'; '.join(words)} (peak bytes autograd saved for backward in one training "
+            "step, the part of memory a precision changes).",
+            "",
+        ]
     if held:  # pure bf16 (mixft.train.pure_bf16) holds the weights, gradients and optimizer state themselves in bf16
-        lines += [f"**Held?** {'; '.join(held)} (the bytes of those tensors as held after training, a "
-                  "compensation buffer included).", ""]
-    autocast = ("Autocast changes the dtype of what the forward computes, not of the parameters, gradients or "
-                "optimizer state" + ("; the precisions under Held? keep those themselves in a lower precision."
-                                     if held else "."))
-    lines.append("- Measured on one forward + backward of a training batch: every storage autograd saved, "
-                 "counted once, autocast's cached low-precision weight copies included; the parameters' own "
-                 f"storages are under parameters. {autocast}")
+        lines += [
+            f"**Held?** {'; '.join(held)} (the bytes of those tensors as held after training, a "
+            "compensation buffer included).",
+            "",
+        ]
+    autocast = (
+        "Autocast changes the dtype of what the forward computes, not of the parameters, gradients or "
+        "optimizer state"
+        + ("; the precisions under Held? keep those themselves in a lower precision." if held else ".")
+    )
+    lines.append(
+        "- Measured on one forward + backward of a training batch: every storage autograd saved, "
+        "counted once, autocast's cached low-precision weight copies included; the parameters' own "
+        f"storages are under parameters. {autocast}"
+    )
     for r in rows:
         dtypes = list(r["saved_by_dtype"].items())
         ops = [(str(op), float(b)) for op, b in r["saved_by_op"][:3] if number(b) is not None]
@@ -628,10 +693,14 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
             lines.append(f"- **{r['precision']}** saved " + " · ".join(parts) + ".")
     if any(r["device_figure_kind"] == "cpu_rss" for r in rows):
         fresh = _fresh_rss_steps(doc.get("runs") or [])
-        where = (f"the peak RSS of a fresh process that built the run's model and data and trained its first {fresh} "
-                 "steps" if fresh else "the run's peak RSS")
-        lines.append(f"- The device figure on CPU is {where}: the whole process (runtime, libraries, "
-                     "data), not tensors alone.")
+        where = (
+            f"the peak RSS of a fresh process that built the run's model and data and trained its first {fresh} steps"
+            if fresh
+            else "the run's peak RSS"
+        )
+        lines.append(
+            f"- The device figure on CPU is {where}: the whole process (runtime, libraries, data), not tensors alone."
+        )
     return "\n".join(lines)
 
 
@@ -648,42 +717,63 @@ def render_agreement(doc: dict) -> str | None:
         return None
     cls = [r for r in found if r["agreement_vs_fp32"].get("kind") != "regression"]
     reg = [r for r in found if r["agreement_vs_fp32"].get("kind") == "regression"]
-    lines = ["## Agreement with fp32", "",
-             "Each precision's predictions on the eval set, example by example, against fp32's of the same seed.", ""]
+    lines = [
+        "## Agreement with fp32",
+        "",
+        "Each precision's predictions on the eval set, example by example, against fp32's of the same seed.",
+        "",
+    ]
     if cls:
-        lines += ["| precision | seed | examples | flipped labels | Δaccuracy vs fp32 (pts) | 95% interval (pts) "
-                  "| only this right / only fp32 right | McNemar p |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "| precision | seed | examples | flipped labels | Δaccuracy vs fp32 (pts) | 95% interval (pts) "
+            "| only this right / only fp32 right | McNemar p |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in cls:
             a = r["agreement_vs_fp32"]
             diff, ci = number(a.get("accuracy_diff")), a.get("accuracy_diff_ci95")
             flips, rate = a.get("flips"), number(a.get("flip_rate"))
             cells = [
-                str(r.get("precision")), str(r.get("seed")), str(a.get("n", NA)),
+                str(r.get("precision")),
+                str(r.get("seed")),
+                str(a.get("n", NA)),
                 NA if rate is None else f"{flips} ({rate:.1%})",
                 NA if diff is None else f"{100 * diff:+.2f}",
                 NA if not ci else f"{100 * ci[0]:+.2f} to {100 * ci[1]:+.2f}",
-                NA if a.get("precision_only_right") is None else f"{a['precision_only_right']} / {a['fp32_only_right']}",
+                NA
+                if a.get("precision_only_right") is None
+                else f"{a['precision_only_right']} / {a['fp32_only_right']}",
                 NA if number(a.get("mcnemar_p")) is None else f"{a['mcnemar_p']:.3g}",
             ]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         lines.append("")
     if reg:
-        lines += ["| precision | seed | examples | mean abs. difference | largest abs. difference |",
-                  "|---|---|---:|---:|---:|"]
+        lines += [
+            "| precision | seed | examples | mean abs. difference | largest abs. difference |",
+            "|---|---|---:|---:|---:|",
+        ]
         for r in reg:
             a = r["agreement_vs_fp32"]
-            cells = [str(r.get("precision")), str(r.get("seed")), str(a.get("n", NA)),
-                     NA if number(a.get("mean_abs_diff")) is None else f"{a['mean_abs_diff']:.4g}",
-                     NA if number(a.get("max_abs_diff")) is None else f"{a['max_abs_diff']:.4g}"]
+            cells = [
+                str(r.get("precision")),
+                str(r.get("seed")),
+                str(a.get("n", NA)),
+                NA if number(a.get("mean_abs_diff")) is None else f"{a['mean_abs_diff']:.4g}",
+                NA if number(a.get("max_abs_diff")) is None else f"{a['max_abs_diff']:.4g}",
+            ]
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         lines.append("")
-    lines += [f"- seed {r.get('seed')}: {r['agreement_vs_fp32']['verdict']}" for r in found
-              if r["agreement_vs_fp32"].get("verdict")]
+    lines += [
+        f"- seed {r.get('seed')}: {r['agreement_vs_fp32']['verdict']}"
+        for r in found
+        if r["agreement_vs_fp32"].get("verdict")
+    ]
     if cls:
         interval = cls[0]["agreement_vs_fp32"].get("interval")
-        lines.append("- The interval is a " + (interval or "paired normal 95% interval") + "; McNemar's exact test "
-                     "counts only the examples one precision got right and the other wrong.")
+        lines.append(
+            "- The interval is a " + (interval or "paired normal 95% interval") + "; McNemar's exact test "
+            "counts only the examples one precision got right and the other wrong."
+        )
     return "\n".join(lines).rstrip("\n")
 
 
@@ -701,9 +791,11 @@ def render_probe(probe: dict | None) -> str | None:
         return probe_markdown(ProbeResult.from_dict(probe)).rstrip("\n")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         logger.debug("unreadable probe record: %s", exc)
-        return ("## Is mixed precision faster here? (probe)\n\n"
-                "This document holds a probe result this version of mixft cannot read "
-                f"(format {probe.get('format', NA)}); run `--probe` again to measure.")
+        return (
+            "## Is mixed precision faster here? (probe)\n\n"
+            "This document holds a probe result this version of mixft cannot read "
+            f"(format {probe.get('format', NA)}); run `--probe` again to measure."
+        )
 
 
 def render_preflight(pre: dict | None, top: int = 8) -> str | None:
@@ -715,9 +807,11 @@ def render_preflight(pre: dict | None, top: int = 8) -> str | None:
     if not isinstance(pre, dict) or not pre:
         return None
     seconds = number(pre.get("seconds"))
-    how = (f"{pre.get('batches', NA)} training batch(es) forward and backward in fp32, "
-           f"{pre.get('modules_checked', NA)} modules, initial loss scale {fmt_scale(number(pre.get('init_scale')))}"
-           + (f", {seconds:.1f} s" if seconds is not None else ""))
+    how = (
+        f"{pre.get('batches', NA)} training batch(es) forward and backward in fp32, "
+        f"{pre.get('modules_checked', NA)} modules, initial loss scale {fmt_scale(number(pre.get('init_scale')))}"
+        + (f", {seconds:.1f} s" if seconds is not None else "")
+    )
     lines = ["## Before the fp16 run", ""]
     risks = [r for r in pre.get("modules_at_risk") or [] if isinstance(r, dict)]
     if not risks:
@@ -726,22 +820,30 @@ def render_preflight(pre: dict | None, top: int = 8) -> str | None:
         largest = f"; largest |activation| {value:.3g} in `{big.get('module')}`" if value is not None else ""
         lines.append(f"The preflight found no module at fp16 risk ({how}{largest}).")
         return "\n".join(lines)
-    lines += [f"The preflight found {len(risks)} module(s) at fp16 risk ({how}), most severe first:", "",
-              "| module | type | risk | value | × limit |", "|---|---|---|---:|---:|"]
+    lines += [
+        f"The preflight found {len(risks)} module(s) at fp16 risk ({how}), most severe first:",
+        "",
+        "| module | type | risk | value | × limit |",
+        "|---|---|---|---:|---:|",
+    ]
     for r in risks[:top]:
         label = "near overflow" if r.get("level") == "close" else r.get("kind", NA)
         risk = f"{label} ({r.get('tensor', NA)})" + (", starts here" if r.get("origin") else "")
         value, ratio = number(r.get("value")), number(r.get("ratio"))
         shown = NA if value is None else (f"{value:.1%}" if r.get("kind") == "underflow" else f"{value:.4g}")
-        lines.append(f"| `{_cell(str(r.get('name')))}` | {_cell(str(r.get('module_type', NA)))} | {risk} | {shown} | "
-                     f"{'inf' if ratio is None else f'{ratio:.3g}'} |")
+        lines.append(
+            f"| `{_cell(str(r.get('name')))}` | {_cell(str(r.get('module_type', NA)))} | {risk} | {shown} | "
+            f"{'inf' if ratio is None else f'{ratio:.3g}'} |"
+        )
     if len(risks) > top:
         lines += ["", f"{len(risks) - top} more in results.json (`preflight.modules_at_risk`)."]
     lines += [""] + [f"- {_cell(str(text))}" for text in pre.get("recommendations") or []]
     handled = pre.get("handled_by_fp32_modules") or []
     if handled:
-        lines.append(f"- these runs kept `{','.join(pre.get('kept_in_fp32') or [])}` in fp32 (`--fp32-modules`): "
-                     f"{len(handled)} of the modules above run there")
+        lines.append(
+            f"- these runs kept `{','.join(pre.get('kept_in_fp32') or [])}` in fp32 (`--fp32-modules`): "
+            f"{len(handled)} of the modules above run there"
+        )
     return "\n".join(lines)
 
 
@@ -813,8 +915,14 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
-                 charts: ChartWriter | None = None, name: str = REPORT_NAME) -> list[Path]:
+def write_report(
+    doc: dict,
+    out_dir: str | Path,
+    baseline: str = "fp32",
+    *,
+    charts: ChartWriter | None = None,
+    name: str = REPORT_NAME,
+) -> list[Path]:
     """Write ``report.md`` (or ``name``; and, with ``charts``, the charts it links) into ``out_dir``.
 
     Returns the files written, report.md first. ``charts`` is the chart writer,
@@ -841,6 +949,7 @@ def write_report(doc: dict, out_dir: str | Path, baseline: str = "fp32", *,
 # Usage: ``notes += best_model_notes(doc["runs"])``
 # ------------------------------------------------------------------------------------------
 
+
 def _label(run: dict, seeds: set) -> str:
     return f"{run.get('precision')}" + (f" seed {run.get('seed')}" if len(seeds) > 1 else "")
 
@@ -856,8 +965,10 @@ def best_model_notes(runs: Sequence[dict]) -> list[str]:
     if loaded:
         metric = loaded[0]["best"].get("metric")
         where = ", ".join(f"{_label(r, seeds)} at step {r['best'].get('step')} of {r.get('steps')}" for r in loaded)
-        notes.append(f"Each precision is compared at its best evaluation by {metric} (`--load-best`): {where}; "
-                     "its eval figures are that evaluation's, and so are the saved model and predictions.")
+        notes.append(
+            f"Each precision is compared at its best evaluation by {metric} (`--load-best`): {where}; "
+            "its eval figures are that evaluation's, and so are the saved model and predictions."
+        )
     stopped = [_label(r, seeds) for r in runs if r.get("stop_kind") == "early_stopping"]
     if stopped:
         notes.append(f"Early stopping ended {', '.join(stopped)} before the budget (see below).")

@@ -29,17 +29,18 @@ atomically (:func:`mixft.atomic.atomic_path`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mixft.atomic import atomic_path
 from mixft.log import logger
 from mixft.report.summary import (
+    MEMORY_PARTS,
+    MIB,
     eval_charts,
     eval_series,
     group_runs,
-    MEMORY_PARTS,
-    MIB,
     loss_difference_series,
     loss_series,
     memory_label,
@@ -116,8 +117,16 @@ def _loss_figure(doc: dict, baseline: str = "fp32"):
     ax.set_ylabel("training loss")
     ax.xaxis.get_major_locator().set_params(integer=True)
     if any(len(group_runs(doc)[p]) > 1 for p in group_runs(doc)):
-        ax.text(0.99, 0.98, "band: min–max over seeds", transform=ax.transAxes, ha="right", va="top",
-                fontsize=8, color="0.4")
+        ax.text(
+            0.99,
+            0.98,
+            "band: min–max over seeds",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            color="0.4",
+        )
     if diffs:
         ax.set_xlabel("")
         fig.tight_layout()
@@ -145,11 +154,25 @@ def _loss_scale_figure(doc: dict):
         for i, run in enumerate(with_scaler):
             xs, ys, sx, sy = scale_points(run)
             label = precision if len(with_scaler) == 1 else f"{precision} seed {run.get('seed')}"
-            ax.plot(xs, ys, drawstyle="steps-post", color=colors[precision], label=label,
-                    linestyle=["-", "--", ":", "-."][i % 4], linewidth=1.5)
+            ax.plot(
+                xs,
+                ys,
+                drawstyle="steps-post",
+                color=colors[precision],
+                label=label,
+                linestyle=["-", "--", ":", "-."][i % 4],
+                linewidth=1.5,
+            )
             if sx:
-                ax.scatter(sx, sy, marker="x", color=_SKIP_COLOR, s=50, zorder=3,
-                           label=None if marked else "skipped step (inf/NaN grads)")
+                ax.scatter(
+                    sx,
+                    sy,
+                    marker="x",
+                    color=_SKIP_COLOR,
+                    s=50,
+                    zorder=3,
+                    label=None if marked else "skipped step (inf/NaN grads)",
+                )
                 marked = True
     ax.set_yscale("log", base=2)
     ax.set_title("GradScaler loss scale (x = skipped step)")
@@ -174,14 +197,20 @@ def _eval_figure(doc: dict, metric: str):
     return fig
 
 
-def _bars(ax, rows: list[dict], colors: dict[str, str], value_key: str, std_key: str | None,
-          ratio_key: str, scale: float = 1.0) -> bool:
+def _bars(
+    ax,
+    rows: list[dict],
+    colors: dict[str, str],
+    value_key: str,
+    std_key: str | None,
+    ratio_key: str,
+    scale: float = 1.0,
+) -> bool:
     """Bars of ``row[value_key] * scale`` with the ratio written on top; False if no values."""
     names = [r["precision"] for r in rows]
     values = [r[value_key] * scale if r[value_key] is not None else 0.0 for r in rows]
     errs = [r[std_key] * scale if std_key and r.get(std_key) is not None else 0.0 for r in rows]
-    bars = ax.bar(names, values, yerr=errs if any(errs) else None, capsize=4,
-                  color=[colors[n] for n in names])
+    bars = ax.bar(names, values, yerr=errs if any(errs) else None, capsize=4, color=[colors[n] for n in names])
     top = max((v + e for v, e in zip(values, errs)), default=0.0)
     for bar, row, v, e in zip(bars, rows, values, errs):
         if row[value_key] is None:
@@ -235,14 +264,27 @@ def _memory_breakdown_figure(doc: dict, baseline: str):
     for x, (row, total) in enumerate(zip(rows, bottoms)):
         saved = row["saved_activations_peak"]
         if base is not None and row is not base and saved and base["saved_activations_peak"]:
-            ax.text(x, total + top * 0.01, f"saved {saved / base['saved_activations_peak']:.2f}× {baseline}",
-                    ha="center", va="bottom", fontsize=9)
+            ax.text(
+                x,
+                total + top * 0.01,
+                f"saved {saved / base['saved_activations_peak']:.2f}× {baseline}",
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
     devices = [(x, r["device_figure"] / MIB) for x, r in enumerate(rows) if r["device_figure"] is not None]
     kinds = {r["device_figure_kind"] for r in rows if r["device_figure"] is not None}
     if devices:
         kind = memory_label(next(iter(kinds))) if len(kinds) == 1 and None not in kinds else "device"
-        ax.scatter([x for x, _ in devices], [y for _, y in devices], marker="_", s=900, color="black",
-                   zorder=3, label=f"device figure ({kind})")
+        ax.scatter(
+            [x for x, _ in devices],
+            [y for _, y in devices],
+            marker="_",
+            s=900,
+            color="black",
+            zorder=3,
+            label=f"device figure ({kind})",
+        )
         top = max(top, *(y for _, y in devices))
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
     ax.set_title("Memory breakdown of one training step (MiB)")

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mixft.atomic import write_json
 from mixft.amp.hardware import describe_hardware, device_note, hardware_key, hardware_line
+from mixft.atomic import write_json
 from mixft.log import logger
 
 PROBE_FORMAT = 1  # bump when ProbeResult's fields change: older cache files then miss
@@ -53,7 +53,7 @@ class PrecisionProbe:
     @property
     def spread(self) -> float | None:
         """(slowest - fastest) / median of the timed steps: how steady the machine was."""
-        timed = self.step_times_s[self.warmup_steps:]
+        timed = self.step_times_s[self.warmup_steps :]
         return (max(timed) - min(timed)) / self.step_s if timed and self.step_s else None
 
 
@@ -95,7 +95,7 @@ class ProbeResult:
         return {**asdict(self), "key": self.key}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ProbeResult":
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeResult:
         """Inverse of ``to_dict`` (a cache file, results.json's ``hardware.probe``)."""
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
@@ -120,8 +120,9 @@ def probe_key(hardware: Mapping[str, Any], recipe: str, model: str) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8")).hexdigest()[:20]
 
 
-def probe_cache_path(hardware: Mapping[str, Any], recipe: str, model: str,
-                     cache_dir: str | os.PathLike | None = None) -> Path:
+def probe_cache_path(
+    hardware: Mapping[str, Any], recipe: str, model: str, cache_dir: str | os.PathLike | None = None
+) -> Path:
     """Where the probe of ``recipe``/``model`` on this hardware is cached."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", recipe)
@@ -135,8 +136,14 @@ def save_probe(result: ProbeResult, cache_dir: str | os.PathLike | None = None) 
     return path
 
 
-def cached_probe(recipe: str, model: str, *, device=None, hardware: Mapping[str, Any] | None = None,
-                 cache_dir: str | os.PathLike | None = None) -> ProbeResult | None:
+def cached_probe(
+    recipe: str,
+    model: str,
+    *,
+    device=None,
+    hardware: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> ProbeResult | None:
     """The cached probe of ``recipe`` with ``model`` (a run's ``run_info["model"]``) on this
     machine, or None: never probed here, or on other hardware, another torch, an older format.
 
@@ -179,15 +186,17 @@ def _table_rows(result: ProbeResult) -> list[list[str]]:
     rows = []
     for r in result.rows:
         timed = f"{r.timed_steps} (+{r.warmup_steps} warm-up)" if r.step_times_s else "not timed: budget"
-        rows.append([
-            r.precision,
-            f"{r.step_s * 1e3:.1f}" if r.step_s else "-",
-            f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 else "-",
-            f"{r.matmul_flops_per_s / 1e9:.1f}" if r.matmul_flops_per_s else "-",
-            f"{r.matmul_ratio_vs_fp32:.2f}x" if r.matmul_ratio_vs_fp32 else "-",
-            f"{r.spread:.0%}" if r.spread is not None else "-",
-            timed,
-        ])
+        rows.append(
+            [
+                r.precision,
+                f"{r.step_s * 1e3:.1f}" if r.step_s else "-",
+                f"{r.speedup_vs_fp32:.2f}x" if r.speedup_vs_fp32 else "-",
+                f"{r.matmul_flops_per_s / 1e9:.1f}" if r.matmul_flops_per_s else "-",
+                f"{r.matmul_ratio_vs_fp32:.2f}x" if r.matmul_ratio_vs_fp32 else "-",
+                f"{r.spread:.0%}" if r.spread is not None else "-",
+                timed,
+            ]
+        )
     return rows
 
 
@@ -209,8 +218,11 @@ def _native_notes(result: ProbeResult) -> list[str]:
     notes = []
     for r in result.rows:
         if r.precision in ("bf16", "fp16") and native.get(r.precision) is False:
-            why = (f"compute capability {native.get('compute_capability')}" if native.get("via") == "CUDA"
-                   else f"CPU capability {native.get('cpu_capability')}, oneDNN has no {r.precision} here")
+            why = (
+                f"compute capability {native.get('compute_capability')}"
+                if native.get("via") == "CUDA"
+                else f"CPU capability {native.get('cpu_capability')}, oneDNN has no {r.precision} here"
+            )
             notes.append(f"{r.precision}: no hardware path on this {where} ({why}): torch emulates it")
     return notes
 
@@ -275,7 +287,10 @@ def probe_markdown(result: ProbeResult, *, heading: str = "##") -> str:
         f"**Recommendation:** {result.reason}.",
     ]
     if shapes:
-        lines += ["", f"Matmul figures: `F.linear` at the model's own Linear shapes (rows x in -> out, calls per "
-                      f"training forward): {shapes}."]
+        lines += [
+            "",
+            f"Matmul figures: `F.linear` at the model's own Linear shapes (rows x in -> out, calls per "
+            f"training forward): {shapes}.",
+        ]
     lines += ["", "The answer depends on the hardware: a figure from one CPU is not a fact about another."]
     return "\n".join(lines) + "\n"

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 MIB = 2**20
 
@@ -232,8 +233,12 @@ def is_eval_only(run) -> bool:
     if isinstance(config, dict) and "eval_only" in config:
         return bool(config["eval_only"])
     evaluation = _field(run, "eval")
-    return (_field(run, "steps") == 0 and number(_field(run, "train_time_s")) in (0.0, None)
-            and isinstance(evaluation, dict) and number(evaluation.get("samples_per_s")) is not None)
+    return (
+        _field(run, "steps") == 0
+        and number(_field(run, "train_time_s")) in (0.0, None)
+        and isinstance(evaluation, dict)
+        and number(evaluation.get("samples_per_s")) is not None
+    )
 
 
 def run_memory_increase(run: dict) -> float | None:
@@ -299,8 +304,14 @@ def _precision_row(precision: str, runs: list[dict], metrics: list[str], baselin
     scores: dict[str, Any] = {}
     for m in metrics:
         vals = [run_metric(r, m) for r in runs]
-        scores.update({f"{m}_n": sum(v is not None for v in vals), f"{m}_mean": mean(vals),
-                       f"{m}_std": sample_std(vals), delta_key(m): None})
+        scores.update(
+            {
+                f"{m}_n": sum(v is not None for v in vals),
+                f"{m}_mean": mean(vals),
+                f"{m}_std": sample_std(vals),
+                delta_key(m): None,
+            }
+        )
     trained = [r for r in runs if not is_eval_only(r)]  # an --eval-only run has no train figures
     times = [number(r.get("train_time_s")) for r in trained]
     sps = [number(r.get("train_samples_per_s")) for r in trained]
@@ -402,7 +413,7 @@ def smooth(values: list[float], window: int | None = None) -> list[float]:
     half = max(0, window) // 2
     out = []
     for i in range(n):
-        part = values[max(0, i - half): i + half + 1]
+        part = values[max(0, i - half) : i + half + 1]
         out.append(sum(part) / len(part))
     return out
 
@@ -438,8 +449,12 @@ def loss_difference_series(doc: dict, baseline: str = "fp32") -> dict[str, tuple
 
 
 #: The byte figures of a run's ``memory`` (results.json), in stacking order, with labels.
-MEMORY_PARTS = (("parameters", "parameters"), ("gradients", "gradients"),
-                ("optimizer_state", "optimizer state"), ("saved_activations_peak", "saved activations (peak)"))
+MEMORY_PARTS = (
+    ("parameters", "parameters"),
+    ("gradients", "gradients"),
+    ("optimizer_state", "optimizer state"),
+    ("saved_activations_peak", "saved activations (peak)"),
+)
 
 
 def memory_rows(doc: dict) -> list[dict[str, Any]]:
@@ -466,8 +481,9 @@ def memory_rows(doc: dict) -> list[dict[str, Any]]:
             for dt, b in (m.get("saved_by_dtype") or {}).items():
                 if number(b) is not None:
                     dtypes.setdefault(str(dt), []).append(number(b))
-        row["saved_by_dtype"] = dict(sorted(((dt, sum(v) / len(recs)) for dt, v in dtypes.items()),
-                                            key=lambda kv: -kv[1]))
+        row["saved_by_dtype"] = dict(
+            sorted(((dt, sum(v) / len(recs)) for dt, v in dtypes.items()), key=lambda kv: -kv[1])
+        )
         row["saved_by_op"] = [list(x) for x in recs[0].get("saved_by_op") or [] if isinstance(x, (list, tuple))]
         rows.append(row)
     return rows
@@ -509,8 +525,13 @@ def eval_history_rows(doc: dict) -> list[dict]:
                     cells.setdefault((key, precision), []).append(entry)
     rows = []
     for (key, precision), entries in sorted(cells.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
-        row = {"at": key[0], "epoch": key[1], "precision": precision, "n": len(entries),
-               "step": mean(number(e.get("step")) for e in entries)}
+        row = {
+            "at": key[0],
+            "epoch": key[1],
+            "precision": precision,
+            "n": len(entries),
+            "step": mean(number(e.get("step")) for e in entries),
+        }
         for m in ["loss", *metrics]:
             vals = [number(e.get(m)) for e in entries]
             row[f"{m}_mean"], row[f"{m}_std"] = mean(vals), sample_std(vals)

@@ -15,15 +15,15 @@ from collections.abc import Sequence
 
 import torch
 
-from mixft.config.run_config import RunConfig
 from mixft.amp.precision import PRECISIONS, Precision
-from mixft.recipe import TrainerParts
-from mixft.train.hooks import Callback
+from mixft.config.run_config import RunConfig
 from mixft.distributed import is_distributed
+from mixft.recipe import TrainerParts
+from mixft.runs.identity import data_fingerprints
 from mixft.train.fast_dropout import use_fast_dropout
+from mixft.train.hooks import Callback
 from mixft.train.row_grad import use_row_embedding_grad
 from mixft.train.trainer import Trainer
-from mixft.runs.identity import data_fingerprints
 
 
 def build_trainer(
@@ -48,16 +48,31 @@ def build_trainer(
     # --init-loss-scale is fp16's; a pure-bf16 run of the same --compare has no GradScaler to start.
     scale = cfg.init_loss_scale if row is None or row.param_dtype is None else None
     trainer = Trainer(
-        parts.model, parts.optimizer, parts.loss_fn, parts.train_loader,
-        eval_loader=parts.eval_loader, precision=precision, device=device,
-        lr_scheduler=parts.lr_scheduler, grad_accum=cfg.grad_accum, max_grad_norm=cfg.clip_norm,
-        epochs=cfg.epochs, max_steps=cfg.max_steps, eval_steps=cfg.eval_steps, predict_fn=parts.predict_fn, metric=parts.metric,
-        seed=seed, callbacks=callbacks, fsdp=cfg.fsdp,
+        parts.model,
+        parts.optimizer,
+        parts.loss_fn,
+        parts.train_loader,
+        eval_loader=parts.eval_loader,
+        precision=precision,
+        device=device,
+        lr_scheduler=parts.lr_scheduler,
+        grad_accum=cfg.grad_accum,
+        max_grad_norm=cfg.clip_norm,
+        epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        eval_steps=cfg.eval_steps,
+        predict_fn=parts.predict_fn,
+        metric=parts.metric,
+        seed=seed,
+        callbacks=callbacks,
+        fsdp=cfg.fsdp,
         # --init-loss-scale: where fp16's GradScaler starts (a scaler that is off ignores it).
         scaler_kwargs={"init_scale": scale} if scale is not None else None,
         # The data files' fingerprints too: --resume keeps a finished run only on unchanged data.
-        run_info={**parts.run_info, "config": {**cfg.to_dict(), "precisions": None, "seeds": None,
-                                               "data_files": data_fingerprints(cfg)}},
+        run_info={
+            **parts.run_info,
+            "config": {**cfg.to_dict(), "precisions": None, "seeds": None, "data_files": data_fingerprints(cfg)},
+        },
     )
     if cfg.fast_dropout and trainer.device.type == "cpu":
         # Every nn.Dropout and sdpa attention dropout of this run's own model draws its masks

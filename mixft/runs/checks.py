@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from mixft.config.run_config import RunConfig
-from mixft.errors import UsageError
 from mixft.amp.fp32 import Fp32Modules, keep_in_fp32
-from mixft.log import logger
-from mixft.config.option_rules import check_precision_combinations
 from mixft.amp.precision import Precision, resolve_precision
 from mixft.amp.preflight import PreflightResult, preflight
+from mixft.config.option_rules import check_precision_combinations
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
+from mixft.log import logger
 from mixft.rng import capture_rng_state, restore_rng_state
 from mixft.runs.plan import RunPlan
 
@@ -53,8 +53,9 @@ def preflight_due(cfg: RunConfig, precisions: list[Precision]) -> bool:
     return cfg.preflight
 
 
-def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: list[Precision],
-                          run_plan: RunPlan | None = None) -> dict[str, Any] | None:
+def check_before_training(
+    recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], run_plan: RunPlan | None = None
+) -> dict[str, Any] | None:
     """Validate ``--fp32-modules`` and ``--init-loss-scale``; run the preflight when due.
 
     Returns results.json's ``preflight`` record, or None when no preflight ran. Raises
@@ -82,9 +83,14 @@ def check_before_training(recipe, cfg: RunConfig, prepared, device, precisions: 
         if not due:
             return None
         torch.manual_seed(cfg.seeds[0])  # the same dropout masks every time: a reproducible check
-        result = preflight(model.to(device), _per_micro_batch(parts.loss_fn, cfg.grad_accum), parts.train_loader,
-                           device=device, init_scale=cfg.init_loss_scale or DEFAULT_INIT_SCALE,
-                           bf16_supported=_bf16_supported(device))
+        result = preflight(
+            model.to(device),
+            _per_micro_batch(parts.loss_fn, cfg.grad_accum),
+            parts.train_loader,
+            device=device,
+            init_scale=cfg.init_loss_scale or DEFAULT_INIT_SCALE,
+            bf16_supported=_bf16_supported(device),
+        )
     finally:
         restore_rng_state(rng)
         parts = model = None
@@ -100,8 +106,10 @@ def check_not_whole_model(model, names: list[str], precision: str) -> None:
     kept = [name for name, _ in model.named_parameters() if any(_within(name, k) or k == "" for k in names)]
     total = sum(1 for _ in model.named_parameters())
     if total and len(kept) == total:
-        raise UsageError(f"--fp32-modules {','.join(names)} covers the whole model: the {precision} run would be an "
-                         "fp32 run; name the modules at risk (the preflight lists them), or use --precision fp32")
+        raise UsageError(
+            f"--fp32-modules {','.join(names)} covers the whole model: the {precision} run would be an "
+            "fp32 run; name the modules at risk (the preflight lists them), or use --precision fp32"
+        )
 
 
 def keep_fp32_modules(model, cfg: RunConfig) -> Fp32Modules | None:
@@ -129,8 +137,9 @@ def _bf16_supported(device) -> bool:
 
 def _all_finished(cfg: RunConfig, precisions: list[Precision], run_plan: RunPlan | None) -> bool:
     # --resume with every run already finished trains nothing.
-    return run_plan is not None and all(run_plan.kept(p.name, seed) is not None
-                                        for seed in cfg.seeds for p in precisions)
+    return run_plan is not None and all(
+        run_plan.kept(p.name, seed) is not None for seed in cfg.seeds for p in precisions
+    )
 
 
 def _record(result: PreflightResult, cfg: RunConfig) -> dict[str, Any]:
@@ -141,8 +150,12 @@ def _record(result: PreflightResult, cfg: RunConfig) -> dict[str, Any]:
     for line in result.render():
         log(line)
     if handled:
-        logger.info("preflight: --fp32-modules %s runs %d of these module(s) in fp32: %s", ",".join(kept),
-                    len(handled), ", ".join(handled))
+        logger.info(
+            "preflight: --fp32-modules %s runs %d of these module(s) in fp32: %s",
+            ",".join(kept),
+            len(handled),
+            ", ".join(handled),
+        )
     if result.at_risk:
         logger.info("preflight: this only checks; training goes on as asked (results.json: preflight)")
     return {**result.to_dict(), "kept_in_fp32": kept, "handled_by_fp32_modules": handled}

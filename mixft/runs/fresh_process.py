@@ -87,8 +87,9 @@ def fresh_peak_rss(cfg, prepared, precision, device, seed: int, steps: int = STE
     except Exception:  # noqa: BLE001 - data that does not pickle: the child prepares it again
         payload = pickle.dumps((cfg, None, precision, str(device), seed, steps))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the parent's mixft, recipes
-    child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     try:
         out, err = child.communicate(payload, timeout=TIMEOUT_S)
     except BaseException as e:
@@ -108,8 +109,9 @@ def fresh_peak_rss(cfg, prepared, precision, device, seed: int, steps: int = STE
 
 
 def _not_measured(precision, why: str) -> None:
-    logger.warning("could not measure %s's peak RSS in a fresh process (%s); the run's own figure is kept",
-                   precision.name, why)
+    logger.warning(
+        "could not measure %s's peak RSS in a fresh process (%s); the run's own figure is kept", precision.name, why
+    )
     return None
 
 
@@ -126,12 +128,14 @@ def _child_main() -> None:
         answer = {"error": first_line(e) or type(e).__name__}
     stdout.write(pickle.dumps(answer))
     stdout.flush()
+
+
 def _train_steps(cfg, prepared, precision, device: str, seed: int, steps: int) -> dict[str, Any]:
     import torch
 
-    from mixft.train.measure import current_rss_bytes
     from mixft.recipe import get_recipe
     from mixft.runs.build import build_trainer
+    from mixft.train.measure import current_rss_bytes
 
     recipe = get_recipe(cfg.recipe)
     if prepared is None:

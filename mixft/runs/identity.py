@@ -27,27 +27,62 @@ from typing import Any
 
 import torch
 
-from mixft.train.checkpoint import CheckpointError, load_checkpoint
-from mixft.config.run_config import RunConfig, is_recipe_default
 from mixft.callbacks.interrupt import is_interrupted
+from mixft.config.run_config import RunConfig, is_recipe_default
 from mixft.options import flag_of
 from mixft.results import RunResult
 from mixft.runs.outdir import RESULTS_NAME, checkpoint_name, recorded_runs
+from mixft.train.checkpoint import CheckpointError, load_checkpoint
 
 # The options a checkpoint must share with the run that resumes it: each one changes the
 # trajectory (data, model, schedule, injected faults) or the evaluation being reported.
 TRAJECTORY_OPTIONS = (
-    "recipe", "model", "data_dir", "train_file", "validation_file", "dataset", "dataset_config", "eval_split",
-    "task", "task_kind", "text_column", "text_pair_column", "label_column", "validation_split",
-    "max_train_samples", "max_eval_samples", "epochs", "max_steps",
-    "batch_size", "lr", "max_grad_norm", "grad_accum", "max_length", "inject_nonfinite", "extra",
-    "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
-    "fp32_modules", "init_loss_scale",
+    "recipe",
+    "model",
+    "data_dir",
+    "train_file",
+    "validation_file",
+    "dataset",
+    "dataset_config",
+    "eval_split",
+    "task",
+    "task_kind",
+    "text_column",
+    "text_pair_column",
+    "label_column",
+    "validation_split",
+    "max_train_samples",
+    "max_eval_samples",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "lr",
+    "max_grad_norm",
+    "grad_accum",
+    "max_length",
+    "inject_nonfinite",
+    "extra",
+    "lora",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "fp32_modules",
+    "init_loss_scale",
     "fast_dropout",  # its masks come from another random stream than torch's
-    "lr_scheduler", "warmup_ratio", "warmup_steps", "weight_decay", "label_smoothing", "class_weights",
-    "group_by_length", "length_group_size",  # which sentences share a batch
+    "lr_scheduler",
+    "warmup_ratio",
+    "warmup_steps",
+    "weight_decay",
+    "label_smoothing",
+    "class_weights",
+    "group_by_length",
+    "length_group_size",  # which sentences share a batch
     # Each evaluation draws from the RNG, the best model and early stopping decide the final weights.
-    "eval_steps", "metric_for_best", "load_best", "early_stopping_patience",
+    "eval_steps",
+    "metric_for_best",
+    "load_best",
+    "early_stopping_patience",
 )
 # Options naming files or directories: `dir`, `dir/` and `/abs/dir` are the same data.
 PATH_OPTIONS = ("model", "data_dir", "train_file", "validation_file")
@@ -95,8 +130,13 @@ def run_meta(cfg: RunConfig, precision: str, seed: int) -> dict[str, Any]:
     options = {key: getattr(cfg, key) for key in TRAJECTORY_OPTIONS}
     for key in PATH_OPTIONS:
         options[key] = _resolved(options[key], key != "model")
-    return {**options, "num_workers": cfg.num_workers, "data_files": data_fingerprints(cfg),
-            "precision": precision, "seed": seed}
+    return {
+        **options,
+        "num_workers": cfg.num_workers,
+        "data_files": data_fingerprints(cfg),
+        "precision": precision,
+        "seed": seed,
+    }
 
 
 def data_files(cfg: RunConfig) -> list[Path]:
@@ -120,7 +160,11 @@ def data_fingerprints(cfg: RunConfig) -> dict[str, dict[str, Any]]:
     out = {}
     for f in data_files(cfg):
         st = f.stat()
-        out[str(f)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(str(f), st.st_size, st.st_mtime_ns)}
+        out[str(f)] = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sha256": _sha256(str(f), st.st_size, st.st_mtime_ns),
+        }
     return out
 
 
@@ -134,8 +178,9 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
-def check_data_files(recorded: Mapping[str, Mapping[str, Any]], path: str | os.PathLike,
-                     what: str = "checkpoint") -> None:
+def check_data_files(
+    recorded: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, what: str = "checkpoint"
+) -> None:
     """Refuse a resume on data files that changed since ``what`` at ``path`` was written (size, or content once mtime moved).
 
     ``what``: "checkpoint", or "the run in" for a finished run's record in results.json.
@@ -148,14 +193,16 @@ def check_data_files(recorded: Mapping[str, Mapping[str, Any]], path: str | os.P
         except OSError:
             raise CheckpointError(
                 f"--resume: {what} {path} was trained on {f}, which is gone; restore it, or rerun without --resume "
-                "to start over") from None
+                "to start over"
+            ) from None
         if st.st_size == was.get("size") and st.st_mtime_ns == was.get("mtime_ns"):
             continue  # untouched: no need to read it
         if st.st_size != was.get("size") or _sha256(str(f), st.st_size, st.st_mtime_ns) != was.get("sha256"):
             raise CheckpointError(
                 f"--resume: data file {f} changed since {what} {path} was written ({was.get('size')} -> "
                 f"{st.st_size} bytes, new content); continuing would mix two datasets: restore the file, or rerun "
-                "without --resume to start over")
+                "without --resume to start over"
+            )
 
 
 def _shown(value: Any) -> str:
@@ -171,8 +218,9 @@ def _shown_now(cfg: RunConfig | None, key: str, value: Any) -> str:
     return _shown(value)
 
 
-def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str | os.PathLike, *,
-               cfg: RunConfig | None = None) -> None:
+def check_meta(
+    ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str | os.PathLike, *, cfg: RunConfig | None = None
+) -> None:
     """Raise CheckpointError naming the first option whose value differs from ``expected``.
 
     Paths compare resolved; ``num_workers`` only as none vs some (see ``same_option``);
@@ -188,8 +236,12 @@ def check_meta(ckpt: Mapping[str, Any], expected: Mapping[str, Any], path: str |
             check_data_files(meta[key], path)
         elif not same_option(key, meta[key], want):
             flag = _flag(key)
-            why = ("; DataLoader workers draw random numbers differently from a loader without them "
-                   "(any count above 0 continues exactly from another above 0)" if key == "num_workers" else "")
+            why = (
+                "; DataLoader workers draw random numbers differently from a loader without them "
+                "(any count above 0 continues exactly from another above 0)"
+                if key == "num_workers"
+                else ""
+            )
             raise CheckpointError(
                 f"--resume: checkpoint {path} was written with {flag} {_shown(meta[key])}, this run has "
                 f"{_shown_now(cfg, key, want)}{why}; "
@@ -237,7 +289,9 @@ def plan_resume(cfg: RunConfig, precisions: Sequence[str]) -> ResumePlan:
     return _resume_plan(cfg, checkpoints, {key: run_meta(cfg, *key) for key in checkpoints})
 
 
-def plan_identities(cfg: RunConfig, checkpoints: Mapping[RunKey, Path]) -> tuple[ResumePlan, dict[RunKey, dict[str, Any]]]:
+def plan_identities(
+    cfg: RunConfig, checkpoints: Mapping[RunKey, Path]
+) -> tuple[ResumePlan, dict[RunKey, dict[str, Any]]]:
     """Each run's identity (``run_meta``) and the ``--resume`` plan over its checkpoint, in one pass.
 
     ``checkpoints``: ``{(precision, seed): path}`` in run order (the run plan's names).
@@ -247,7 +301,9 @@ def plan_identities(cfg: RunConfig, checkpoints: Mapping[RunKey, Path]) -> tuple
     return (_resume_plan(cfg, checkpoints, metas) if cfg.resume else ResumePlan()), metas
 
 
-def _resume_plan(cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, dict[str, Any]]) -> ResumePlan:
+def _resume_plan(
+    cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, dict[str, Any]]
+) -> ResumePlan:
     precisions = list(dict.fromkeys(name for name, _ in checkpoints))
     finished = finished_runs(cfg, precisions)
     continued = set()
@@ -264,7 +320,9 @@ def _resume_plan(cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapp
     if not continued and not finished:
         first = next(iter(checkpoints.values()))
         out = Path(cfg.output_dir)
-        raise CheckpointError(f"--resume: no checkpoint in {out} (looked for {first.name}); run without --resume to start")
+        raise CheckpointError(
+            f"--resume: no checkpoint in {out} (looked for {first.name}); run without --resume to start"
+        )
     return ResumePlan(finished=finished, continued=frozenset(continued))
 
 
@@ -312,8 +370,9 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
     what = f"the {result.precision} seed {result.seed} run finished, but"
     fix = "rerun without --resume (and with --save-model) to train it again"
     if not path.is_file():
-        raise CheckpointError(f"--resume --save-model: {what} its checkpoint {path} is gone, so there are no "
-                              f"weights to save; {fix}")
+        raise CheckpointError(
+            f"--resume --save-model: {what} its checkpoint {path} is gone, so there are no weights to save; {fix}"
+        )
     ckpt = load_checkpoint(path, mmap=True)
     # The data too: the saved model's label names come from today's files, its weights from the
     # files it was trained on (a renamed label would swap the names silently).
@@ -322,8 +381,10 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
     check_meta(ckpt, options, path, cfg=cfg)
     step = ckpt["meta"].get("step")
     if step != result.steps:
-        raise CheckpointError(f"--resume --save-model: {what} its checkpoint {path} is from step {step}, not its "
-                              f"last step {result.steps} (the final save was skipped); {fix}")
+        raise CheckpointError(
+            f"--resume --save-model: {what} its checkpoint {path} is from step {step}, not its "
+            f"last step {result.steps} (the final save was skipped); {fix}"
+        )
 
 
 def final_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -35,9 +35,9 @@ from typing import Any
 import torch
 
 from mixft import distributed
+from mixft.amp.memory import measure_step_memory, memory_record, optimizer_state_bytes
 from mixft.batch import split_batch
 from mixft.log import logger
-from mixft.amp.memory import measure_step_memory, memory_record, optimizer_state_bytes
 from mixft.rng import capture_rng_state, restore_rng_state
 
 __all__ = ["RunMemory", "count_parameters", "measure_before_fit"]
@@ -79,9 +79,12 @@ def _measured_batch(loader) -> tuple[Any, str]:
         lengths = getattr(batches, "lengths", None)
         dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
         if lengths is not None and dataset is not None and collate is not None:
-            indices = max(batches, key=lambda idx: (len(idx) * max((lengths[i] for i in idx), default=0)))
-            rows = dataset.__getitems__(list(indices)) if hasattr(dataset, "__getitems__") else [
-                dataset[i] for i in indices]
+            indices = max(batches, key=lambda idx: len(idx) * max((lengths[i] for i in idx), default=0))
+            rows = (
+                dataset.__getitems__(list(indices))
+                if hasattr(dataset, "__getitems__")
+                else [dataset[i] for i in indices]
+            )
             return collate(rows), MEASURED_LARGEST
         return next(iter(loader)), MEASURED_FIRST
     finally:
@@ -113,8 +116,9 @@ class RunMemory:
             result.eval_predictions, result.eval_labels = list(kept[0]), list(kept[1])
         scope, fresh_steps = "run", None
         device = trainer.device
-        if (self._fresh and device.type == "cpu" and distributed.world_size() == 1
-                and result.stop_kind != "interrupt"):  # interrupted: the user is waiting to leave
+        if (
+            self._fresh and device.type == "cpu" and distributed.world_size() == 1 and result.stop_kind != "interrupt"
+        ):  # interrupted: the user is waiting to leave
             from mixft.runs.fresh_process import fresh_peak_rss
 
             figure = fresh_peak_rss(self._cfg, self._prepared, self._precision, device, self._seed)
@@ -125,10 +129,15 @@ class RunMemory:
         sharded = _sharded_figures(self._step, trainer, result) if getattr(trainer, "fsdp", False) else None
         if self._step is None:
             return
-        record = memory_record(self._step, optimizer_state_bytes(trainer.optimizers), result.peak_memory_bytes,
-                               result.peak_memory_kind)
-        record.update(device_figure_scope=scope, device_figure_steps=fresh_steps, measured_batch=self._batch,
-                      measured_batch_shape=self._shape)
+        record = memory_record(
+            self._step, optimizer_state_bytes(trainer.optimizers), result.peak_memory_bytes, result.peak_memory_kind
+        )
+        record.update(
+            device_figure_scope=scope,
+            device_figure_steps=fresh_steps,
+            measured_batch=self._batch,
+            measured_batch_shape=self._shape,
+        )
         if sharded:
             record.update(sharded)  # the figures above are this process's (rank 0's) own
         result.memory = record
@@ -139,15 +148,18 @@ def _sharded_figures(step: dict | None, trainer, result) -> dict[str, Any]:
     the same tensors) and ``memory.ranks`` (each process's own figures); a collective: every process calls it."""
     mine = None
     if step is not None:
-        mine = {"parameters": step["parameters"], "gradients": step["gradients"],
-                "optimizer_state": optimizer_state_bytes(trainer.optimizers),
-                "saved_activations_peak": step["saved_activations_peak"],
-                "device_figure": result.peak_memory_bytes, "device_figure_kind": result.peak_memory_kind}
+        mine = {
+            "parameters": step["parameters"],
+            "gradients": step["gradients"],
+            "optimizer_state": optimizer_state_bytes(trainer.optimizers),
+            "saved_activations_peak": step["saved_activations_peak"],
+            "device_figure": result.peak_memory_bytes,
+            "device_figure_kind": result.peak_memory_kind,
+        }
     ranks = distributed.all_gather_objects(mine)
     whole = dict((step or {}).get("whole_model") or {})
     whole["optimizer_state"] = optimizer_state_bytes(trainer.optimizers, whole=True)
-    return {"sharding": {"kind": "fsdp", "world_size": distributed.world_size()}, "whole_model": whole,
-            "ranks": ranks}
+    return {"sharding": {"kind": "fsdp", "world_size": distributed.world_size()}, "whole_model": whole, "ranks": ranks}
 
 
 def measure_before_fit(cfg, prepared, trainer, precision, seed: int, *, fresh: bool) -> RunMemory:

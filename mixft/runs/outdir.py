@@ -91,17 +91,23 @@ class RunNames:
     predictions: str | None  # None without --predict-file
 
 
-def run_names(precisions: Sequence[str], seeds: Sequence[int], predict_file: str | None = None) -> dict[tuple[str, int], RunNames]:
+def run_names(
+    precisions: Sequence[str], seeds: Sequence[int], predict_file: str | None = None
+) -> dict[tuple[str, int], RunNames]:
     """Every (precision, seed) run's file names, in one table (a single run gets the short names).
 
     Usage: ``run_names(["fp32", "bf16"], [0])[("bf16", 0)].checkpoint  # checkpoint-bf16-seed0.pt``
     """
     single = len(precisions) * len(seeds) == 1
     return {
-        (name, seed): RunNames(checkpoint_name(name, seed, single), step_checkpoint_pattern(name, seed, single),
-                               saved_model_name(name, seed, single),
-                               predictions_name(predict_file, name, seed, single) if predict_file else None)
-        for seed in seeds for name in precisions
+        (name, seed): RunNames(
+            checkpoint_name(name, seed, single),
+            step_checkpoint_pattern(name, seed, single),
+            saved_model_name(name, seed, single),
+            predictions_name(predict_file, name, seed, single) if predict_file else None,
+        )
+        for seed in seeds
+        for name in precisions
     }
 
 
@@ -113,14 +119,20 @@ def has_checkpoint(out: Path) -> bool:
     return any(Path(out).glob(CHECKPOINT_PATTERN))
 
 
-def planned_entries(precisions: Sequence[str], seeds: Sequence[int], save_model: bool,
-                    predict_file: str | None = None) -> tuple[list[str], list[str]]:
+def planned_entries(
+    precisions: Sequence[str], seeds: Sequence[int], save_model: bool, predict_file: str | None = None
+) -> tuple[list[str], list[str]]:
     """The files and the directories a run of ``precisions`` x ``seeds`` may write (``check_output_dir``'s arguments).
 
     Usage: ``files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=False)``
     """
     single = len(precisions) * len(seeds) == 1
-    files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *(checkpoint_name(n, s, single) for s in seeds for n in precisions)]
+    files = [
+        RESULTS_NAME,
+        REPORT_NAME,
+        CONFIG_NAME,
+        *(checkpoint_name(n, s, single) for s in seeds for n in precisions),
+    ]
     if predict_file:
         files += [predictions_name(predict_file, n, s, single) for s in seeds for n in precisions]
     dirs = [saved_model_name(n, s, single) for s in seeds for n in precisions] if save_model else []
@@ -187,7 +199,7 @@ class OutputLock:
         self.path = Path(out) / LOCK_NAME
         self._fd: int | None = None
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> OutputLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)  # checked writable by check_output_dir
@@ -198,8 +210,10 @@ class OutputLock:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise UsageError(f"--output-dir {self.path.parent}: another mixft run (pid {holder}) is using it; "
-                                 "wait for it or choose another --output-dir") from None
+                raise UsageError(
+                    f"--output-dir {self.path.parent}: another mixft run (pid {holder}) is using it; "
+                    "wait for it or choose another --output-dir"
+                ) from None
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -97,8 +97,14 @@ def make_plan(cfg: RunConfig, precisions: Sequence[str]) -> RunPlan:
         check_output_dir(out, files=files, dirs=dirs)
     # --resume: checkpoints intact and from these options. Read once, here, with each run's identity.
     resume, metas = plan_identities(cfg, {key: out / n.checkpoint for key, n in table.items()})
-    runs = {key: RunFiles(checkpoint=out / n.checkpoint, step_checkpoints=n.step_checkpoints,
-                          saved_model=out / n.saved_model,
-                          predictions=out / n.predictions if n.predictions else None, meta=metas[key])
-            for key, n in table.items()}
+    runs = {
+        key: RunFiles(
+            checkpoint=out / n.checkpoint,
+            step_checkpoints=n.step_checkpoints,
+            saved_model=out / n.saved_model,
+            predictions=out / n.predictions if n.predictions else None,
+            meta=metas[key],
+        )
+        for key, n in table.items()
+    }
     return RunPlan(out, names, seeds, runs, dict(resume.finished), frozenset(resume.continued))

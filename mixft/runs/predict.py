@@ -70,8 +70,10 @@ def read_predict_file(cfg: RunConfig, prepared) -> PredictSource:
     ds = load_data_file(cfg.predict_file, "--predict-file")
     missing = [c for c in task.text_columns if c not in ds.column_names]
     if missing:
-        raise UsageError(f"{where}: no column {' or '.join(repr(m) for m in missing)} (the training data's text); "
-                         f"columns: {', '.join(repr(c) for c in ds.column_names)}")
+        raise UsageError(
+            f"{where}: no column {' or '.join(repr(m) for m in missing)} (the training data's text); "
+            f"columns: {', '.join(repr(c) for c in ds.column_names)}"
+        )
     check_text_columns(ds, Columns(task.text_column, task.text_pair_column, task.label_column), where=where)
     has_labels = task.label_column in ds.column_names
     skipped = None
@@ -96,12 +98,18 @@ def read_predict_file(cfg: RunConfig, prepared) -> PredictSource:
     id_column = find_id_column(ds.column_names)
     # The length the training data was cut to: the recipe capped it by what the model reads.
     max_length = getattr(prepared, "max_length", None) or cfg.max_length or DEFAULT_MAX_LENGTH
-    examples = tokenize_dataset(ds, tokenizer, text_columns=task.text_columns, label_column=label_column,
-                                labels=labels, max_length=max_length)
+    examples = tokenize_dataset(
+        ds, tokenizer, text_columns=task.text_columns, label_column=label_column, labels=labels, max_length=max_length
+    )
     return PredictSource(
-        path=str(cfg.predict_file), examples=examples, tokenizer=tokenizer, kind=task.kind,
+        path=str(cfg.predict_file),
+        examples=examples,
+        tokenizer=tokenizer,
+        kind=task.kind,
         label_names=list(task.label_names) if task.kind == "classification" else None,
-        ids=list(ds[id_column]) if id_column else None, id_column=id_column, has_labels=has_labels,
+        ids=list(ds[id_column]) if id_column else None,
+        id_column=id_column,
+        has_labels=has_labels,
         metrics_skipped=skipped,
     )
 
@@ -119,8 +127,9 @@ def predict_and_write(trainer, source: PredictSource, path: Path, batch_size: in
     outputs = trainer.predict(loader)
     in_order = torch.empty_like(outputs)
     in_order[torch.tensor(order)] = outputs
-    write_predictions(path, in_order, source.kind, source.label_names, ids=source.ids,
-                      id_column=source.id_column or "id")
+    write_predictions(
+        path, in_order, source.kind, source.label_names, ids=source.ids, id_column=source.id_column or "id"
+    )
     metrics = None
     if source.has_labels:
         metrics = trainer.evaluate(loader)

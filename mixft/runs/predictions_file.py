@@ -71,8 +71,13 @@ def probabilities_from_logits(logits: torch.Tensor, num_labels: int) -> torch.Te
     return torch.softmax(logits, dim=-1)
 
 
-def prediction_rows(outputs: torch.Tensor, kind: str, label_names: Sequence[str] | None = None,
-                    ids: Sequence[Any] | None = None, id_column: str = "id") -> list[dict[str, Any]]:
+def prediction_rows(
+    outputs: torch.Tensor,
+    kind: str,
+    label_names: Sequence[str] | None = None,
+    ids: Sequence[Any] | None = None,
+    id_column: str = "id",
+) -> list[dict[str, Any]]:
     """The rows ``write_predictions`` writes: ``{id_column?, "label", "probability"}`` or ``{id_column?, "value"}``.
 
     ``label_names`` is indexed by class id (without names, the class id is written).
@@ -83,7 +88,9 @@ def prediction_rows(outputs: torch.Tensor, kind: str, label_names: Sequence[str]
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     outputs = outputs.detach().float().cpu()
     if kind == "classification":
-        num_labels = len(label_names) if label_names is not None else max(outputs.shape[-1] if outputs.dim() > 1 else 1, 2)
+        num_labels = (
+            len(label_names) if label_names is not None else max(outputs.shape[-1] if outputs.dim() > 1 else 1, 2)
+        )
         prob, label = probabilities_from_logits(outputs, num_labels).max(dim=-1)
         names = list(label_names) if label_names is not None else [str(i) for i in range(num_labels)]
         cells = [{"label": names[i], "probability": p} for i, p in zip(label.tolist(), prob.tolist())]
@@ -99,9 +106,15 @@ def prediction_rows(outputs: torch.Tensor, kind: str, label_names: Sequence[str]
     return [{id_column: _plain(i), **row} for i, row in zip(ids, cells)]
 
 
-def write_predictions(path: str | os.PathLike, outputs: torch.Tensor, kind: str,
-                      label_names: Sequence[str] | None = None, ids: Sequence[Any] | None = None,
-                      id_column: str = "id", fmt: str | None = None) -> Path:
+def write_predictions(
+    path: str | os.PathLike,
+    outputs: torch.Tensor,
+    kind: str,
+    label_names: Sequence[str] | None = None,
+    ids: Sequence[Any] | None = None,
+    id_column: str = "id",
+    fmt: str | None = None,
+) -> Path:
     """Write one row per input, in input order, to ``path`` (CSV or JSON Lines by its suffix), atomically.
 
     ``outputs`` are the model's outputs in input order (``Trainer.predict``): logits for

@@ -48,16 +48,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixft.amp.hardware import describe_hardware, hardware_line
+from mixft.amp.precision import (
+    PRECISIONS,
+    Precision,
+    amp_precision_names,
+    configure_matmul,
+    resolve_device,
+    resolve_precision,
+)
 from mixft.config.run_config import RunConfig, replace_keeping_origin
 from mixft.errors import UsageError
-from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.log import logger
-from mixft.train.measure import synchronize
-from mixft.amp.precision import PRECISIONS, Precision, amp_precision_names, configure_matmul, resolve_device, resolve_precision
 from mixft.recipe import get_recipe
 from mixft.report.probe_result import PrecisionProbe, ProbeResult, save_probe
 from mixft.runs.build import build_trainer
 from mixft.train.hooks import Callback
+from mixft.train.measure import synchronize
 
 DEFAULT_BUDGET_S = 30.0
 WARMUP_STEPS = 1  # the first step pays for kernel selection/JIT and optimizer state
@@ -118,13 +125,14 @@ def probe(
         notices = list(getattr(prepared, "notices", ()))
         steppers, matmul_shapes = _warmed_up(recipe, cfg, prepared, required, dev)
         fp32, batch, run_info = steppers[0], steppers[0].batch, steppers[0].run_info
-        rows = {p.name: PrecisionProbe(p.name, matmul_flops_per_s=_matmul_rate(matmul_shapes, p, dev))
-                for p in [*required, *optional]}
+        rows = {
+            p.name: PrecisionProbe(p.name, matmul_flops_per_s=_matmul_rate(matmul_shapes, p, dev))
+            for p in [*required, *optional]
+        }
         # Timed steps in rounds, one step per precision per round in a rotating order, so
         # the load of a shared machine falls on every precision alike.
         _round(steppers, 0, deadline, share)
-        steppers += _optional_steppers(recipe, cfg, prepared, optional, dev, fp32, rows, deadline, share,
-                                       time_budget_s)
+        steppers += _optional_steppers(recipe, cfg, prepared, optional, dev, fp32, rows, deadline, share, time_budget_s)
         r = 1
         while _round(steppers, r, deadline, share):
             r += 1
@@ -158,8 +166,10 @@ def probe(
 
 # The steps of probe, in its order. -------------------------------------------------------------
 def _check_budget(time_budget_s) -> None:
-    if isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float)) or not (
-        math.isfinite(time_budget_s) and time_budget_s > 0
+    if (
+        isinstance(time_budget_s, bool)
+        or not isinstance(time_budget_s, (int, float))
+        or not (math.isfinite(time_budget_s) and time_budget_s > 0)
     ):
         raise UsageError(f"the probe's time budget must be a positive number of seconds, got {time_budget_s!r}")
 
@@ -179,8 +189,18 @@ def _warmed_up(recipe, cfg: RunConfig, prepared, required: list[Precision], dev)
     return steppers, shapes.table()
 
 
-def _optional_steppers(recipe, cfg: RunConfig, prepared, optional: list[Precision], dev, fp32, rows: dict,
-                       deadline: float, share: float, time_budget_s: float) -> list:
+def _optional_steppers(
+    recipe,
+    cfg: RunConfig,
+    prepared,
+    optional: list[Precision],
+    dev,
+    fp32,
+    rows: dict,
+    deadline: float,
+    share: float,
+    time_budget_s: float,
+) -> list:
     """Steppers (warmed up) for the optional precisions whose warm-up and minimum of steps fit; the rest noted."""
     added = []
     for precision in optional:
@@ -188,7 +208,8 @@ def _optional_steppers(recipe, cfg: RunConfig, prepared, optional: list[Precisio
         if time.perf_counter() + estimate > deadline or estimate > share:
             rows[precision.name].skipped = (
                 f"about {estimate:.0f} s for a warm-up and {MIN_TIMED_STEPS} steps (fp32's step time over the "
-                f"matmul ratio): over the {time_budget_s:g} s budget")
+                f"matmul ratio): over the {time_budget_s:g} s budget"
+            )
             continue
         stepper = _Stepper(recipe, cfg, prepared, precision, dev, cfg.seeds[0], fp32.batch)
         stepper.run(WARMUP_STEPS)
@@ -202,8 +223,10 @@ def _record_steps(steppers: list, rows: dict, share: float) -> None:
         logger.debug("probe %s step times (s): %s", stepper.precision.name, [round(t, 4) for t in stepper.times])
         figures = stepper.figures()
         if 0 < len(stepper.timed) < MIN_TIMED_STEPS:
-            figures["note"] = (f"{len(stepper.timed)} timed step{'s' if len(stepper.timed) > 1 else ''}: its steps "
-                               f"took {sum(stepper.times):.0f} s of its {share:.0f} s share of the budget")
+            figures["note"] = (
+                f"{len(stepper.timed)} timed step{'s' if len(stepper.timed) > 1 else ''}: its steps "
+                f"took {sum(stepper.times):.0f} s of its {share:.0f} s share of the budget"
+            )
         rows[stepper.precision.name] = replace(rows[stepper.precision.name], **figures)
 
 
@@ -214,8 +237,16 @@ def _probe_config(cfg: RunConfig, recipe) -> RunConfig:
     ``probe_config(cfg) -> cfg`` to shrink its data the same way.
     """
     uses = getattr(recipe, "USES", None)
-    changes: dict[str, Any] = {"epochs": 1, "max_steps": None, "grad_accum": 1, "seeds": [cfg.seeds[0]],
-                               "precisions": ["fp32"], "resume": False, "save_model": False, "eval_only": False}
+    changes: dict[str, Any] = {
+        "epochs": 1,
+        "max_steps": None,
+        "grad_accum": 1,
+        "seeds": [cfg.seeds[0]],
+        "precisions": ["fp32"],
+        "resume": False,
+        "save_model": False,
+        "eval_only": False,
+    }
     if uses is None or "max_train_samples" in uses:
         changes["max_train_samples"] = min(cfg.max_train_samples or cfg.batch_size, cfg.batch_size)
     if uses is None or "max_eval_samples" in uses:
@@ -260,7 +291,9 @@ def _isolated_global_state(device: torch.device):
     cuda_flags = None
     if device.type == "cuda":
         cuda_flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    devices = (
+        [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    )
     try:
         with torch.random.fork_rng(devices=devices):
             yield
@@ -282,7 +315,7 @@ class _SameBatch:
     No ``__len__``: the trainer then sizes its LR schedule from ``max_steps``.
     """
 
-    def __init__(self, batch, clock: "_StepClock"):
+    def __init__(self, batch, clock: _StepClock):
         self.batch = batch
         self.clock = clock
         self.count = 0
@@ -317,8 +350,17 @@ class _Stepper:
     holds ``n`` copies of the batch, so model, optimizer state and kernels stay warm.
     """
 
-    def __init__(self, recipe, cfg: RunConfig, prepared, precision: Precision, device: torch.device, seed: int,
-                 batch=None, callbacks: Sequence[Callback] = ()):
+    def __init__(
+        self,
+        recipe,
+        cfg: RunConfig,
+        prepared,
+        precision: Precision,
+        device: torch.device,
+        seed: int,
+        batch=None,
+        callbacks: Sequence[Callback] = (),
+    ):
         parts = recipe.build(cfg, prepared, precision, device, seed)
         self.precision = precision
         self.run_info = dict(parts.run_info)
@@ -329,8 +371,9 @@ class _Stepper:
         # The run's own trainer: clipping, optimizer and speed switches as the run has
         # them; max_steps is every step the probe can take (it sizes the LR schedule).
         steps_cfg = replace(cfg, epochs=1, max_steps=WARMUP_STEPS + MAX_TIMED_STEPS)
-        self.trainer = build_trainer(parts, steps_cfg, precision=precision, device=device, seed=seed,
-                                     callbacks=[*callbacks, self.clock])
+        self.trainer = build_trainer(
+            parts, steps_cfg, precision=precision, device=device, seed=seed, callbacks=[*callbacks, self.clock]
+        )
 
     @property
     def times(self) -> list[float]:
@@ -347,8 +390,11 @@ class _Stepper:
 
     def figures(self) -> dict[str, Any]:
         """The PrecisionProbe fields this stepper measured."""
-        return {"step_s": statistics.median(self.timed) if self.timed else None, "step_times_s": list(self.times),
-                "warmup_steps": min(WARMUP_STEPS, len(self.times))}
+        return {
+            "step_s": statistics.median(self.timed) if self.timed else None,
+            "step_times_s": list(self.times),
+            "warmup_steps": min(WARMUP_STEPS, len(self.times)),
+        }
 
 
 def _round(steppers: list[_Stepper], index: int, deadline: float, share: float) -> bool:
@@ -384,10 +430,17 @@ class _LinearShapes(Callback):
         def record(module: nn.Linear, args) -> None:
             x = args[0] if args else None
             if isinstance(x, torch.Tensor) and x.dim() >= 1:
-                key = (x.numel() // module.in_features, module.in_features, module.out_features, module.bias is not None)
+                key = (
+                    x.numel() // module.in_features,
+                    module.in_features,
+                    module.out_features,
+                    module.bias is not None,
+                )
                 self.calls[key] = self.calls.get(key, 0) + 1
 
-        self._hooks = [m.register_forward_pre_hook(record) for m in trainer.module.modules() if isinstance(m, nn.Linear)]
+        self._hooks = [
+            m.register_forward_pre_hook(record) for m in trainer.module.modules() if isinstance(m, nn.Linear)
+        ]
 
     def on_step_end(self, trainer, info) -> None:
         self._remove()
@@ -472,8 +525,10 @@ def recommend(rows: Sequence[PrecisionProbe]) -> tuple[str, str]:
         if not others:
             return best.precision, f"{best.precision}: no other precision was timed"
         runner_up = max(others, key=lambda r: r.speedup_vs_fp32)
-        reason = (f"fp32: {runner_up.precision} measured {runner_up.speedup_vs_fp32:.2f}x fp32 per training step "
-                  "here, so mixed precision would slow training down")
+        reason = (
+            f"fp32: {runner_up.precision} measured {runner_up.speedup_vs_fp32:.2f}x fp32 per training step "
+            "here, so mixed precision would slow training down"
+        )
         ratio = runner_up.speedup_vs_fp32
     else:
         reason = f"{best.precision}: {best.speedup_vs_fp32:.2f}x fp32 per training step"

@@ -25,40 +25,41 @@ from typing import Any, NamedTuple
 import torch
 
 from mixft import distributed
+from mixft.amp.hardware import describe_hardware
+from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
 from mixft.callbacks.checkpointer import Checkpointer
+from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
 from mixft.callbacks.tracker_prepare import prepare_trackers
 from mixft.callbacks.trackers import run_name
-from mixft.train.checkpoint import resume
+from mixft.config.file import config_yaml, write_config
 from mixft.config.option_rules import check_extra_options
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
-from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
-from mixft.amp.hardware import describe_hardware
 from mixft.log import logger
-from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
-from mixft.train.pure_bf16 import check_run_options
 from mixft.recipe import get_recipe
-from mixft.results import RunResult, write_results
-from mixft.train.hooks import Callback
-from mixft.config.file import config_yaml, write_config
 from mixft.report.agreement import add_agreement
+from mixft.results import RunResult, write_results
 from mixft.runs.build import build_trainer
+from mixft.runs.checks import check_before_training, keep_fp32_modules
 from mixft.runs.identity import final_weights
 from mixft.runs.memory_figures import measure_before_fit
 from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, OutputLock
 from mixft.runs.plan import RunPlan, make_plan
 from mixft.runs.predict import predict_and_write, read_predict_file
-from mixft.runs.checks import check_before_training, keep_fp32_modules
 from mixft.runs.set_aside import set_aside_earlier_run
 from mixft.runs.shape import check_run_shape
 from mixft.runs.watch import RunWatch
+from mixft.train.checkpoint import resume
+from mixft.train.hooks import Callback
+from mixft.train.pure_bf16 import check_run_options
 
 
 class RunObserver:
     """What a front end (the CLI, a notebook) wants to hear about a run. Override freely."""
 
-    def on_plan(self, cfg: RunConfig, device, precisions: list[Precision], run_info: dict, steps: int | None,
-                hardware: dict) -> None:
+    def on_plan(
+        self, cfg: RunConfig, device, precisions: list[Precision], run_info: dict, steps: int | None, hardware: dict
+    ) -> None:
         """Called once, after data and model are resolved and before any training.
 
         ``steps``: optimizer steps planned for one run (None for a loader without a length).
@@ -134,19 +135,25 @@ def _check_fsdp(cfg: RunConfig) -> None:
     if cfg.resume:
         # A sharded run's checkpoints are a DCP directory per run (mixft.train.sharded_checkpoint, from Python);
         # the run layer's --resume plan reads the one-file format only, so the CLI writes none under --fsdp.
-        raise UsageError("--resume with --fsdp: resuming a sharded run from the command line is not supported yet "
-                         "(no checkpoints are written under --fsdp); rerun without --resume")
+        raise UsageError(
+            "--resume with --fsdp: resuming a sharded run from the command line is not supported yet "
+            "(no checkpoints are written under --fsdp); rerun without --resume"
+        )
     pure = [name for name in cfg.precisions if name in ("bf16-pure", "bf16-true")]
     if pure:
         # FSDP2's policy already keeps fp32 shards and gathers bf16: bf16 weights to shard is another design.
-        raise UsageError(f"--fsdp with {', '.join(pure)}: the sharded run keeps fp32 shards and gathers them in "
-                         "bf16 (FSDP2's mixed-precision policy); use --precision bf16 with --fsdp")
+        raise UsageError(
+            f"--fsdp with {', '.join(pure)}: the sharded run keeps fp32 shards and gathers them in "
+            "bf16 (FSDP2's mixed-precision policy); use --precision bf16 with --fsdp"
+        )
     half = [name for name in cfg.precisions if name in ("bf16", "fp16", "amp")]
     if cfg.fp32_modules and half:
         # FSDP gathers every block's weights in the half dtype: an fp32 island would compute in
         # fp32 on rounded weights, which is not what --fp32-modules promises.
-        raise UsageError(f"--fp32-modules with --fsdp at {', '.join(half)}: the sharded blocks gather their weights "
-                         "in that dtype, so those modules would not run on fp32 weights; drop one of the two")
+        raise UsageError(
+            f"--fp32-modules with --fsdp at {', '.join(half)}: the sharded blocks gather their weights "
+            "in that dtype, so those modules would not run on fp32 weights; drop one of the two"
+        )
 
 
 def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
@@ -175,14 +182,17 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # Options against the run's shape (warm-up, patience, --load-best, --metric-for-best): exit 2 before any run.
     check_run_shape(recipe, cfg, prepared, device, precisions)
     if cfg.report_to and distributed.is_main_process():  # where each tracker writes, and an MLflow server: exit 2 now
-        prepare_trackers(cfg.report_to, Path(cfg.output_dir),
-                         [run_name(p.name, seed) for seed in cfg.seeds for p in precisions])
+        prepare_trackers(
+            cfg.report_to, Path(cfg.output_dir), [run_name(p.name, seed) for seed in cfg.seeds for p in precisions]
+        )
     # --fp32-modules' names (exit 2), then the fp16 preflight when due: once, before any run.
     checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)
     if cfg.predict_file and distributed.world_size() > 1:
-        raise UsageError("--predict-file is not supported under torchrun or accelerate launch: each process would "
-                         "label only its shard of the file; label it in one process afterwards with --eval-only "
-                         "--model DIR --predict-file FILE")
+        raise UsageError(
+            "--predict-file is not supported under torchrun or accelerate launch: each process would "
+            "label only its shard of the file; label it in one process afterwards with --eval-only "
+            "--model DIR --predict-file FILE"
+        )
     predict_source = read_predict_file(cfg, prepared) if cfg.predict_file else None  # checked before training
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
@@ -191,13 +201,26 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
         aside = None
         if distributed.is_main_process() and not cfg.resume:
             # A new run never mixes with an earlier one: all of the earlier run moves aside, together.
-            aside = set_aside_earlier_run(run_plan.out, time.strftime("%Y%m%d-%H%M%S"),
-                                          config_text=config_yaml(dataclasses.replace(cfg, resume=False)))
+            aside = set_aside_earlier_run(
+                run_plan.out,
+                time.strftime("%Y%m%d-%H%M%S"),
+                config_text=config_yaml(dataclasses.replace(cfg, resume=False)),
+            )
             if aside:
                 logger.warning(aside.notice)
         try:
-            return _train_all(recipe, cfg, prepared, device, list(zip(precisions, choices)), run_plan, observer,
-                              hardware, predict_source, preflight=checked)
+            return _train_all(
+                recipe,
+                cfg,
+                prepared,
+                device,
+                list(zip(precisions, choices)),
+                run_plan,
+                observer,
+                hardware,
+                predict_source,
+                preflight=checked,
+            )
         except UsageError:
             # Refused at its first step (a batch too large for memory): the directory is left as it was found.
             back = aside.undo() if aside else None
@@ -218,14 +241,32 @@ def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> lis
     choices = []
     for name in cfg.precisions:
         option = f"--compare {','.join(cfg.precisions)}" if comparing else ("--amp" if name == "amp" else None)
-        choices.append(choose_precision(name, device.type, hardware.get("native"), probe_ratios=ratios,
-                                        probe_date=date, option=option, comparing=comparing))
+        choices.append(
+            choose_precision(
+                name,
+                device.type,
+                hardware.get("native"),
+                probe_ratios=ratios,
+                probe_date=date,
+                option=option,
+                comparing=comparing,
+            )
+        )
     return choices
 
 
-def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precision, PrecisionChoice]],
-               run_plan: RunPlan, observer: RunObserver, hardware: dict, predict_source=None,
-               preflight: dict | None = None) -> list[RunResult]:
+def _train_all(
+    recipe,
+    cfg: RunConfig,
+    prepared,
+    device,
+    runs: list[tuple[Precision, PrecisionChoice]],
+    run_plan: RunPlan,
+    observer: RunObserver,
+    hardware: dict,
+    predict_source=None,
+    preflight: dict | None = None,
+) -> list[RunResult]:
     precisions = [precision for precision, _ in runs]
     results: list[RunResult] = []
     total = run_plan.total
@@ -237,22 +278,38 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precis
             kept = run_plan.kept(precision.name, seed)
             if kept is not None:
                 report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
-                if cfg.save_model and distributed.is_main_process() and (not kept.stopped_early
-                                                                     or kept.stop_kind == "early_stopping"):
+                if (
+                    cfg.save_model
+                    and distributed.is_main_process()
+                    and (not kept.stopped_early or kept.stop_kind == "early_stopping")
+                ):
                     # Finished earlier without --save-model: its final checkpoint holds the weights.
                     model = recipe.build(cfg, prepared, precision, device, seed).model
                     files = run_plan.runs[(precision.name, seed)]
                     model.load_state_dict(final_weights(files.checkpoint))
                     target = files.saved_model
                     recipe.save_model(model, prepared, target)
-                    logger.info("saved the fine-tuned model of the finished %s run to %s (from its final checkpoint)",
-                                precision.name, target)
+                    logger.info(
+                        "saved the fine-tuned model of the finished %s run to %s (from its final checkpoint)",
+                        precision.name,
+                        target,
+                    )
                 results.append(kept)
                 continue
             # The header is printed once, when the first run's model and step count exist.
             announce = None if planned else functools.partial(_announce, observer, hardware, cfg, device, precisions)
-            result = _train_one(recipe, cfg, prepared, device, precision, seed, run_plan, observer,
-                                on_built=announce, predict_source=predict_source)
+            result = _train_one(
+                recipe,
+                cfg,
+                prepared,
+                device,
+                precision,
+                seed,
+                run_plan,
+                observer,
+                on_built=announce,
+                predict_source=predict_source,
+            )
             result.precision_requested, result.precision_reason = requested, choice.reason
             planned = True
             results.append(result)
@@ -269,16 +326,19 @@ def _train_all(recipe, cfg: RunConfig, prepared, device, runs: list[tuple[Precis
     if total > 1 and distributed.is_main_process():
         if add_agreement(results):  # every run of the compare is in: fp32's predictions too
             write_results(run_plan.results_path, results, hardware=hardware, preflight=preflight)
-        from mixft.report.plots import write_plots
         from mixft.report.markdown import write_report
+        from mixft.report.plots import write_plots
         from mixft.results import results_document
 
-        write_report(results_document(results, hardware=hardware, preflight=preflight), run_plan.out, charts=write_plots)
+        write_report(
+            results_document(results, hardware=hardware, preflight=preflight), run_plan.out, charts=write_plots
+        )
     return results
 
 
-def _announce(observer: RunObserver, hardware: dict, cfg: RunConfig, device, precisions: list[Precision], parts,
-              trainer) -> None:
+def _announce(
+    observer: RunObserver, hardware: dict, cfg: RunConfig, device, precisions: list[Precision], parts, trainer
+) -> None:
     """The run header (``observer.on_plan``), with this machine's cached probe."""
     info = {**parts.run_info, "train_rows": _train_rows(parts.train_loader)}
     observer.on_plan(cfg, device, precisions, info, trainer.total_steps, hardware)
@@ -292,8 +352,18 @@ def _train_rows(loader) -> int | None:
         return None
 
 
-def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, seed: int, run_plan: RunPlan,
-               observer: RunObserver, on_built=None, predict_source=None) -> RunResult:
+def _train_one(
+    recipe,
+    cfg: RunConfig,
+    prepared,
+    device,
+    precision: Precision,
+    seed: int,
+    run_plan: RunPlan,
+    observer: RunObserver,
+    on_built=None,
+    predict_source=None,
+) -> RunResult:
     """One (precision, seed) run: build its parts and trainer, train (or only evaluate), save what was asked.
 
     Training keeps the best evaluation (``mixft.runs.watch``: ``--load-best`` ends with its
@@ -305,8 +375,14 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
     parts = recipe.build(cfg, prepared, precision, device, seed)
     keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
     watch = None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed)
-    reliability = reliability_callbacks(cfg, seed, files.checkpoint, dict(files.meta),
-                                        states=watch.states() if watch else None, step_name=files.step_checkpoints)
+    reliability = reliability_callbacks(
+        cfg,
+        seed,
+        files.checkpoint,
+        dict(files.meta),
+        states=watch.states() if watch else None,
+        step_name=files.step_checkpoints,
+    )
     callbacks = [*observer.callbacks(cfg, precision, seed), *(watch.callbacks if watch else ()), *reliability]
     checkpointer = next((cb for cb in reliability if isinstance(cb, Checkpointer)), None)
     trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=seed, callbacks=callbacks)
@@ -335,8 +411,9 @@ def _train_one(recipe, cfg: RunConfig, prepared, device, precision: Precision, s
         model = _whole_model(recipe, cfg, prepared, precision, seed, trainer) if trainer.fsdp else trainer.module
         if distributed.is_main_process():
             recipe.save_model(model, prepared, target)
-            logger.info("saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target,
-                        target)
+            logger.info(
+                "saved the fine-tuned model to %s (evaluate it alone with --eval-only --model %s)", target, target
+            )
     if predict_source is not None and distributed.is_main_process() and finished:
         target = files.predictions
         result.predict = predict_and_write(trainer, predict_source, target, batch_size=cfg.batch_size * 2)
@@ -368,12 +445,17 @@ def _memory_errors_explained(cfg: RunConfig, device):
         yield
     except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
         text = str(e)
-        if not (isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "can't allocate memory" in text
-                or "out of memory" in text.lower()):
+        if not (
+            isinstance(e, getattr(torch, "OutOfMemoryError", ()))
+            or "can't allocate memory" in text
+            or "out of memory" in text.lower()
+        ):
             raise
-        raise UsageError(f"--batch-size {cfg.batch_size} does not fit in {device.type} memory at the first step "
-                         f"({text.splitlines()[0][:120]}); lower --batch-size and raise --grad-accum to keep the "
-                         "effective batch") from None
+        raise UsageError(
+            f"--batch-size {cfg.batch_size} does not fit in {device.type} memory at the first step "
+            f"({text.splitlines()[0][:120]}); lower --batch-size and raise --grad-accum to keep the "
+            "effective batch"
+        ) from None
 
 
 def _cached_probe(cfg: RunConfig, prepared, device, hardware: dict):
@@ -396,9 +478,9 @@ def run_probe(cfg: RunConfig):
 
     Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
     """
-    from mixft.runs.probe import probe
     from mixft.report.markdown import write_report
     from mixft.results import results_document
+    from mixft.runs.probe import probe
 
     recipe, cfg, device, precisions, _ = plan(cfg)
     asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP
@@ -421,14 +503,21 @@ def report_kept_run(result: RunResult, save_model: bool = False) -> None:
         return  # early stopping ended a finished model
     label = f"{result.precision} seed {result.seed}"
     logger.warning("training stopped early: %s", result.stopped_early)  # the line the run itself logged
-    logger.warning("--resume keeps the %s run as it ended (resuming it would stop the same way); rerun without "
-                   "--resume to train it again%s", label, " with the suggested fix" if "diagnosis" in result.stopped_early else "")
+    logger.warning(
+        "--resume keeps the %s run as it ended (resuming it would stop the same way); rerun without "
+        "--resume to train it again%s",
+        label,
+        " with the suggested fix" if "diagnosis" in result.stopped_early else "",
+    )
     if save_model:
-        logger.warning("not saving the model of the %s run: it stopped early, its weights are not a finished model", label)
+        logger.warning(
+            "not saving the model of the %s run: it stopped early, its weights are not a finished model", label
+        )
 
 
-def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dict, states=None,
-                          step_name: str = "checkpoint-step{step}.pt") -> list[Callback]:
+def reliability_callbacks(
+    cfg: RunConfig, seed: int, checkpoint: Path, meta: dict, states=None, step_name: str = "checkpoint-step{step}.pt"
+) -> list[Callback]:
     """Fault injection, collapse detection and checkpoints for one run (docs/reliability.md).
 
     The detector comes before the checkpointer: a collapsed state is never saved over
@@ -440,8 +529,15 @@ def reliability_callbacks(cfg: RunConfig, seed: int, checkpoint: Path, meta: dic
     if cfg.detect_collapse:
         callbacks.append(CollapseDetector(cfg.min_loss_scale, cfg.max_consecutive_skips))
     if distributed.is_main_process() and not cfg.fsdp:  # one writer per file; --fsdp: none (see _check_fsdp)
-        callbacks.append(Checkpointer(checkpoint, every=cfg.checkpoint_every, meta=meta, minutes=cfg.checkpoint_minutes,
-                                      keep=cfg.save_total_limit, step_name=step_name, states=states))
+        callbacks.append(
+            Checkpointer(
+                checkpoint,
+                every=cfg.checkpoint_every,
+                meta=meta,
+                minutes=cfg.checkpoint_minutes,
+                keep=cfg.save_total_limit,
+                step_name=step_name,
+                states=states,
+            )
+        )
     return callbacks
-
-

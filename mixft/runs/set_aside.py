@@ -21,7 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mixft.runs.outdir import CHECKPOINT_PATTERN, CONFIG_NAME, PREVIOUS_PREFIX, REPORT_NAME, RESULTS_NAME, SAVED_MODEL_NAME
+from mixft.runs.outdir import (
+    CHECKPOINT_PATTERN,
+    CONFIG_NAME,
+    PREVIOUS_PREFIX,
+    REPORT_NAME,
+    RESULTS_NAME,
+    SAVED_MODEL_NAME,
+)
 
 #: Files a run writes, by pattern (besides results.json, report.md and config.yaml).
 RUN_FILE_PATTERNS = ("*.png", "predictions*.csv", "predictions*.jsonl", CHECKPOINT_PATTERN)
@@ -76,8 +83,11 @@ def set_aside_earlier_run(out: Path, stamp: str, config_text: str | None = None)
     if not entries:
         return None
     earlier_config = out / CONFIG_NAME
-    identical = (config_text is not None and earlier_config.is_file()
-                 and _options_of(earlier_config.read_text(encoding="utf-8")) == _options_of(config_text))
+    identical = (
+        config_text is not None
+        and earlier_config.is_file()
+        and _options_of(earlier_config.read_text(encoding="utf-8")) == _options_of(config_text)
+    )
     target = out / f"{PREVIOUS_PREFIX}{stamp}"
     n = 1
     while target.exists():  # two runs within one second
@@ -88,8 +98,9 @@ def set_aside_earlier_run(out: Path, stamp: str, config_text: str | None = None)
     for path in entries:
         path.rename(target / path.name)
     same = "; the same options as this run: an identical re-run" if identical else ""
-    return SetAside(f"{out} held an earlier run ({said}): set it aside in {target}{same}", target,
-                    [p.name for p in entries])
+    return SetAside(
+        f"{out} held an earlier run ({said}): set it aside in {target}{same}", target, [p.name for p in entries]
+    )
 
 
 def _options_of(text: str) -> list[str]:

@@ -60,8 +60,11 @@ def run_shape(cfg: RunConfig, n_batches: int | None, has_eval: bool = True) -> R
         if cfg.warmup_steps is not None:
             warmup = cfg.warmup_steps
         else:
-            ratio = cfg.warmup_ratio if cfg.warmup_ratio is not None else (
-                0.0 if cfg.lr_scheduler == "constant" else DEFAULT_WARMUP_RATIO)
+            ratio = (
+                cfg.warmup_ratio
+                if cfg.warmup_ratio is not None
+                else (0.0 if cfg.lr_scheduler == "constant" else DEFAULT_WARMUP_RATIO)
+            )
             warmup = int(ratio * steps)  # as mixft.train.schedules.build_scheduler_factory rounds it
     return RunShape(steps, per_epoch, evaluations, warmup)
 
@@ -70,8 +73,13 @@ def shape_matters(cfg: RunConfig) -> bool:
     """Whether an option of ``cfg`` is one the run's shape can refuse (only then are its parts built early)."""
     if cfg.eval_only:
         return False
-    return bool(cfg.warmup_steps is not None or cfg.lr_scheduler == "polynomial" or cfg.early_stopping_patience
-                or cfg.load_best or cfg.metric_for_best)
+    return bool(
+        cfg.warmup_steps is not None
+        or cfg.lr_scheduler == "polynomial"
+        or cfg.early_stopping_patience
+        or cfg.load_best
+        or cfg.metric_for_best
+    )
 
 
 def check_shape(cfg: RunConfig, shape: RunShape) -> None:
@@ -81,28 +89,46 @@ def check_shape(cfg: RunConfig, shape: RunShape) -> None:
     """
     steps = shape.steps
     if steps is not None and cfg.warmup_steps is not None and cfg.warmup_steps > steps:
-        raise UsageError(f"--warmup-steps {cfg.warmup_steps} is longer than the run ({steps} optimizer steps): the "
-                         f"learning rate would never reach --lr {cfg.lr:g}; give a shorter warm-up (or "
-                         "--warmup-ratio F: a fraction of the run)")
-    if cfg.lr_scheduler == "polynomial" and steps is not None and shape.warmup_steps is not None \
-            and shape.warmup_steps >= steps:
-        given = (f"--warmup-steps {cfg.warmup_steps}" if cfg.warmup_steps is not None
-                 else f"--warmup-ratio {cfg.warmup_ratio:g}")
-        raise UsageError(f"--lr-scheduler polynomial needs at least one optimizer step after the warm-up: {given} "
-                         f"covers all {steps} steps")
+        raise UsageError(
+            f"--warmup-steps {cfg.warmup_steps} is longer than the run ({steps} optimizer steps): the "
+            f"learning rate would never reach --lr {cfg.lr:g}; give a shorter warm-up (or "
+            "--warmup-ratio F: a fraction of the run)"
+        )
+    if (
+        cfg.lr_scheduler == "polynomial"
+        and steps is not None
+        and shape.warmup_steps is not None
+        and shape.warmup_steps >= steps
+    ):
+        given = (
+            f"--warmup-steps {cfg.warmup_steps}"
+            if cfg.warmup_steps is not None
+            else f"--warmup-ratio {cfg.warmup_ratio:g}"
+        )
+        raise UsageError(
+            f"--lr-scheduler polynomial needs at least one optimizer step after the warm-up: {given} "
+            f"covers all {steps} steps"
+        )
     evaluations = shape.evaluations
     if evaluations is None:
         return
     patience = cfg.early_stopping_patience
     if patience and evaluations < patience + 1:
-        raise UsageError(f"--early-stopping-patience {patience} can never stop this run: it evaluates {evaluations} "
-                         f"time{'s' if evaluations != 1 else ''} (early stopping needs at least {patience + 1} "
-                         "evaluations; evaluate more often with --eval-steps N)")
+        raise UsageError(
+            f"--early-stopping-patience {patience} can never stop this run: it evaluates {evaluations} "
+            f"time{'s' if evaluations != 1 else ''} (early stopping needs at least {patience + 1} "
+            "evaluations; evaluate more often with --eval-steps N)"
+        )
     if cfg.load_best and evaluations <= 1:
-        raise UsageError("--load-best: this run evaluates "
-                         + ("once, so its best evaluation is its last" if evaluations == 1 else
-                            "never (no evaluation data), so it has no best evaluation")
-                         + "; evaluate more often with --eval-steps N, or drop --load-best")
+        raise UsageError(
+            "--load-best: this run evaluates "
+            + (
+                "once, so its best evaluation is its last"
+                if evaluations == 1
+                else "never (no evaluation data), so it has no best evaluation"
+            )
+            + "; evaluate more often with --eval-steps N, or drop --load-best"
+        )
 
 
 #: Metrics that need the labels to vary (a correlation of constant labels has no value).
@@ -125,10 +151,13 @@ def check_metric_defined(cfg: RunConfig, prepared) -> None:
     values = set(ds[column])
     if len(values) == 1:
         (value,) = values
-        raise UsageError(f"--metric-for-best {metric} is undefined on this data: the validation labels are constant "
-                         f"(all {value:g}); use --metric-for-best loss" if isinstance(value, (int, float)) else
-                         f"--metric-for-best {metric} is undefined on this data: the validation labels are constant "
-                         f"(all {value}); use --metric-for-best loss")
+        raise UsageError(
+            f"--metric-for-best {metric} is undefined on this data: the validation labels are constant "
+            f"(all {value:g}); use --metric-for-best loss"
+            if isinstance(value, (int, float))
+            else f"--metric-for-best {metric} is undefined on this data: the validation labels are constant "
+            f"(all {value}); use --metric-for-best loss"
+        )
 
 
 def check_run_shape(recipe, cfg: RunConfig, prepared, device, precisions) -> RunShape | None:

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mixft.callbacks.best import TIMINGS, BestModel, EarlyStopping, check_rankable
-from mixft.train.hooks import Callback
+from mixft.callbacks.tracker_names import check_trackers
+from mixft.callbacks.trackers import build_trackers, run_name
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.results import RunResult
-from mixft.callbacks.tracker_names import check_trackers
-from mixft.callbacks.trackers import build_trackers, run_name
+from mixft.train.hooks import Callback
 
 # Figures every evaluation has besides the task's metrics (the timings: mixft.best_model.TIMINGS).
 EVALUATION_FIGURES = ("loss", *TIMINGS)
@@ -74,8 +74,10 @@ def check_metric_for_best(metric: str, parts) -> None:
     rankable = rankable_metrics(parts.metric, parts.predict_fn)
     check_rankable(metric, rankable)
     if rankable is not None and metric not in rankable:
-        raise UsageError(f"--metric-for-best {metric}: the evaluation has no such metric (choose from: "
-                         f"{', '.join(sorted(rankable))})")
+        raise UsageError(
+            f"--metric-for-best {metric}: the evaluation has no such metric (choose from: "
+            f"{', '.join(sorted(rankable))})"
+        )
 
 
 def load_best_default(cfg: RunConfig) -> bool:
@@ -98,7 +100,7 @@ class RunWatch:
     trackers: list[Callback] = field(default_factory=list)
 
     @classmethod
-    def for_run(cfg_cls, cfg: RunConfig, parts, *, precision: str, seed: int) -> "RunWatch":
+    def for_run(cfg_cls, cfg: RunConfig, parts, *, precision: str, seed: int) -> RunWatch:
         """Checks ``--metric-for-best`` against the task's metrics (UsageError before training) and builds the callbacks."""
         metric = cfg.metric_for_best or main_metric(parts.metric, parts.predict_fn)
         check_metric_for_best(metric, parts)
@@ -129,14 +131,16 @@ class RunWatch:
         history = trainer.state.eval_history
         if history:
             entry = history[-1]
-            result.last = {"step": entry.get("step"), "epoch": entry.get("epoch"),
-                           "metrics": {k: v for k, v in entry.items() if k not in ("epoch", "step")}}
+            result.last = {
+                "step": entry.get("step"),
+                "epoch": entry.get("epoch"),
+                "metrics": {k: v for k, v in entry.items() if k not in ("epoch", "step")},
+            }
         summary = self.best.summary()
         if summary is None:
             return result
         loaded = self.load_best and self.best.restore(trainer)
-        result.best = {**summary, "loaded": bool(loaded), "evaluations": self.best.evaluations,
-                       "ties": self.best.ties}
+        result.best = {**summary, "loaded": bool(loaded), "evaluations": self.best.evaluations, "ties": self.best.ties}
         if loaded:
             result.eval = dict(self.best.metrics)
         return result

@@ -63,8 +63,12 @@ class CheckpointError(UsageError):
 
 
 # ---------------------------------------------------------------------- save / load
-def save_checkpoint(trainer: Trainer, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
-                    states: Mapping[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    trainer: Trainer,
+    path: str | os.PathLike,
+    meta: Mapping[str, Any] | None = None,
+    states: Mapping[str, Any] | None = None,
+) -> Path:
     """Atomically write ``trainer``'s full state (plus ``meta``) to ``path``.
 
     ``states``: other objects the rest of the run depends on (``{name: obj}`` with
@@ -136,7 +140,9 @@ def load_checkpoint(path: str | os.PathLike, *, verify: bool = True, mmap: bool 
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # unpickling errors come in many types; all mean "unusable"
         reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise CheckpointError(f"--resume: checkpoint {path} cannot be loaded ({reason}); delete it to start over") from None
+        raise CheckpointError(
+            f"--resume: checkpoint {path} cannot be loaded ({reason}); delete it to start over"
+        ) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"--resume: {path} is not a mixft checkpoint; delete it to start over")
     if ckpt.get("version") != VERSION:
@@ -146,8 +152,9 @@ def load_checkpoint(path: str | os.PathLike, *, verify: bool = True, mmap: bool 
     return ckpt
 
 
-def resume(trainer: Trainer, path: str | os.PathLike, *, verify: bool = True,
-           states: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def resume(
+    trainer: Trainer, path: str | os.PathLike, *, verify: bool = True, states: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``trainer``; its next ``fit()`` continues the run.
 
     Refuses a damaged file and one written at another precision. ``verify=False``: the

@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from mixft import distributed
-from mixft.batch import batch_size, forward, split_batch
-from mixft.train.measure import Stopwatch
-from mixft.metrics.task import UNDEFINED_KEY, undefined_reasons
-from mixft.train.meter import TrainMeter
 from mixft.amp.precision import configure_matmul
+from mixft.batch import batch_size, forward, split_batch
+from mixft.metrics.task import UNDEFINED_KEY, undefined_reasons
 from mixft.results import RunResult
+from mixft.train.measure import Stopwatch
+from mixft.train.meter import TrainMeter
 from mixft.train.state import plain
 
 

@@ -42,8 +42,16 @@ from torch import nn
 from mixft.errors import UsageError
 from mixft.log import logger
 
-__all__ = ["FAST_SDPA", "FastDropout", "FastDropoutHandle", "drop_probability", "fast_dropout", "keep_mask",
-           "register_fast_sdpa", "use_fast_dropout"]
+__all__ = [
+    "FAST_SDPA",
+    "FastDropout",
+    "FastDropoutHandle",
+    "drop_probability",
+    "fast_dropout",
+    "keep_mask",
+    "register_fast_sdpa",
+    "use_fast_dropout",
+]
 
 
 # ==========================================================================================
@@ -228,8 +236,9 @@ FAST_SDPA = "mixft_fast_dropout_sdpa"
 _DELEGATED = ("position_bias", "cache", "softcap")
 
 
-def attention_math(query, key, value, attention_mask, dropout: float, scaling: float | None, is_causal: bool,
-                   training: bool = True) -> torch.Tensor:
+def attention_math(
+    query, key, value, attention_mask, dropout: float, scaling: float | None, is_causal: bool, training: bool = True
+) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) -> fast_dropout -> @ v, in (batch, heads, q_len, head_dim).
 
     Computed as torch's CPU math kernel (``aten::_scaled_dot_product_attention_math``)
@@ -267,31 +276,44 @@ def attention_math(query, key, value, attention_mask, dropout: float, scaling: f
             attention_mask = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
         if attention_mask is not None:
             if attention_mask.dtype == torch.bool:  # sdpa's conversion: 0 where attended, -inf elsewhere
-                attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype,
-                                             device=query.device).masked_fill_(~attention_mask, float("-inf"))
+                attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device).masked_fill_(
+                    ~attention_mask, float("-inf")
+                )
             scores = scores + attention_mask
         probs = torch._safe_softmax(scores, -1)  # what sdpa's math kernel uses: all-masked rows -> 0
         probs = fast_dropout(probs, dropout, training)
         return torch.matmul(probs, value).to(origin)
 
 
-def fast_sdpa_attention_forward(module: torch.nn.Module, query, key, value, attention_mask,
-                                dropout: float = 0.0, scaling: float | None = None,
-                                is_causal: bool | None = None, **kwargs):
+def fast_sdpa_attention_forward(
+    module: torch.nn.Module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+):
     """A drop-in for transformers' ``sdpa_attention_forward`` (same arguments, same return)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    plain = (dropout > 0.0 and query.device.type == "cpu"
-             and getattr(module, "num_key_value_groups", 1) == 1
-             and all(kwargs.get(name) is None for name in _DELEGATED)
-             and not kwargs.get("output_attentions", False))
+    plain = (
+        dropout > 0.0
+        and query.device.type == "cpu"
+        and getattr(module, "num_key_value_groups", 1) == 1
+        and all(kwargs.get(name) is None for name in _DELEGATED)
+        and not kwargs.get("output_attentions", False)
+    )
     q_len = query.shape[2]
     # sdpa_attention_forward's rule: causal only without a mask, and never for one query.
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(q_len > 1 and attention_mask is None and causal)
     if not plain or (causal and key.shape[2] != q_len):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     out = attention_math(query, key, value, attention_mask, dropout, scaling, causal, training=True)
     return out.transpose(1, 2).contiguous(), None
 
@@ -340,6 +362,7 @@ def register_fast_sdpa() -> str:
 #         loss.backward()
 # ==========================================================================================
 
+
 class FastDropout(nn.Dropout):
     """``nn.Dropout`` with :func:`fast_dropout`'s masks (CPU training; torch's dropout elsewhere).
 
@@ -382,7 +405,7 @@ class FastDropoutHandle:
                 config._attn_implementation_internal = original
         self.modules, self.attention_configs, self._original_attention = [], [], []
 
-    def __enter__(self) -> "FastDropoutHandle":
+    def __enter__(self) -> FastDropoutHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -445,7 +468,11 @@ def use_fast_dropout(model: nn.Module, attention: bool = True) -> FastDropoutHan
     except BaseException:
         handle.remove()
         raise
-    logger.debug("fast dropout: %d dropout modules and %d sdpa attention configs swapped; %d configs with other "
-                 "attention (eager, flash) keep torch's attention dropout", len(handle.modules),
-                 len(handle.attention_configs), kept_eager)
+    logger.debug(
+        "fast dropout: %d dropout modules and %d sdpa attention configs swapped; %d configs with other "
+        "attention (eager, flash) keep torch's attention dropout",
+        len(handle.modules),
+        len(handle.attention_configs),
+        kept_eager,
+    )
     return handle

@@ -29,15 +29,26 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..amp.precision import Precision, fsdp_policies
 from ..errors import UsageError
 from ..models.classifiers import transformers_model
-from ..amp.precision import Precision, fsdp_policies
 
-__all__ = ["check_launch", "fp32_units", "full_state_dict", "is_sharded", "local", "lockstep_batches", "shard_model",
-           "transformer_blocks", "whole"]
+__all__ = [
+    "check_launch",
+    "fp32_units",
+    "full_state_dict",
+    "is_sharded",
+    "local",
+    "lockstep_batches",
+    "shard_model",
+    "transformer_blocks",
+    "whole",
+]
 
-NO_LAUNCHER = ("--fsdp shards the model across processes: launch it with torchrun --nproc-per-node N (N >= 2) "
-               "scripts/finetune.py ... --fsdp")
+NO_LAUNCHER = (
+    "--fsdp shards the model across processes: launch it with torchrun --nproc-per-node N (N >= 2) "
+    "scripts/finetune.py ... --fsdp"
+)
 
 
 def check_launch() -> int:
@@ -50,8 +61,10 @@ def check_launch() -> int:
     if world is None:
         raise UsageError(NO_LAUNCHER)
     if int(world) < 2:
-        raise UsageError(f"--fsdp with {world} process shards nothing: use torchrun --nproc-per-node N with N >= 2, "
-                         "or run without --fsdp")
+        raise UsageError(
+            f"--fsdp with {world} process shards nothing: use torchrun --nproc-per-node N with N >= 2, "
+            "or run without --fsdp"
+        )
     return int(world)
 
 
@@ -106,8 +119,10 @@ def check_shardable(model: nn.Module) -> None:
     Usage: ``check_shardable(recipe.build(cfg, prepared, precision, device, seed).model)``
     """
     if not transformer_blocks(model):
-        raise UsageError(f"--fsdp found no transformer blocks to shard in {type(model).__name__} (a ModuleList of "
-                         "num_hidden_layers blocks of one class); run it without --fsdp")
+        raise UsageError(
+            f"--fsdp found no transformer blocks to shard in {type(model).__name__} (a ModuleList of "
+            "num_hidden_layers blocks of one class); run it without --fsdp"
+        )
 
 
 def shard_model(model: nn.Module, precision: Precision, device: torch.device) -> nn.Module:

@@ -64,7 +64,7 @@ class PeakMemory:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self.start()
         return self
 
@@ -112,7 +112,7 @@ class Stopwatch:
         self.elapsed_s = 0.0
         self._t0: float | None = None
 
-    def __enter__(self) -> "Stopwatch":
+    def __enter__(self) -> Stopwatch:
         synchronize(self.device)
         self._t0 = time.perf_counter()
         return self

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from mixft import distributed
+from mixft.results import RunResult
 from mixft.train.measure import PeakMemory, Stopwatch, device_name
 from mixft.train.pure_bf16 import optimizer_name
-from mixft.results import RunResult
 from mixft.train.state import TrainState, floats
 
 
@@ -125,7 +125,6 @@ class TrainMeter:
             task=info.get("labels"),
             stopped_early=None if stop is None else (str(stop) or "stopped by a callback"),
             stop_kind=None if stop is None else stop.kind,
-            param_dtype=(None if precision.param_dtype is None
-                         else str(precision.param_dtype).removeprefix("torch.")),
+            param_dtype=(None if precision.param_dtype is None else str(precision.param_dtype).removeprefix("torch.")),
             optimizer=optimizer_name(trainer.optimizers[0]) if trainer.optimizers else None,
         )

@@ -74,6 +74,7 @@ def adamw_factory(lr: float, device: torch.device, weight_decay: float = 0.01, p
 
     Usage: ``Trainer(model, adamw_factory(2e-5, device, precision=PRECISIONS["bf16-pure"]), loss_fn, loader)``
     """
+
     def build(params):
         params = [p for p in params if p.requires_grad]
         groups = [

@@ -28,16 +28,25 @@ import torch
 from mixft.errors import UsageError
 from mixft.log import logger
 
-__all__ = ["BF16_TRUE_NOTICE", "check_optimizers", "check_run_options", "compensated_adamw", "compensated_sgd", "is_compensated",
-           "optimizer_name"]
+__all__ = [
+    "BF16_TRUE_NOTICE",
+    "check_optimizers",
+    "check_run_options",
+    "compensated_adamw",
+    "compensated_sgd",
+    "is_compensated",
+    "optimizer_name",
+]
 
 # torch.optim.AdamW's defaults, what AMP and fp32 runs use (optimi's own are 0.99 / 1e-6):
 # the only difference from AMP's optimizer is then where the bits live.
 TORCH_BETAS, TORCH_EPS = (0.9, 0.999), 1e-8
 
-BF16_TRUE_NOTICE = ("notice: bf16-true keeps weights and optimizer state in bf16 without compensation: updates "
-                    "smaller than half a bf16 step of a weight are lost (a weight of 1.0 ignores steps below 0.002); "
-                    "bf16-pure compensates")
+BF16_TRUE_NOTICE = (
+    "notice: bf16-true keeps weights and optimizer state in bf16 without compensation: updates "
+    "smaller than half a bf16 step of a weight are lost (a weight of 1.0 ignores steps below 0.002); "
+    "bf16-pure compensates"
+)
 
 _warned: set[str] = set()
 
@@ -57,8 +66,9 @@ def _optimi():
     return optimi
 
 
-def compensated_adamw(params: Iterable[Any], lr: float, *, compensated: bool, weight_decay: float = 0.0,
-                      foreach: bool | None = True) -> torch.optim.Optimizer:
+def compensated_adamw(
+    params: Iterable[Any], lr: float, *, compensated: bool, weight_decay: float = 0.0, foreach: bool | None = True
+) -> torch.optim.Optimizer:
     """torch-optimi's AdamW for bf16 parameters: Kahan-compensated when ``compensated``, with torch's betas/eps.
 
     ``weight_decay`` is decoupled and multiplied by the learning rate, as in ``torch.optim.AdamW``.
@@ -70,8 +80,16 @@ def compensated_adamw(params: Iterable[Any], lr: float, *, compensated: bool, we
     # optimi's foreach path fails on an empty group (torch's tolerates it): a model without
     # biases, or a LoRA model whose trainable weights are all 2-d, has one.
     params = [g for g in params if not (isinstance(g, dict) and not list(g["params"]))]
-    return _optimi().AdamW(params, lr=lr, betas=TORCH_BETAS, eps=TORCH_EPS, weight_decay=weight_decay,
-                           kahan_sum=compensated, foreach=foreach, triton=False)
+    return _optimi().AdamW(
+        params,
+        lr=lr,
+        betas=TORCH_BETAS,
+        eps=TORCH_EPS,
+        weight_decay=weight_decay,
+        kahan_sum=compensated,
+        foreach=foreach,
+        triton=False,
+    )
 
 
 def compensated_sgd(params: Iterable[Any], lr: float, *, compensated: bool) -> torch.optim.Optimizer:
@@ -135,11 +153,13 @@ def check_optimizers(precision, optimizers: Sequence[torch.optim.Optimizer]) -> 
             raise UsageError(
                 f"precision {precision.name} needs a compensated optimizer (mixft.optim.adamw_factory builds "
                 f"torch-optimi's Kahan AdamW); {optimizer_name(opt)} would lose bf16 updates; use bf16-true to "
-                "train without compensation knowingly")
+                "train without compensation knowingly"
+            )
 
 
-def check_run_options(precisions: Sequence[Any], *, fp32_modules: Sequence[str] | None = None,
-                      init_loss_scale: float | None = None) -> None:
+def check_run_options(
+    precisions: Sequence[Any], *, fp32_modules: Sequence[str] | None = None, init_loss_scale: float | None = None
+) -> None:
     """A run's options that cannot work with a pure-bf16 precision: UsageError (one line) before any work.
 
     ``--fp32-modules`` runs modules in fp32 on fp32 master weights, which pure bf16 does not
@@ -152,8 +172,11 @@ def check_run_options(precisions: Sequence[Any], *, fp32_modules: Sequence[str] 
     if not pure:
         return
     if fp32_modules:
-        raise UsageError(f"--fp32-modules keeps modules in fp32 on fp32 master weights; {pure[0]} holds the weights "
-                         f"in bf16: drop --fp32-modules or train {pure[0]} in a command of its own")
+        raise UsageError(
+            f"--fp32-modules keeps modules in fp32 on fp32 master weights; {pure[0]} holds the weights "
+            f"in bf16: drop --fp32-modules or train {pure[0]} in a command of its own"
+        )
     if init_loss_scale is not None and not any(p.grad_scaler for p in precisions):
-        raise UsageError(f"--init-loss-scale: only fp16 uses a loss scale; {pure[0]} has no GradScaler "
-                         "(bf16 needs no loss scaling)")
+        raise UsageError(
+            f"--init-loss-scale: only fp16 uses a loss scale; {pure[0]} has no GradScaler (bf16 needs no loss scaling)"
+        )

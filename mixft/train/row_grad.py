@@ -155,7 +155,7 @@ class RowGradHandle:
             kept.remove()
         self.modules, self._kept = [], []
 
-    def __enter__(self) -> "RowGradHandle":
+    def __enter__(self) -> RowGradHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -179,9 +179,16 @@ def use_row_embedding_grad(model: nn.Module) -> RowGradHandle:
     shared = _shared_weights(model)
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        if (type(module) is nn.Embedding and weight is not None and weight.requires_grad
-                and weight.device.type == "cpu" and id(weight) not in shared and module.max_norm is None
-                and not module.scale_grad_by_freq and not module.sparse):
+        if (
+            type(module) is nn.Embedding
+            and weight is not None
+            and weight.requires_grad
+            and weight.device.type == "cpu"
+            and id(weight) not in shared
+            and module.max_norm is None
+            and not module.scale_grad_by_freq
+            and not module.sparse
+        ):
             module.__class__ = RowGradEmbedding
             handle.modules.append(module)
             handle._kept.append(_KeptGradient(weight))

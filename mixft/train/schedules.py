@@ -43,7 +43,9 @@ def check_schedule(name: str, warmup_ratio: float | None = None, warmup_steps: i
     if warmup_steps is not None:
         NON_NEGATIVE_INT.validate("--warmup-steps", warmup_steps)
     if name == "constant" and (warmup_ratio or warmup_steps):
-        raise UsageError("--lr-scheduler constant has no warm-up: use constant_with_warmup with --warmup-ratio/--warmup-steps")
+        raise UsageError(
+            "--lr-scheduler constant has no warm-up: use constant_with_warmup with --warmup-ratio/--warmup-steps"
+        )
 
 
 def build_scheduler_factory(name: str = "linear", warmup_ratio: float | None = None, warmup_steps: int | None = None):
@@ -65,8 +67,10 @@ def build_scheduler_factory(name: str = "linear", warmup_ratio: float | None = N
         warmup = warmup_steps if warmup_steps is not None else int(warmup_ratio * total_steps)
         if name == "polynomial" and warmup >= total_steps:
             # transformers divides by (total - warm-up) after the warm-up: a ZeroDivisionError at the last step.
-            raise UsageError(f"--lr-scheduler polynomial needs at least one optimizer step after the warm-up: a "
-                             f"warm-up of {warmup} covers all {total_steps} steps")
+            raise UsageError(
+                f"--lr-scheduler polynomial needs at least one optimizer step after the warm-up: a "
+                f"warm-up of {warmup} covers all {total_steps} steps"
+            )
         return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
 
     return build
@@ -91,8 +95,10 @@ def class_weights_balanced(label_ids: Sequence[int] | torch.Tensor, num_classes:
     if labels.numel() == 0:
         raise UsageError("--class-weights balanced: the training data has no labels")
     if int(labels.min()) < 0 or int(labels.max()) >= num_classes:
-        raise UsageError(f"--class-weights balanced: labels must be 0..{num_classes - 1}, got "
-                         f"{int(labels.min())}..{int(labels.max())}")
+        raise UsageError(
+            f"--class-weights balanced: labels must be 0..{num_classes - 1}, got "
+            f"{int(labels.min())}..{int(labels.max())}"
+        )
     counts = torch.bincount(labels, minlength=num_classes)
     missing = [str(c) for c in range(num_classes) if counts[c] == 0]
     if missing:

@@ -68,8 +68,9 @@ def _state(trainer: Trainer, rest: bytes) -> dict[str, Any]:
     return {"model": model, "optimizers": optimizers, _rest_key(dist.get_rank()): rest}
 
 
-def save_sharded_checkpoint(trainer: Trainer, directory: str | os.PathLike,
-                            meta: Mapping[str, Any] | None = None) -> Path:
+def save_sharded_checkpoint(
+    trainer: Trainer, directory: str | os.PathLike, meta: Mapping[str, Any] | None = None
+) -> Path:
     """Write ``trainer``'s sharded state into ``directory`` (every process its shards), atomically.
 
     Call on every process, between optimizer steps (``on_step_end``, ``on_epoch_end``).
@@ -90,10 +91,16 @@ def save_sharded_checkpoint(trainer: Trainer, directory: str | os.PathLike,
     if rank == 0:
         files = sorted(p for p in tmp.iterdir() if p.is_file())
         manifest = {
-            "format": FORMAT, "version": VERSION, "world_size": world,
-            "meta": {**dict(meta or {}), "precision": trainer.precision.name, "step": trainer.state.step,
-                     "epoch": trainer.state.epoch,
-                     "saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")},
+            "format": FORMAT,
+            "version": VERSION,
+            "world_size": world,
+            "meta": {
+                **dict(meta or {}),
+                "precision": trainer.precision.name,
+                "step": trainer.state.step,
+                "epoch": trainer.state.epoch,
+                "saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            },
             "files": {p.name: {"bytes": p.stat().st_size, "crc32": _crc32(p)} for p in files},
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -117,19 +124,24 @@ def verify_sharded_checkpoint(directory: str | os.PathLike, world_size: int | No
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
-        raise CheckpointError(f"no complete sharded checkpoint at {directory} (its {MANIFEST} is missing or "
-                              "unreadable)") from None
+        raise CheckpointError(
+            f"no complete sharded checkpoint at {directory} (its {MANIFEST} is missing or unreadable)"
+        ) from None
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise CheckpointError(f"{directory} is not a mixft sharded checkpoint of version {VERSION}")
     for name, expected in manifest["files"].items():
         path = directory / name
         if not path.is_file() or path.stat().st_size != expected["bytes"] or _crc32(path) != expected["crc32"]:
-            raise CheckpointError(f"sharded checkpoint {directory} is damaged ({name} is missing or fails its "
-                                  "CRC check); delete it to start over")
+            raise CheckpointError(
+                f"sharded checkpoint {directory} is damaged ({name} is missing or fails its "
+                "CRC check); delete it to start over"
+            )
     if world_size is not None and manifest["world_size"] != world_size:
-        raise CheckpointError(f"sharded checkpoint {directory} was written by {manifest['world_size']} processes, "
-                              f"this run has {world_size}: resume it with torchrun --nproc-per-node "
-                              f"{manifest['world_size']}")
+        raise CheckpointError(
+            f"sharded checkpoint {directory} was written by {manifest['world_size']} processes, "
+            f"this run has {world_size}: resume it with torchrun --nproc-per-node "
+            f"{manifest['world_size']}"
+        )
     return manifest
 
 
@@ -144,16 +156,22 @@ def load_sharded_checkpoint(trainer: Trainer, directory: str | os.PathLike, *, v
 
     directory = Path(directory)
     rank = dist.get_rank()
-    manifest = verify_sharded_checkpoint(directory, world_size=dist.get_world_size()) if verify else \
-        json.loads((directory / MANIFEST).read_text())
+    manifest = (
+        verify_sharded_checkpoint(directory, world_size=dist.get_world_size())
+        if verify
+        else json.loads((directory / MANIFEST).read_text())
+    )
     meta = manifest["meta"]
     if meta.get("precision") != trainer.precision.name:
-        raise CheckpointError(f"sharded checkpoint {directory} was written at {meta.get('precision')}, this run "
-                              f"trains {trainer.precision.name}")
+        raise CheckpointError(
+            f"sharded checkpoint {directory} was written at {meta.get('precision')}, this run "
+            f"trains {trainer.precision.name}"
+        )
     state = _state(trainer, b"")
     dcp.load(state, checkpoint_id=str(directory))
-    set_state_dict(trainer.module, trainer.optimizers, model_state_dict=state["model"],
-                   optim_state_dict=state["optimizers"])
+    set_state_dict(
+        trainer.module, trainer.optimizers, model_state_dict=state["model"], optim_state_dict=state["optimizers"]
+    )
     rest = state[_rest_key(rank)]
     trainer.load_loop_state_dict(torch.load(io.BytesIO(rest), weights_only=True))
     return meta

@@ -59,18 +59,18 @@ import torch
 from torch import nn
 
 from mixft import distributed
-from mixft.train import evaluation
+from mixft.amp.precision import Precision, configure_matmul, resolve_device, resolve_precision
 from mixft.batch import batch_size, forward, split_batch
-from mixft.train.hooks import Callback, StepInfo, StopTraining
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.train.meter import TrainMeter
-from mixft.train.optim import build_schedulers, planned_steps
 from mixft.options import NON_NEGATIVE_INT, POSITIVE_INT
-from mixft.amp.precision import Precision, configure_matmul, resolve_device, resolve_precision
-from mixft.train.pure_bf16 import check_optimizers
 from mixft.results import RunResult
 from mixft.rng import ResumeRng
+from mixft.train import evaluation
+from mixft.train.hooks import Callback, StepInfo, StopTraining
+from mixft.train.meter import TrainMeter
+from mixft.train.optim import build_schedulers, planned_steps
+from mixft.train.pure_bf16 import check_optimizers
 from mixft.train.state import TrainState
 
 OptimizerLike = torch.optim.Optimizer | Callable[..., torch.optim.Optimizer]
@@ -123,7 +123,6 @@ class Trainer:
             DTensors and each optimizer's norm is made whole (the same on every process).
     """
 
-
     def __init__(
         self,
         model: nn.Module,
@@ -146,7 +145,7 @@ class Trainer:
         skip_nonfinite_steps: bool = True,
         scaler_kwargs: dict[str, Any] | None = None,
         callbacks: Sequence[Callback] = (),
-        loss_hook: Callable[["Trainer", torch.Tensor, Any, Any], torch.Tensor] | None = None,
+        loss_hook: Callable[[Trainer, torch.Tensor, Any, Any], torch.Tensor] | None = None,
         run_info: dict[str, Any] | None = None,
         fsdp: bool = False,
     ):
@@ -161,13 +160,17 @@ class Trainer:
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         if self.precision.param_dtype is not None and scaler_kwargs:
-            raise UsageError(f"precision {self.precision.name} has no GradScaler: scaler_kwargs {scaler_kwargs} "
-                             "would be ignored (loss scaling is fp16's)")
+            raise UsageError(
+                f"precision {self.precision.name} has no GradScaler: scaler_kwargs {scaler_kwargs} "
+                "would be ignored (loss scaling is fp16's)"
+            )
         self.fsdp = fsdp
         if fsdp:
             if self.precision.param_dtype is not None:
-                raise UsageError(f"precision {self.precision.name} with fsdp: FSDP2 keeps fp32 shards and gathers "
-                                 "them in bf16 (its mixed-precision policy); use bf16 or fp32 with --fsdp")
+                raise UsageError(
+                    f"precision {self.precision.name} with fsdp: FSDP2 keeps fp32 shards and gathers "
+                    "them in bf16 (its mixed-precision policy); use bf16 or fp32 with --fsdp"
+                )
             # Sharded on the CPU, before any move: fully_shard moves only this process's shards
             # to the device (a model larger than one GPU must never be moved whole).
             self.model = _sharded(model, self.precision, self.device)
@@ -205,7 +208,9 @@ class Trainer:
         check_optimizers(self.precision, self.optimizers)  # bf16-pure: a compensated optimizer, or UsageError
 
         # enabled=False makes the scaler a no-op: scale() returns the loss, step() just steps.
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.grad_scaler, **(scaler_kwargs or {}))
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=self.precision.grad_scaler, **(scaler_kwargs or {})
+        )
         self.total_steps = planned_steps(_len_or_none(train_loader), grad_accum, epochs, max_steps)
         self.lr_schedulers = build_schedulers(lr_scheduler, self.optimizers, self.total_steps)
         self.state = TrainState()
@@ -498,8 +503,9 @@ class Trainer:
     def load_loop_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Put back what ``loop_state_dict()`` holds (after the model and optimizers)."""
         if len(sd["lr_schedulers"]) != len(self.lr_schedulers):
-            raise ValueError(f"the state has {len(sd['lr_schedulers'])} scheduler(s), this trainer "
-                             f"{len(self.lr_schedulers)}")
+            raise ValueError(
+                f"the state has {len(sd['lr_schedulers'])} scheduler(s), this trainer {len(self.lr_schedulers)}"
+            )
         if bool(sd["scaler"]) != self.scaler.is_enabled():
             raise ValueError("the state's GradScaler does not match this trainer's precision")
         for sched, sched_state in zip(self.lr_schedulers, sd["lr_schedulers"]):
@@ -523,7 +529,6 @@ class Trainer:
         return self.max_steps is not None and self.state.step >= self.max_steps
 
 
-
 def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device) -> list[torch.Tensor]:
     """Each optimizer's gradient 2-norm (0 when it has none yet), on the device, in fp32.
 
@@ -533,13 +538,14 @@ def grad_norms(optimizers: Sequence[torch.optim.Optimizer], device: torch.device
 
     Usage: ``grad_norms(trainer.optimizers, trainer.device)`` after ``scaler.unscale_``
     """
-    grads = [[p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
-             for opt in optimizers]
+    grads = [
+        [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None] for opt in optimizers
+    ]
     every = [g for opt_grads in grads for g in opt_grads]
     per_param = torch._foreach_norm(every, 2.0, dtype=torch.float32) if every else []
     norms, start = [], 0
     for opt_grads in grads:
-        own = per_param[start:start + len(opt_grads)]
+        own = per_param[start : start + len(opt_grads)]
         start += len(opt_grads)
         norm = torch.linalg.vector_norm(torch.stack(own)) if own else torch.zeros((), device=device)
         # FSDP's sharded gradients: stacking their partial norms all-reduces once (a replicated

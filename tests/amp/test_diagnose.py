@@ -29,9 +29,15 @@ def overflowing_model(gain: float = 1e4) -> nn.Module:
 
 
 def make_trainer(model, precision, callbacks=()):
-    return Trainer(model, lambda p: torch.optim.SGD(p, lr=1e-6), nn.MSELoss(),
-                   DataLoader(TensorDataset(X, Y), batch_size=4), precision=precision,
-                   max_grad_norm=None, callbacks=list(callbacks))
+    return Trainer(
+        model,
+        lambda p: torch.optim.SGD(p, lr=1e-6),
+        nn.MSELoss(),
+        DataLoader(TensorDataset(X, Y), batch_size=4),
+        precision=precision,
+        max_grad_norm=None,
+        callbacks=list(callbacks),
+    )
 
 
 def test_fp16_overflow_names_the_first_module_in_execution_order():

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.errors import UsageError
 from mixft.amp.fp32 import keep_in_fp32, parse_module_names
+from mixft.errors import UsageError
 
 
 class KwargBlock(nn.Module):
@@ -79,8 +79,16 @@ def test_an_instance_forward_is_put_back():
 def test_unknown_name_is_one_line_with_close_matches_and_changes_nothing():
     from transformers import BertConfig, BertModel
 
-    bert = BertModel(BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                intermediate_size=8, max_position_embeddings=16))
+    bert = BertModel(
+        BertConfig(
+            vocab_size=30,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=8,
+            max_position_embeddings=16,
+        )
+    )
     with pytest.raises(UsageError) as error:
         keep_in_fp32(bert, ["encoder.layer.0.output", "encoder.layer.0.outptu.dense"])
     message = str(error.value)

@@ -8,7 +8,6 @@ import platform
 import pytest
 import torch
 
-from mixft.errors import UsageError
 from mixft.amp.hardware import (
     CPU_FLAGS,
     describe_cpu,
@@ -21,6 +20,7 @@ from mixft.amp.hardware import (
     native_precisions,
     parse_cpuinfo,
 )
+from mixft.errors import UsageError
 
 XEON_AVX512_BF16 = """\
 processor\t: 0
@@ -128,19 +128,32 @@ def test_native_precisions_is_the_one_place_describe_hardware_asks(monkeypatch):
     assert describe_hardware("cpu")["native"] == fake
 
 
-@pytest.mark.parametrize("native,line", [
-    ({"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512"},
-     "bf16: yes (oneDNN; CPU capability AVX512), fp16: yes"),
-    ({"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2"},
-     "bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), fp16: no (emulated)"),
-    ({"bf16": None, "fp16": None, "via": None, "cpu_capability": "AVX2"},
-     "bf16: unknown (this torch build cannot tell), fp16: unknown (this torch build cannot tell)"),
-    ({"bf16": True, "fp16": True, "via": "CUDA", "compute_capability": "8.0"},
-     "bf16: yes (compute capability 8.0), fp16: yes"),
-    ({"bf16": False, "fp16": True, "via": "CUDA", "compute_capability": "7.5"},
-     "bf16: no (compute capability 7.5), fp16: yes"),
-    (None, "bf16: unknown, fp16: unknown"),  # results.json written before the facts were recorded
-])
+@pytest.mark.parametrize(
+    "native,line",
+    [
+        (
+            {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512"},
+            "bf16: yes (oneDNN; CPU capability AVX512), fp16: yes",
+        ),
+        (
+            {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2"},
+            "bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), fp16: no (emulated)",
+        ),
+        (
+            {"bf16": None, "fp16": None, "via": None, "cpu_capability": "AVX2"},
+            "bf16: unknown (this torch build cannot tell), fp16: unknown (this torch build cannot tell)",
+        ),
+        (
+            {"bf16": True, "fp16": True, "via": "CUDA", "compute_capability": "8.0"},
+            "bf16: yes (compute capability 8.0), fp16: yes",
+        ),
+        (
+            {"bf16": False, "fp16": True, "via": "CUDA", "compute_capability": "7.5"},
+            "bf16: no (compute capability 7.5), fp16: yes",
+        ),
+        (None, "bf16: unknown, fp16: unknown"),  # results.json written before the facts were recorded
+    ],
+)
 def test_native_line(native, line):
     assert native_line(native) == line
 
@@ -164,14 +177,27 @@ def test_describe_hardware_gpu():
     assert hw["native"]["compute_capability"] == f"{major}.{minor}"
 
 
-def _hw(flags: dict, model: str = "Intel(R) Xeon(R) Processor @ 2.50GHz", cores: int = 2, gpu=None, torch_version="2.13.0+cpu"):
-    return {"device": "cuda:0" if gpu else "cpu", "cpu": {"model": model, "cores": cores, "flags": flags, "source": "x"},
-            "gpu": gpu, "torch": torch_version}
+def _hw(
+    flags: dict,
+    model: str = "Intel(R) Xeon(R) Processor @ 2.50GHz",
+    cores: int = 2,
+    gpu=None,
+    torch_version="2.13.0+cpu",
+):
+    return {
+        "device": "cuda:0" if gpu else "cpu",
+        "cpu": {"model": model, "cores": cores, "flags": flags, "source": "x"},
+        "gpu": gpu,
+        "torch": torch_version,
+    }
 
 
 def test_hardware_line_matches_the_documented_form():
     hw = _hw({"amx_bf16": False, "avx512_bf16": True, "avx512_fp16": False})
-    assert hardware_line(hw) == "Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores, flags: avx512_bf16 (no amx_bf16, no avx512_fp16)"
+    assert (
+        hardware_line(hw)
+        == "Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores, flags: avx512_bf16 (no amx_bf16, no avx512_fp16)"
+    )
 
 
 def test_flags_text_all_none_and_unknown():
@@ -188,7 +214,9 @@ def test_hardware_line_gpu_names_capability_and_host():
         "Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores, flags: none of amx_bf16, avx512_bf16, avx512_fp16"
     )
     old = {**gpu, "name": "Tesla T4", "compute_capability": "7.5", "tf32": False, "bf16": False}
-    assert hardware_line(_hw(dict.fromkeys(CPU_FLAGS, False), gpu=old)).startswith("Tesla T4 (compute capability 7.5); host:")
+    assert hardware_line(_hw(dict.fromkeys(CPU_FLAGS, False), gpu=old)).startswith(
+        "Tesla T4 (compute capability 7.5); host:"
+    )
 
 
 def test_device_note():

@@ -25,15 +25,24 @@ def _tiny_bert():
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=48, max_position_embeddings=32, num_labels=2)
+    cfg = BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=32,
+        num_labels=2,
+    )
     return BertForSequenceClassification(cfg)
 
 
 def _batch():
     g = torch.Generator().manual_seed(1)
-    inputs = {"input_ids": torch.randint(5, 64, (8, 16), generator=g),
-              "attention_mask": torch.ones(8, 16, dtype=torch.long)}
+    inputs = {
+        "input_ids": torch.randint(5, 64, (8, 16), generator=g),
+        "attention_mask": torch.ones(8, 16, dtype=torch.long),
+    }
     return inputs, torch.randint(0, 2, (8,), generator=g)
 
 
@@ -88,8 +97,8 @@ def test_a_storage_saved_twice_counts_once():
     x = torch.randn(100, requires_grad=True)
     meter = SavedTensorMeter()
     with meter:
-        y = x.exp()          # saves its result y (400 bytes)
-        z = (y * y).sum()    # saves y twice more: same storage
+        y = x.exp()  # saves its result y (400 bytes)
+        z = (y * y).sum()  # saves y twice more: same storage
     assert meter.peak_bytes == 400
     assert meter.by_op == {"exp": 400}
     # A view of a saved tensor shares its storage: still counted once.
@@ -139,8 +148,13 @@ def test_optimizer_state_bytes():
 
 
 def test_memory_record_schema():
-    step = {"parameters": 10, "gradients": 10, "saved_activations_peak": 5,
-            "saved_by_dtype": {"bfloat16": 3, "float32": 2}, "saved_by_op": [("linear", 3)]}
+    step = {
+        "parameters": 10,
+        "gradients": 10,
+        "saved_activations_peak": 5,
+        "saved_by_dtype": {"bfloat16": 3, "float32": 2},
+        "saved_by_op": [("linear", 3)],
+    }
     rec = memory_record(step, 20, None, "cpu_rss")
     assert tuple(rec) == MEMORY_KEYS
     assert rec["saved_by_op"] == [["linear", 3]] and rec["optimizer_state"] == 20

@@ -30,9 +30,17 @@ def _reference(weight):
 
 def _trained(precision, hook):
     model, x, y = _setup()
-    trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(),
-                      DataLoader(TensorDataset(x, y), batch_size=16), precision=precision, device="cpu",
-                      max_grad_norm=None, loss_hook=hook, scaler_kwargs={"init_scale": 256.0})
+    trainer = Trainer(
+        model,
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        nn.MSELoss(),
+        DataLoader(TensorDataset(x, y), batch_size=16),
+        precision=precision,
+        device="cpu",
+        max_grad_norm=None,
+        loss_hook=hook,
+        scaler_kwargs={"init_scale": 256.0},
+    )
     result = trainer.fit()
     assert result.skipped_steps == 0
     return torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])

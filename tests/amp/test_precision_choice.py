@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from mixft.errors import UsageError
 from mixft.amp.precision import choose_precision
+from mixft.errors import UsageError
 
 AVX2 = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
 AMX = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
@@ -29,15 +29,18 @@ def test_no_native_bf16_chooses_fp32_and_says_why_and_how_to_force_bf16():
     assert choice.precision == "fp32"
     assert choice.notice == (
         "notice: --amp chose fp32: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no bf16 "
-        "here), so bf16 would run emulated; --precision bf16 forces bf16")
+        "here), so bf16 would run emulated; --precision bf16 forces bf16"
+    )
     assert choice.reason == choice.notice.removeprefix("notice: ")
 
 
 def test_no_native_bf16_with_a_cached_probe_cites_its_figure_and_date():
     choice = amp(AVX2, {"fp32": 1.0, "bf16": 0.04})
     assert choice.precision == "fp32"
-    assert "oneDNN has no bf16 here) and the probe of 2026-11-25 measured bf16 at 0.04x fp32 per training step; " \
-           "--precision bf16 forces bf16" in choice.notice
+    assert (
+        "oneDNN has no bf16 here) and the probe of 2026-11-25 measured bf16 at 0.04x fp32 per training step; "
+        "--precision bf16 forces bf16" in choice.notice
+    )
 
 
 def test_no_native_bf16_wins_over_a_probe_that_found_it_faster():
@@ -49,7 +52,10 @@ def test_no_native_bf16_wins_over_a_probe_that_found_it_faster():
 def test_native_bf16_without_a_probe_chooses_bf16_quietly():
     choice = amp(AMX)
     assert (choice.precision, choice.notice) == ("bf16", None)
-    assert choice.reason == "--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, oneDNN has bf16 here)"
+    assert (
+        choice.reason
+        == "--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, oneDNN has bf16 here)"
+    )
 
 
 def test_native_bf16_that_a_probe_measured_faster_stays_bf16():
@@ -62,8 +68,10 @@ def test_native_bf16_that_a_probe_measured_faster_stays_bf16():
 def test_native_bf16_that_a_probe_measured_slower_chooses_fp32(ratio):
     choice = amp(AMX, {"fp32": 1.0, "bf16": ratio})
     assert choice.precision == "fp32"
-    assert choice.notice == (f"notice: --amp chose fp32: the probe of 2026-11-25 measured bf16 at {ratio:.2f}x fp32 "
-                             "per training step on this CPU; --precision bf16 forces bf16")
+    assert choice.notice == (
+        f"notice: --amp chose fp32: the probe of 2026-11-25 measured bf16 at {ratio:.2f}x fp32 "
+        "per training step on this CPU; --precision bf16 forces bf16"
+    )
     assert "keeps bf16" not in choice.notice  # the old notice only informed; --amp now acts on the measurement
 
 
@@ -90,8 +98,9 @@ def test_cuda_amp_is_fp16_with_or_without_native_bf16():
 def test_cuda_amp_measured_slower_keeps_fp16_and_says_fp32_would_be_faster():
     choice = amp(T4, {"fp32": 1.0, "fp16": 0.8}, device="cuda")
     assert choice.precision == "fp16"
-    assert choice.notice.endswith("the probe of 2026-11-25 measured fp16 at 0.80x fp32 per training step: "
-                                  "--precision fp32 would be faster")
+    assert choice.notice.endswith(
+        "the probe of 2026-11-25 measured fp16 at 0.80x fp32 per training step: --precision fp32 would be faster"
+    )
 
 
 def test_amp_on_a_device_type_without_mixed_precision_is_a_usage_error():
@@ -105,7 +114,8 @@ def test_bf16_by_name_on_a_cpu_without_native_bf16_runs_emulated_with_a_notice()
     assert choice.precision == "bf16"
     assert choice.notice == (
         "notice: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no bf16 here): --precision bf16 "
-        "runs it emulated, as asked; the estimate after the first steps says how long it takes")
+        "runs it emulated, as asked; the estimate after the first steps says how long it takes"
+    )
     assert choice.reason.startswith("bf16 as asked (--precision bf16); this CPU has no native bf16")
 
 
@@ -122,10 +132,13 @@ def test_a_name_measured_slower_is_kept_with_advice_except_in_a_comparison():
     ratios = {"fp32": 1.0, "bf16": 0.5, "fp16": 1.2}
     single = choose_precision("bf16", "cpu", AMX, probe_ratios=ratios, probe_date=DATE)
     assert single.precision == "bf16"
-    assert single.notice == ("notice: the probe of 2026-11-25 measured bf16 at 0.50x fp32 per training step on this "
-                             "CPU; --precision bf16 keeps bf16 as asked; --precision fp16 would be faster")
-    compared = choose_precision("bf16", "cpu", AMX, probe_ratios=ratios, probe_date=DATE, option="--compare fp32,bf16",
-                                comparing=True)
+    assert single.notice == (
+        "notice: the probe of 2026-11-25 measured bf16 at 0.50x fp32 per training step on this "
+        "CPU; --precision bf16 keeps bf16 as asked; --precision fp16 would be faster"
+    )
+    compared = choose_precision(
+        "bf16", "cpu", AMX, probe_ratios=ratios, probe_date=DATE, option="--compare fp32,bf16", comparing=True
+    )
     assert compared.notice is None and "0.50x" in compared.reason
 
 
@@ -173,6 +186,12 @@ def test_trainer_amp_trains_in_what_the_policy_chose(monkeypatch):
     loader = [(torch.randn(3, 4), torch.tensor([0, 1, 0]))]
     for native, expected in ((AVX2, "fp32"), (AMX, "bf16")):
         monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device, n=native: dict(n))
-        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), loader,
-                          precision="amp", device="cpu")
+        trainer = Trainer(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            nn.CrossEntropyLoss(),
+            loader,
+            precision="amp",
+            device="cpu",
+        )
         assert trainer.precision.name == expected

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.errors import UsageError
 from mixft.amp.fp32 import keep_in_fp32
 from mixft.amp.preflight import FP16_MAX, OVERFLOW_MARGIN, ROOT, preflight
+from mixft.errors import UsageError
 
 PLANTED = "bert.encoder.layer.0.output.dense"  # a feed-forward output projection, T5's "wo" case
 PLANTED_CONTAINER = "bert.encoder.layer.0.output"  # dense + dropout + residual LayerNorm
@@ -23,16 +23,28 @@ def tiny_bert(seed: int = 0) -> nn.Module:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=37, max_position_embeddings=64, num_labels=2)
+    config = BertConfig(
+        vocab_size=60,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        num_labels=2,
+    )
     return BertForSequenceClassification(config)
 
 
 def bert_batches(n: int = 3, size: int = 8) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
-    return [{"input_ids": torch.randint(5, 60, (size, 12), generator=g),
-             "attention_mask": torch.ones(size, 12, dtype=torch.long),
-             "labels": torch.randint(0, 2, (size,), generator=g)} for _ in range(n)]
+    return [
+        {
+            "input_ids": torch.randint(5, 60, (size, 12), generator=g),
+            "attention_mask": torch.ones(size, 12, dtype=torch.long),
+            "labels": torch.randint(0, 2, (size,), generator=g),
+        }
+        for _ in range(n)
+    ]
 
 
 def bert_loss(outputs, labels):
@@ -238,11 +250,14 @@ def test_non_finite_fp32_values_are_reported_as_json_null():
     assert result.recommendations[0].startswith("block.proj is already inf/NaN in fp32")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"init_scale": 0}, "init_scale"),
-    ({"init_scale": math.inf}, "init_scale"),
-    ({"max_batches": 0}, "max_batches"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"init_scale": 0}, "init_scale"),
+        ({"init_scale": math.inf}, "init_scale"),
+        ({"max_batches": 0}, "max_batches"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message):
         preflight(Net(), nn.functional.cross_entropy, mlp_batches(), device="cpu", **kwargs)
@@ -262,9 +277,19 @@ def test_pre_norm_decoder_carries_the_overflow_to_the_final_norm():
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
     torch.manual_seed(0)
-    model = LlamaForSequenceClassification(LlamaConfig(
-        vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-        intermediate_size=37, max_position_embeddings=64, num_labels=2, pad_token_id=0))
+    model = LlamaForSequenceClassification(
+        LlamaConfig(
+            vocab_size=60,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            num_labels=2,
+            pad_token_id=0,
+        )
+    )
     batches = bert_batches(2, size=4)
     for b in batches:
         b.pop("attention_mask")  # no padding: last-token pooling reads the last position

@@ -86,7 +86,9 @@ def test_nan_metric_never_becomes_best():
 
 def test_unknown_metric_is_one_line_usage_error():
     trainer = make_trainer()
-    with pytest.raises(UsageError, match=r"--metric-for-best f1: the evaluation has no such metric \(it has: accuracy, loss\)"):
+    with pytest.raises(
+        UsageError, match=r"--metric-for-best f1: the evaluation has no such metric \(it has: accuracy, loss\)"
+    ):
         evaluate_at(trainer, [BestModel("f1")], 1, {"loss": 0.3, "accuracy": 0.5})
 
 
@@ -166,14 +168,22 @@ def test_in_a_real_fit_early_stopping_ends_the_run_and_the_best_model_comes_back
     g = torch.Generator().manual_seed(0)
     x = torch.randn(24, 5, generator=g)
     y = (x[:, 0] > 0).long()
-    loader = [(x[i:i + 4], y[i:i + 4]) for i in range(0, 24, 4)]  # 6 steps per epoch
+    loader = [(x[i : i + 4], y[i : i + 4]) for i in range(0, 24, 4)]  # 6 steps per epoch
     torch.manual_seed(0)
     # Judged "higher is better" on the eval loss, which training lowers: the first evaluation
     # stays the best and the stop comes at evaluation 1 + patience.
     best = BestModel("loss", greater=True)
     stop = EarlyStopping("loss", patience=2, greater=True)
-    trainer = Trainer(nn.Linear(5, 2), lambda p: torch.optim.SGD(p, lr=0.5), nn.CrossEntropyLoss(), loader,
-                      eval_loader=loader, device="cpu", epochs=10, callbacks=[best, stop])
+    trainer = Trainer(
+        nn.Linear(5, 2),
+        lambda p: torch.optim.SGD(p, lr=0.5),
+        nn.CrossEntropyLoss(),
+        loader,
+        eval_loader=loader,
+        device="cpu",
+        epochs=10,
+        callbacks=[best, stop],
+    )
     result = trainer.fit()
     losses = [e["loss"] for e in result.eval_history]
     assert losses == sorted(losses, reverse=True) and len(set(losses)) == 3  # the premise: each lower
@@ -191,11 +201,20 @@ def test_undefined_values_never_rank_and_early_stopping_counts_only_after_a_defi
     best, stop = BestModel("pearsonr"), EarlyStopping("pearsonr", patience=1)
     nan = float("nan")
     for step in (2, 4, 6):  # constant labels: no correlation yet, no patience used up, no exception
-        evaluate_at(trainer, [best, stop], step, {"loss": 1.0, "pearsonr": nan,
-                                                  "undefined": {"pearsonr": "the labels are constant (all 2.5)"}})
+        evaluate_at(
+            trainer,
+            [best, stop],
+            step,
+            {"loss": 1.0, "pearsonr": nan, "undefined": {"pearsonr": "the labels are constant (all 2.5)"}},
+        )
     assert best.summary() is None and stop.without_improvement == 0
-    assert sum("pearsonr is undefined at step 2 (the labels are constant (all 2.5))" in r.getMessage()
-               for r in caplog.records) == 1  # said once per run
+    assert (
+        sum(
+            "pearsonr is undefined at step 2 (the labels are constant (all 2.5))" in r.getMessage()
+            for r in caplog.records
+        )
+        == 1
+    )  # said once per run
     evaluate_at(trainer, [best, stop], 8, {"loss": 0.9, "pearsonr": 0.5})
     assert best.summary()["step"] == 8
     with pytest.raises(StopTraining, match=r"best 0\.5 at step 8"):  # an undefined value after one: no improvement

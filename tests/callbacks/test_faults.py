@@ -9,11 +9,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mixft.train.hooks import Callback
 from mixft.callbacks.checkpointer import Checkpointer
-from mixft.train.checkpoint import load_checkpoint
-from mixft.cli.main import main
 from mixft.callbacks.faults import COLLAPSE, CollapseDetector, InjectNonFinite, is_collapse
+from mixft.cli.main import main
+from mixft.train.checkpoint import load_checkpoint
+from mixft.train.hooks import Callback
 from mixft.train.trainer import Trainer
 
 _g = torch.Generator().manual_seed(2)
@@ -24,10 +24,16 @@ Y = torch.randn(64, 1, generator=_g)
 def make_trainer(precision="fp32", callbacks=(), loss_fn=None):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-    return Trainer(model, lambda p: torch.optim.SGD(p, lr=0.05), loss_fn or nn.MSELoss(),
-                   DataLoader(TensorDataset(X, Y), batch_size=2),  # 32 steps
-                   precision=precision, seed=0, callbacks=list(callbacks),
-                   lr_scheduler=lambda opt, n: torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, n))
+    return Trainer(
+        model,
+        lambda p: torch.optim.SGD(p, lr=0.05),
+        loss_fn or nn.MSELoss(),
+        DataLoader(TensorDataset(X, Y), batch_size=2),  # 32 steps
+        precision=precision,
+        seed=0,
+        callbacks=list(callbacks),
+        lr_scheduler=lambda opt, n: torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.0, n),
+    )
 
 
 def test_injection_is_deterministic_per_seed_and_close_to_its_rate():
@@ -40,8 +46,16 @@ def test_injection_is_deterministic_per_seed_and_close_to_its_rate():
     assert all(InjectNonFinite(1.0).fires(s) for s in range(1, 200))
 
 
-@pytest.mark.parametrize("kwargs", [{"rate": 1.5}, {"rate": -0.1}, {"rate": float("nan")}, {"rate": 0.1, "value": 3.0},
-                                    {"rate": 0.1, "value": "zero"}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rate": 1.5},
+        {"rate": -0.1},
+        {"rate": float("nan")},
+        {"rate": 0.1, "value": 3.0},
+        {"rate": 0.1, "value": "zero"},
+    ],
+)
 def test_bad_injection_options_are_refused(kwargs):
     with pytest.raises(ValueError):
         InjectNonFinite(**kwargs)
@@ -121,9 +135,26 @@ def test_last_checkpoint_before_the_collapse_is_kept(tmp_path):
 
 # ----------------------------------------------------------------------------- CLI
 def _args(model_dir, data_dir, out, *extra):
-    return ["--recipe", "bert-sst2", "--model", str(model_dir), "--data-dir", str(data_dir),
-            "--max-train-samples", "16", "--max-eval-samples", "8", "--batch-size", "2",
-            "--epochs", "1", "--output-dir", str(out), "--no-progress", *extra]
+    return [
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(model_dir),
+        "--data-dir",
+        str(data_dir),
+        "--max-train-samples",
+        "16",
+        "--max-eval-samples",
+        "8",
+        "--batch-size",
+        "2",
+        "--epochs",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_cli_injection_run_counts_its_skipped_steps(tmp_path, tiny_bert_dir, tiny_data_dir):

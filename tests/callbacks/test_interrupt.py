@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import without_timings
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import mixft.cli.main
-from conftest import without_timings
-from mixft.train.hooks import Callback
 from mixft.callbacks.checkpointer import Checkpointer
-from mixft.train.checkpoint import load_checkpoint, resume
-from mixft.cli.main import main
 from mixft.callbacks.interrupt import Interrupted, SignalHandler, StopOnSignal, is_interrupted
+from mixft.cli.main import main
+from mixft.train.checkpoint import load_checkpoint, resume
+from mixft.train.hooks import Callback
 from mixft.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,9 +34,16 @@ Y = torch.randn(32, 1, generator=_g)
 def make_trainer(callbacks=(), grad_accum=1):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1))
-    return Trainer(model, lambda p: torch.optim.SGD(p, lr=0.05), nn.MSELoss(),
-                   DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True),
-                   epochs=2, grad_accum=grad_accum, seed=0, callbacks=list(callbacks))
+    return Trainer(
+        model,
+        lambda p: torch.optim.SGD(p, lr=0.05),
+        nn.MSELoss(),
+        DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True),
+        epochs=2,
+        grad_accum=grad_accum,
+        seed=0,
+        callbacks=list(callbacks),
+    )
 
 
 class RaiseAt(Callback):
@@ -115,13 +122,33 @@ def test_signal_outside_training_raises_at_once_and_library_installs_no_handler(
 
 # ----------------------------------------------------------------------------- CLI
 def _args(model_dir, data_dir, out, *extra, epochs="2"):
-    return ["--recipe", "bert-sst2", "--model", str(model_dir), "--data-dir", str(data_dir),
-            "--max-train-samples", "16", "--max-eval-samples", "8", "--batch-size", "4", "--epochs", epochs,
-            "--checkpoint-every", "1", "--output-dir", str(out), "--no-progress", *extra]
+    return [
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(model_dir),
+        "--data-dir",
+        str(data_dir),
+        "--max-train-samples",
+        "16",
+        "--max-eval-samples",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        epochs,
+        "--checkpoint-every",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
-def test_cli_compare_interrupted_then_resumed_matches_uninterrupted(tmp_path, tiny_bert_dir, tiny_data_dir,
-                                                                    monkeypatch, capsys):
+def test_cli_compare_interrupted_then_resumed_matches_uninterrupted(
+    tmp_path, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys
+):
     ref_out, out = tmp_path / "ref", tmp_path / "out"
     compare = ("--compare", "fp32,bf16", "--checkpoint-every", "0")  # 4 steps each; saves at the end
     assert main(_args(tiny_bert_dir, tiny_data_dir, ref_out, *compare, epochs="1")) == 0
@@ -140,7 +167,9 @@ def test_cli_compare_interrupted_then_resumed_matches_uninterrupted(tmp_path, ti
     assert "checkpoint-bf16-seed0.pt" in err[-1] and "rerun the same command with --resume" in err[-1]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert [(r["precision"], r["stopped_early"], r["stop_kind"], r["steps"]) for r in runs] == [
-        ("fp32", None, None, 4), ("bf16", "interrupted (SIGINT)", "interrupt", 2)]
+        ("fp32", None, None, 4),
+        ("bf16", "interrupted (SIGINT)", "interrupt", 2),
+    ]
     assert load_checkpoint(out / "checkpoint-bf16-seed0.pt")["meta"]["step"] == 2
     assert not (out / "report.md").exists()  # no comparison report from half a comparison
 
@@ -156,8 +185,9 @@ def test_cli_compare_interrupted_then_resumed_matches_uninterrupted(tmp_path, ti
 def test_sigterm_to_the_real_script(tmp_path, tiny_bert_dir, tiny_data_dir):
     out = tmp_path / "out"
     cmd = [sys.executable, str(REPO / "scripts" / "finetune.py"), *_args(tiny_bert_dir, tiny_data_dir, out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     deadline = time.monotonic() + 120
     while not (out / "checkpoint.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)  # training has started once the first checkpoint is there

@@ -47,10 +47,19 @@ class Broken(Tracker):
 def fit(callbacks):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(16, 5, generator=g)
-    loader = [(x[i:i + 4], (x[i:i + 4, 0] > 0).long()) for i in range(0, 16, 4)]
-    trainer = Trainer(nn.Linear(5, 2), lambda p: torch.optim.SGD(p, lr=0.5), nn.CrossEntropyLoss(), loader,
-                      eval_loader=loader[:2], device="cpu", epochs=2, predict_fn=lambda out: out.argmax(-1), seed=0,
-                      callbacks=callbacks)
+    loader = [(x[i : i + 4], (x[i : i + 4, 0] > 0).long()) for i in range(0, 16, 4)]
+    trainer = Trainer(
+        nn.Linear(5, 2),
+        lambda p: torch.optim.SGD(p, lr=0.5),
+        nn.CrossEntropyLoss(),
+        loader,
+        eval_loader=loader[:2],
+        device="cpu",
+        epochs=2,
+        predict_fn=lambda out: out.argmax(-1),
+        seed=0,
+        callbacks=callbacks,
+    )
     return trainer.fit()
 
 

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import free_port
+
 from tests.cli_runs import run_cli
 from tests.tiny_models import make_tiny_model_dir
 
@@ -17,13 +17,17 @@ def model(tmp_path_factory) -> Path:
     return make_tiny_model_dir("bert", tmp_path_factory.mktemp("tiny") / "bert")
 
 
-@pytest.mark.parametrize("tracker, occupied", [
-    ("tensorboard", "tensorboard"),
-    ("tensorboard", "tensorboard/fp32-seed0"),
-    ("mlflow", "mlruns"),
-])
-def test_a_file_where_a_tracker_writes_is_refused_before_any_work(tmp_path, model, capsys, monkeypatch, tracker,
-                                                                   occupied):
+@pytest.mark.parametrize(
+    "tracker, occupied",
+    [
+        ("tensorboard", "tensorboard"),
+        ("tensorboard", "tensorboard/fp32-seed0"),
+        ("mlflow", "mlruns"),
+    ],
+)
+def test_a_file_where_a_tracker_writes_is_refused_before_any_work(
+    tmp_path, model, capsys, monkeypatch, tracker, occupied
+):
     pytest.importorskip(tracker)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "out"

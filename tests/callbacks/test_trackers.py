@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.errors import UsageError
 from mixft.callbacks.trackers import (
     MLflowTracker,
     TensorBoardTracker,
@@ -21,6 +20,7 @@ from mixft.callbacks.trackers import (
     parse_report_to,
     run_name,
 )
+from mixft.errors import UsageError
 from mixft.train.trainer import Trainer
 
 HARDWARE = {"device": "cpu", "cpu": {"model": "test-cpu", "cores": 2}}
@@ -31,12 +31,22 @@ def tiny_run(callbacks, *, epochs: int = 2, n: int = 24, batch: int = 4, precisi
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, 5, generator=g)
     y = (x[:, 0] > 0).long()
-    loader = [(x[i:i + batch], y[i:i + batch]) for i in range(0, n, batch)]
+    loader = [(x[i : i + batch], y[i : i + batch]) for i in range(0, n, batch)]
     torch.manual_seed(0)
-    trainer = Trainer(nn.Linear(5, 2), lambda p: torch.optim.SGD(p, lr=0.5), nn.CrossEntropyLoss(), loader,
-                      eval_loader=loader[:2], precision=precision, device="cpu", epochs=epochs,
-                      predict_fn=lambda out: out.argmax(-1), seed=seed,
-                      callbacks=callbacks, run_info={"config": {"lr": 0.5, "precisions": None, "seeds": None}})
+    trainer = Trainer(
+        nn.Linear(5, 2),
+        lambda p: torch.optim.SGD(p, lr=0.5),
+        nn.CrossEntropyLoss(),
+        loader,
+        eval_loader=loader[:2],
+        precision=precision,
+        device="cpu",
+        epochs=epochs,
+        predict_fn=lambda out: out.argmax(-1),
+        seed=seed,
+        callbacks=callbacks,
+        run_info={"config": {"lr": 0.5, "precisions": None, "seeds": None}},
+    )
     return trainer, trainer.fit()
 
 
@@ -60,8 +70,9 @@ def test_tensorboard_event_file_holds_the_logged_scalars(tmp_path):
     assert [v for _, v in scalars(run_dir, "train/learning_rate")] == pytest.approx([0.5] * 12)
     assert [v for _, v in scalars(run_dir, "train/skipped")] == [0.0] * 12
     # One evaluation per epoch end, at its step, with every metric.
-    assert [(s, pytest.approx(v)) for s, v in scalars(run_dir, "eval/accuracy")] == \
-        [(e["step"], e["accuracy"]) for e in result.eval_history]
+    assert [(s, pytest.approx(v)) for s, v in scalars(run_dir, "eval/accuracy")] == [
+        (e["step"], e["accuracy"]) for e in result.eval_history
+    ]
     assert len(scalars(run_dir, "eval/loss")) == 2 and len(scalars(run_dir, "eval/samples_per_s")) == 2
 
 
@@ -128,7 +139,9 @@ def test_non_finite_values_are_left_out_and_skips_counted(tmp_path):
 def test_report_to_parsing():
     assert parse_report_to("TensorBoard, mlflow,tensorboard") == ["tensorboard", "mlflow"]
     assert parse_report_to("none") == [] and parse_report_to(None) == [] and parse_report_to("") == []
-    with pytest.raises(UsageError, match=r"--report-to: unknown tracker 'wandb' \(choose from tensorboard, mlflow, trackio, or none\)"):
+    with pytest.raises(
+        UsageError, match=r"--report-to: unknown tracker 'wandb' \(choose from tensorboard, mlflow, trackio, or none\)"
+    ):
         parse_report_to("tensorboard,wandb")
 
 
@@ -136,8 +149,7 @@ def test_missing_package_names_the_extra(monkeypatch):
     # Both states are simulated, whatever this environment has installed: tensorboard
     # "present", mlflow "absent".
     present = importlib.machinery.ModuleSpec("tensorboard", None)
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: {"tensorboard": present, "mlflow": None}[name])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: {"tensorboard": present, "mlflow": None}[name])
     assert check_trackers("tensorboard") == ["tensorboard"]
     with pytest.raises(UsageError) as e:
         check_trackers("tensorboard,mlflow")
@@ -146,7 +158,11 @@ def test_missing_package_names_the_extra(monkeypatch):
 
 def test_flat_params():
     assert flat_params({"config": {"precisions": ["fp32", "bf16"], "model": None, "lr": 2e-5, "extra": {"a": 1}}}) == {
-        "config.precisions": "fp32,bf16", "config.model": "None", "config.lr": 2e-5, "config.extra.a": 1}
+        "config.precisions": "fp32,bf16",
+        "config.model": "None",
+        "config.lr": 2e-5,
+        "config.extra.a": 1,
+    }
 
 
 def test_mlflow_run_holds_the_metrics_and_params(tmp_path):

@@ -42,10 +42,10 @@ class Ctx:
         """A real mixft checkpoint in OUTPUT_DIR (from a tiny Trainer), optionally damaged."""
         from torch import nn
 
-        from mixft.train.checkpoint import save_checkpoint
-        from mixft.runs.identity import run_meta
         from mixft.cli.main import build_parser, config_from_args
         from mixft.recipe import get_recipe
+        from mixft.runs.identity import run_meta
+        from mixft.train.checkpoint import save_checkpoint
         from mixft.train.trainer import Trainer
 
         cfg = config_from_args(build_parser().parse_args(base_args(self)))
@@ -61,9 +61,23 @@ class Ctx:
 
 
 def base_args(ctx: Ctx) -> list[str]:
-    return ["--recipe", "bert-sst2", "--model", str(ctx.model), "--data-dir", str(ctx.data),
-            "--max-train-samples", "8", "--max-eval-samples", "8", "--max-steps", "1",
-            "--output-dir", str(ctx.out), "--no-progress"]
+    return [
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(ctx.model),
+        "--data-dir",
+        str(ctx.data),
+        "--max-train-samples",
+        "8",
+        "--max-eval-samples",
+        "8",
+        "--max-steps",
+        "1",
+        "--output-dir",
+        str(ctx.out),
+        "--no-progress",
+    ]
 
 
 # id -> setup(ctx) returning (extra args appended after the base ones, a fragment the error must name).
@@ -78,7 +92,10 @@ CASES = {
     "dev-tsv-missing": lambda c: (["--data-dir", str(c.data_dir(HEADER + GOOD_ROWS, None))], "missing dev.tsv"),
     "no-header": lambda c: (["--data-dir", str(c.data_dir(GOOD_ROWS))], "train.tsv line 1: header has no"),
     "wrong-columns": lambda c: (["--data-dir", str(c.data_dir("text\ttarget\n" + GOOD_ROWS))], "'sentence' or 'label'"),
-    "label-2": lambda c: (["--data-dir", str(c.data_dir(HEADER + "fine\t2\n"))], "train.tsv line 2: label must be 0 or 1"),
+    "label-2": lambda c: (
+        ["--data-dir", str(c.data_dir(HEADER + "fine\t2\n"))],
+        "train.tsv line 2: label must be 0 or 1",
+    ),
     "label-not-numeric": lambda c: (["--data-dir", str(c.data_dir(HEADER + "fine\tpos\n"))], "got 'pos'"),
     "blank-line": lambda c: (["--data-dir", str(c.data_dir(HEADER + "fine\t1\n\nbad\t0\n"))], "line 3: blank line"),
     "not-utf8": lambda c: (["--data-dir", str(c.data_dir(HEADER.encode() + b"caf\xe9\t1\n"))], "line 2: invalid UTF-8"),
@@ -90,7 +107,10 @@ CASES = {
     "epochs-0": lambda c: (["--epochs", "0"], "--epochs"),
     "epochs-not-a-number": lambda c: (["--epochs", "two"], "--epochs"),
     "lr-0": lambda c: (["--lr", "0"], "--lr"),
-    "lr-negative": lambda c: (["--lr", "-2e-5"], "--lr: must be a positive finite number up to float32's 3.4e38, got '-2e-5'"),
+    "lr-negative": lambda c: (
+        ["--lr", "-2e-5"],
+        "--lr: must be a positive finite number up to float32's 3.4e38, got '-2e-5'",
+    ),
     "lr-nan": lambda c: (["--lr", "nan"], "--lr"),
     "grad-accum-0": lambda c: (["--grad-accum", "0"], "--grad-accum"),
     "max-steps-0": lambda c: (["--max-steps", "0"], "--max-steps"),
@@ -102,7 +122,8 @@ CASES = {
     "resume-corrupted-checkpoint": lambda c: _with_checkpoint(c, ["--resume"], "corrupted", damage="garbage"),
     "resume-truncated-checkpoint": lambda c: _with_checkpoint(c, ["--resume"], "truncated", damage="truncate"),
     "resume-other-precision": lambda c: _with_checkpoint(
-        c, ["--resume", "--precision", "bf16"], "--precision 'fp32', this run has 'bf16'"),
+        c, ["--resume", "--precision", "bf16"], "--precision 'fp32', this run has 'bf16'"
+    ),
     "output-dir-under-a-file": lambda c: (["--output-dir", str(c.out / "results.json" / "sub")], "--output-dir"),
     "model-without-weights": lambda c: (["--model", str(_config_only(c))], "no model weights"),
     "model-path-missing": lambda c: (["--model", str(c.tmp / "no-such-model")], "no-such-model"),
@@ -122,17 +143,40 @@ CASES = {
     "mlp-with-data-dir": lambda c: (["--recipe", "mlp-synthetic"], "--model: not used by recipe mlp-synthetic"),
     "bert-sst2-with-train-file": lambda c: (["--train-file", "x.csv"], "--train-file: not used by recipe bert-sst2"),
     # Output entries of the wrong kind: refused before training, not after it.
-    "results-json-is-a-directory": lambda c: _occupy(c, "results.json", ["--output-dir", str(c.tmp / "o2")],
-                                                      "results.json: exists and is not a file"),
+    "results-json-is-a-directory": lambda c: _occupy(
+        c, "results.json", ["--output-dir", str(c.tmp / "o2")], "results.json: exists and is not a file"
+    ),
     "checkpoint-is-a-directory": lambda c: (_mkdir(c.out / "checkpoint.pt"), "checkpoint.pt: exists and is not a file"),
-    "saved-model-is-a-file": lambda c: (_touch(c.out / "model", ["--save-model"]), "model: exists and is not a directory"),
+    "saved-model-is-a-file": lambda c: (
+        _touch(c.out / "model", ["--save-model"]),
+        "model: exists and is not a directory",
+    ),
     # Broken model directories (issue 13): refused before training, one line naming the cause.
-    "model-config-invalid-json": lambda c: (["--model", str(_broken_model(c, "config.json", b"{not json"))], "config.json"),
-    "model-weights-truncated": lambda c: (["--model", str(_broken_model(c, "model.safetensors", truncate=True))],
-                                          "model.safetensors"),
-    "model-weights-empty": lambda c: (["--model", str(_broken_model(c, "model.safetensors", b""))], "model.safetensors"),
-    "model-unknown-type": lambda c: (["--model", str(_broken_model(c, "config.json", json.dumps(
-        {**json.loads((c.model / "config.json").read_text()), "model_type": "bertish"}).encode()))], "bertish"),
+    "model-config-invalid-json": lambda c: (
+        ["--model", str(_broken_model(c, "config.json", b"{not json"))],
+        "config.json",
+    ),
+    "model-weights-truncated": lambda c: (
+        ["--model", str(_broken_model(c, "model.safetensors", truncate=True))],
+        "model.safetensors",
+    ),
+    "model-weights-empty": lambda c: (
+        ["--model", str(_broken_model(c, "model.safetensors", b""))],
+        "model.safetensors",
+    ),
+    "model-unknown-type": lambda c: (
+        [
+            "--model",
+            str(
+                _broken_model(
+                    c,
+                    "config.json",
+                    json.dumps({**json.loads((c.model / "config.json").read_text()), "model_type": "bertish"}).encode(),
+                )
+            ),
+        ],
+        "bertish",
+    ),
     "model-without-tokenizer": lambda c: (["--model", str(_broken_model(c, None, drop_tokenizer=True))], "tokenizer"),
     "model-decoder-only": lambda c: (["--model", str(_gpt2(c))], "decoder-only"),
     "max-length-past-positions": lambda c: (["--max-length", "4096"], "--max-length"),
@@ -143,9 +187,24 @@ CASES = {
 # Issue 19: the user's data read exactly as written. Each runs --recipe text-classification
 # on a data file built by the case; the same checks as above (exit 2, one line, nothing touched).
 def file_args(ctx: Ctx, train: Path, *extra: str) -> list[str]:
-    return ["--recipe", "text-classification", "--model", str(ctx.model), "--train-file", str(train),
-            "--validation-split", "0.25", "--max-steps", "1", "--batch-size", "4", "--output-dir", str(ctx.out),
-            "--no-progress", *extra]
+    return [
+        "--recipe",
+        "text-classification",
+        "--model",
+        str(ctx.model),
+        "--train-file",
+        str(train),
+        "--validation-split",
+        "0.25",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--output-dir",
+        str(ctx.out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def _rows(labels, texts=None) -> str:
@@ -168,27 +227,62 @@ def _fifo(c: Ctx) -> Path:
 # id -> setup(ctx) returning (the CLI's args, a fragment the error must name)
 FILE_CASES = {
     "train-file-fifo": lambda c: (file_args(c, _fifo(c)), "is a named pipe (FIFO)"),
-    "unquoted-comma-in-every-row": lambda c: (file_args(c, _file(c, "t.csv", _rows(
-        "ab" * 4, [f"good, really {i}" for i in range(8)]))), "data row 1 has more fields than the header's 2"),
-    "duplicate-header-name": lambda c: (file_args(c, _file(c, "t.csv", "text,label,label\n" + "".join(
-        f"t{i},{'ab'[i % 2]},x\n" for i in range(8)))), "names column 'label' more than once"),
-    "regression-on-yes-no": lambda c: (file_args(c, _file(c, "t.csv", _rows(["yes", "no"] * 4)), "--task-kind",
-                                                 "regression"), "--task-kind regression, but the labels"),
-    "regression-on-true-false": lambda c: (file_args(c, _file(c, "t.jsonl", "".join(
-        f'{{"text": "t{i}", "label": {"true" if i % 2 else "false"}}}\n' for i in range(8))), "--task-kind",
-        "regression"), "are true/false"),
-    "regression-inf": lambda c: (file_args(c, _file(c, "t.csv", _rows(["0.5", "inf", "1.5", "2.5"] * 2))),
-                                 "data row 2: label inf in column 'label' is not a finite number"),
-    "regression-1e200": lambda c: (file_args(c, _file(c, "t.csv", _rows(["0.5", "1.5", "1e200", "2.5"] * 2))),
-                                   "data row 3: regression target 1e+200"),
-    "regression-nan-json": lambda c: (file_args(c, _file(c, "t.jsonl", "".join(
-        f'{{"text": "t{i}", "label": {"NaN" if i == 4 else i / 2}}}\n' for i in range(8)))), "data row 5: label nan"),
-    "latin1-csv": lambda c: (file_args(c, _file(c, "t.csv", _rows("ab" * 4).encode().replace(b"number 3", b"caf\xe9"))),
-                             "line 5: b'\\xe9' is not UTF-8 (Invalid UTF8 sequence); save the file as UTF-8"),
-    "latin1-jsonl": lambda c: (file_args(c, _file(c, "t.jsonl", b"".join(
-        b'{"text": "caf\xe9 %d", "label": %d}\n' % (i, i % 2) for i in range(8)))), "save the file as UTF-8"),
-    "cap-leaves-one-class": lambda c: (file_args(c, _file(c, "t.csv", _rows("aaaaaaaabbbb")), "--max-train-samples",
-                                                 "4"), "(after --max-train-samples 4 kept the first 4 training rows"),
+    "unquoted-comma-in-every-row": lambda c: (
+        file_args(c, _file(c, "t.csv", _rows("ab" * 4, [f"good, really {i}" for i in range(8)]))),
+        "data row 1 has more fields than the header's 2",
+    ),
+    "duplicate-header-name": lambda c: (
+        file_args(c, _file(c, "t.csv", "text,label,label\n" + "".join(f"t{i},{'ab'[i % 2]},x\n" for i in range(8)))),
+        "names column 'label' more than once",
+    ),
+    "regression-on-yes-no": lambda c: (
+        file_args(c, _file(c, "t.csv", _rows(["yes", "no"] * 4)), "--task-kind", "regression"),
+        "--task-kind regression, but the labels",
+    ),
+    "regression-on-true-false": lambda c: (
+        file_args(
+            c,
+            _file(
+                c,
+                "t.jsonl",
+                "".join(f'{{"text": "t{i}", "label": {"true" if i % 2 else "false"}}}\n' for i in range(8)),
+            ),
+            "--task-kind",
+            "regression",
+        ),
+        "are true/false",
+    ),
+    "regression-inf": lambda c: (
+        file_args(c, _file(c, "t.csv", _rows(["0.5", "inf", "1.5", "2.5"] * 2))),
+        "data row 2: label inf in column 'label' is not a finite number",
+    ),
+    "regression-1e200": lambda c: (
+        file_args(c, _file(c, "t.csv", _rows(["0.5", "1.5", "1e200", "2.5"] * 2))),
+        "data row 3: regression target 1e+200",
+    ),
+    "regression-nan-json": lambda c: (
+        file_args(
+            c,
+            _file(
+                c, "t.jsonl", "".join(f'{{"text": "t{i}", "label": {"NaN" if i == 4 else i / 2}}}\n' for i in range(8))
+            ),
+        ),
+        "data row 5: label nan",
+    ),
+    "latin1-csv": lambda c: (
+        file_args(c, _file(c, "t.csv", _rows("ab" * 4).encode().replace(b"number 3", b"caf\xe9"))),
+        "line 5: b'\\xe9' is not UTF-8 (Invalid UTF8 sequence); save the file as UTF-8",
+    ),
+    "latin1-jsonl": lambda c: (
+        file_args(
+            c, _file(c, "t.jsonl", b"".join(b'{"text": "caf\xe9 %d", "label": %d}\n' % (i, i % 2) for i in range(8)))
+        ),
+        "save the file as UTF-8",
+    ),
+    "cap-leaves-one-class": lambda c: (
+        file_args(c, _file(c, "t.csv", _rows("aaaaaaaabbbb")), "--max-train-samples", "4"),
+        "(after --max-train-samples 4 kept the first 4 training rows",
+    ),
     "path-with-two-colons": lambda c: (file_args(c, _file(c, "a::b.csv", _rows("ab" * 4))), "containing '::'"),
 }
 
@@ -211,8 +305,21 @@ def test_bad_data_file_exits_2_with_one_line_and_touches_nothing(case, ctx, caps
 def test_glue_task_offline_advises_what_glue_accepts(ctx, capsys, isolated_hf):
     # Was: "--dataset glue/mnli: ... pass --train-file/--validation-file", two flags glue refuses.
     before = _snapshot(ctx.out)
-    code = main(["--recipe", "glue", "--task", "mnli", "--model", str(ctx.model), "--output-dir", str(ctx.out),
-                 "--max-steps", "1", "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "glue",
+            "--task",
+            "mnli",
+            "--model",
+            str(ctx.model),
+            "--output-dir",
+            str(ctx.out),
+            "--max-steps",
+            "1",
+            "--no-progress",
+        ]
+    )
     lines = capsys.readouterr().err.splitlines()
     assert code == 2 and len(lines) == 1, lines
     assert "--task mnli: not in the local datasets cache" in lines[0]  # the flag the user typed
@@ -241,8 +348,9 @@ def test_the_same_file_for_training_and_validation_is_said(ctx, capsys, isolated
     assert "is the --train-file: the evaluation measures how well the model fits its training data" in err
 
 
-def _broken_model(c: Ctx, name: str | None, content: bytes | None = None, *, truncate: bool = False,
-                  drop_tokenizer: bool = False) -> Path:
+def _broken_model(
+    c: Ctx, name: str | None, content: bytes | None = None, *, truncate: bool = False, drop_tokenizer: bool = False
+) -> Path:
     import shutil
 
     d = c.tmp / "broken-model"
@@ -380,8 +488,10 @@ def test_a_batch_that_does_not_fit_in_memory_is_one_line(ctx, capsys, monkeypatc
     from mixft.train.trainer import Trainer
 
     def fit(self):
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
-                           "you tried to allocate 78643200000 bytes. Error code 12 (Cannot allocate memory)")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 78643200000 bytes. Error code 12 (Cannot allocate memory)"
+        )
 
     monkeypatch.setattr(Trainer, "fit", fit)
     before = _snapshot(ctx.out)
@@ -405,8 +515,10 @@ def test_a_recipe_default_is_not_blamed_on_a_flag_never_passed(ctx, capsys, tmp_
     short = make_tiny_model_dir("bert", tmp_path / "bert-64")  # reads 64 positions
     capsys.readouterr()
     before = _snapshot(ctx.out)
-    for extra, named in (([], "the recipe's default max length 128 is longer than"),
-                         (["--max-length", "128"], "--max-length 128 is longer than")):
+    for extra, named in (
+        ([], "the recipe's default max length 128 is longer than"),
+        (["--max-length", "128"], "--max-length 128 is longer than"),
+    ):
         code = main(base_args(ctx) + ["--model", str(short), *extra])
         captured = capsys.readouterr()
         lines = captured.err.splitlines()
@@ -446,8 +558,10 @@ def test_an_undefined_correlation_is_explained_not_nan(ctx, capsys, isolated_hf)
     doc = json.loads(text, parse_constant=lambda name: pytest.fail(f"results.json holds {name}"))
     evaluation = doc["runs"][0]["eval"]
     assert evaluation["pearsonr"] is None and evaluation["spearmanr"] is None
-    assert evaluation["undefined"] == {"pearsonr": "the labels are constant (all 3)",
-                                       "spearmanr": "the labels are constant (all 3)"}
+    assert evaluation["undefined"] == {
+        "pearsonr": "the labels are constant (all 3)",
+        "spearmanr": "the labels are constant (all 3)",
+    }
     assert "Pearson r and Spearman ρ undefined: the labels are constant (all 3)" in render_markdown(doc)
 
 
@@ -456,9 +570,12 @@ def test_undefined_reasons_name_the_constant_side():
 
     nan = float("nan")
     assert undefined_reasons({"pearsonr": nan, "loss": 0.5}, [0.25, 0.25, 0.25], [1.0, 2.0, 3.0]) == {
-        "pearsonr": "the predictions are constant (all 0.25)"}
+        "pearsonr": "the predictions are constant (all 0.25)"
+    }
     assert undefined_reasons({"spearmanr": nan}, [1.0, 1.0], [2.0, 2.0]) == {
-        "spearmanr": "the predictions are constant (all 1) and the labels are constant (all 2)"}
+        "spearmanr": "the predictions are constant (all 1) and the labels are constant (all 2)"
+    }
     assert undefined_reasons({"pearsonr": nan}, [1.0], [2.0]) == {
-        "pearsonr": "1 evaluation example, two or more needed"}
+        "pearsonr": "1 evaluation example, two or more needed"
+    }
     assert undefined_reasons({"pearsonr": 0.5}, [1.0, 2.0], [1.0, 2.0]) == {}

@@ -13,8 +13,21 @@ REPO = Path(__file__).resolve().parents[2]
 def test_a_closed_stdout_does_not_lose_the_results(tmp_path, tiny_bert_dir, tiny_data_dir):
     # `finetune.py ... | head -1`: the reader goes away after the first line.
     out = tmp_path / "out"
-    cmd = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
-           "--data-dir", str(tiny_data_dir), "--max-steps", "2", "--output-dir", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "finetune.py"),
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(tiny_bert_dir),
+        "--data-dir",
+        str(tiny_data_dir),
+        "--max-steps",
+        "2",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     first = proc.stdout.readline()
     proc.stdout.close()  # what `head -1` does once it has its line
@@ -27,17 +40,35 @@ def test_a_closed_stdout_does_not_lose_the_results(tmp_path, tiny_bert_dir, tiny
     assert run["steps"] == 2
 
 
-
 def test_no_progress_silences_the_libraries_bars(tmp_path, tiny_bert_dir):
     # Was: transformers' "Writing model shards" bar printed despite --no-progress when a model
     # was saved. A real process: library bars are process-wide switches only the CLI may turn.
-    rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'} {i}\n".replace(f" {i}\n", f",{'pos' if i % 2 else 'neg'}\n")
-                   for i in range(40))
+    rows = "".join(
+        f"{'good fine film' if i % 2 else 'bad dull plot'} {i}\n".replace(f" {i}\n", f",{'pos' if i % 2 else 'neg'}\n")
+        for i in range(40)
+    )
     (tmp_path / "t.csv").write_text("text,label\n" + rows)
     out = tmp_path / "out"
-    cmd = [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", "text-classification",
-           "--model", str(tiny_bert_dir), "--train-file", str(tmp_path / "t.csv"), "--validation-split", "0.25",
-           "--max-steps", "2", "--output-dir", str(out), "--no-progress", "--save-model", "--num-workers", "2"]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "finetune.py"),
+        "--recipe",
+        "text-classification",
+        "--model",
+        str(tiny_bert_dir),
+        "--train-file",
+        str(tmp_path / "t.csv"),
+        "--validation-split",
+        "0.25",
+        "--max-steps",
+        "2",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        "--save-model",
+        "--num-workers",
+        "2",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (out / "model" / "config.json").is_file()
@@ -50,20 +81,39 @@ def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, 
     from mixft.cli.main import main
 
     out = tmp_path / "out"
-    code = main(["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
-                 "--batch-size", "1000", "--grad-accum", "8", "--epochs", "2", "--output-dir", str(out),
-                 "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(tiny_bert_dir),
+            "--data-dir",
+            str(tiny_data_dir),
+            "--batch-size",
+            "1000",
+            "--grad-accum",
+            "8",
+            "--epochs",
+            "2",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  batch")]
     assert "8000 effective" not in line
-    assert line.endswith("= 8000 asked, but the training data has 16 rows: each optimizer step sees all 16 "
-                         "(one step per epoch)"), line
+    assert line.endswith(
+        "= 8000 asked, but the training data has 16 rows: each optimizer step sees all 16 (one step per epoch)"
+    ), line
     assert json.loads((out / "results.json").read_text())["runs"][0]["steps"] == 2  # one per epoch, as said
     # A batch the data fills is said as before; under a launcher the global batch is what counts.
     from mixft.cli.main import batch_text
 
     assert batch_text(4, 2, 16) == "4 x 2 accumulation = 8 effective"
     assert batch_text(4, 4, 16) == "4 x 4 accumulation = 16 effective"
-    assert batch_text(4, 2, 16, processes=4).endswith("= 32 asked across 4 processes, but the training data has 16 "
-                                                      "rows: each optimizer step sees all 16 (one step per epoch)")
+    assert batch_text(4, 2, 16, processes=4).endswith(
+        "= 32 asked across 4 processes, but the training data has 16 "
+        "rows: each optimizer step sees all 16 (one step per epoch)"
+    )
     assert batch_text(4, 2, None) == "4 x 2 accumulation = 8 effective"  # a loader that cannot tell

@@ -8,12 +8,20 @@ from mixft.cli.main import main
 
 
 def _args(tiny_bert_dir, tiny_data_dir, out):
-    return ["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
-            "--output-dir", str(out), "--no-progress"]
+    return [
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(tiny_bert_dir),
+        "--data-dir",
+        str(tiny_data_dir),
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    ]
 
 
-def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_dir, tiny_data_dir, capsys,
-                                                             monkeypatch):
+def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch):
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
     code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "p") + ["--probe"])
     printed = capsys.readouterr().out
@@ -38,8 +46,10 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_d
     assert code == 0
     notices = [line for line in captured.err.splitlines() if "measured bf16 at 0.50x fp32" in line]
     date = data["measured_at"][:10]
-    assert notices == [f"notice: --amp chose fp32: the probe of {date} measured bf16 at 0.50x fp32 per training "
-                       "step on this CPU; --precision bf16 forces bf16"], captured.err
+    assert notices == [
+        f"notice: --amp chose fp32: the probe of {date} measured bf16 at 0.50x fp32 per training "
+        "step on this CPU; --precision bf16 forces bf16"
+    ], captured.err
     assert "  speed      probe: bf16 step 0.50x fp32" in captured.out
     assert "  precision  fp32 (--amp)" in captured.out
     run = json.loads((tmp_path / "r" / "results.json").read_text())
@@ -51,8 +61,9 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_d
     captured = capsys.readouterr()
     assert code == 0
     notices = [line for line in captured.err.splitlines() if "measured bf16 at 0.50x fp32" in line]
-    assert len(notices) == 1 and notices[0].endswith("--precision bf16 keeps bf16 as asked; --precision fp32 would "
-                                                     "be faster"), captured.err
+    assert len(notices) == 1 and notices[0].endswith(
+        "--precision bf16 keeps bf16 as asked; --precision fp32 would be faster"
+    ), captured.err
     run = json.loads((tmp_path / "b" / "results.json").read_text())["runs"][0]
     assert (run["precision"], run["precision_requested"]) == ("bf16", "bf16")
 

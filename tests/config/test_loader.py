@@ -36,7 +36,8 @@ def refused(path: Path) -> str:
 
 
 BOMB = "recipe: text-classification\nextra:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 7))
+    f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 7)
+)
 
 
 def test_aliases_are_refused_at_once(tmp_path):
@@ -48,30 +49,42 @@ def test_aliases_are_refused_at_once(tmp_path):
     assert "are not accepted" in refused(write(tmp_path / "merge.yaml", "base: &b {epochs: 1}\n<<: *b\n"))
 
 
-@pytest.mark.parametrize("name, text, message", [
-    ("dup.yaml", "recipe: text-classification\nbatch_size: 8\nepochs: 1\nbatch_size: 4\n",
-     "line 4: 'batch_size' is given twice (first on line 2); keep one"),
-    ("dup_extra.yaml", "recipe: mlp-synthetic\nextra:\n  width: 8\n  width: 16\n", "'width' is given twice"),
-    ("dup.json", '{"recipe": "text-classification", "epochs": 1, "epochs": 2}', "'epochs' is given twice"),
-    ("deep.json", '{"extra": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}", "nested too deeply"),
-    ("deep.yaml", "extra:\n  a: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 16 levels deep"),
-    ("nested_extra.yaml", "extra:\n  a: {b: 1}\n", "extra.a must be a number, text, true/false or a list of them"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        (
+            "dup.yaml",
+            "recipe: text-classification\nbatch_size: 8\nepochs: 1\nbatch_size: 4\n",
+            "line 4: 'batch_size' is given twice (first on line 2); keep one",
+        ),
+        ("dup_extra.yaml", "recipe: mlp-synthetic\nextra:\n  width: 8\n  width: 16\n", "'width' is given twice"),
+        ("dup.json", '{"recipe": "text-classification", "epochs": 1, "epochs": 2}', "'epochs' is given twice"),
+        ("deep.json", '{"extra": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}", "nested too deeply"),
+        ("deep.yaml", "extra:\n  a: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 16 levels deep"),
+        ("nested_extra.yaml", "extra:\n  a: {b: 1}\n", "extra.a must be a number, text, true/false or a list of them"),
+    ],
+)
 def test_unbounded_or_ambiguous_files_are_one_line_errors(tmp_path, name, text, message):
     assert message in refused(write(tmp_path / name, text))
 
 
 def test_a_file_larger_than_any_config_is_refused(tmp_path):
     assert "a config file of options is at most 1,048,576" in refused(
-        write(tmp_path / "big.yaml", "note: " + "x" * (1 << 20) + "\n"))
+        write(tmp_path / "big.yaml", "note: " + "x" * (1 << 20) + "\n")
+    )
 
 
 def test_one_list_rule_for_every_option_of_several_names(tmp_path):
-    values = load_config_file(write(tmp_path / "lists.yaml", "fp32_modules: classifier\nreport_to: [tensorboard]\n"
-                                    "lora_target_modules: [query, value]\n"))
+    values = load_config_file(
+        write(
+            tmp_path / "lists.yaml",
+            "fp32_modules: classifier\nreport_to: [tensorboard]\nlora_target_modules: [query, value]\n",
+        )
+    )
     assert values == {"fp32_modules": ["classifier"], "report_to": "tensorboard", "lora_target_modules": "query,value"}
-    values = load_config_file(write(tmp_path / "lists.json", json.dumps({"fp32_modules": "a.b,c", "report_to":
-                                                                          ["tensorboard", "mlflow"]})))
+    values = load_config_file(
+        write(tmp_path / "lists.json", json.dumps({"fp32_modules": "a.b,c", "report_to": ["tensorboard", "mlflow"]}))
+    )
     assert values == {"fp32_modules": ["a.b", "c"], "report_to": "tensorboard,mlflow"}
 
 
@@ -87,9 +100,12 @@ def run_config(config: Path, cwd: Path, *args: str) -> int:
 
 def test_a_files_paths_are_relative_to_it_and_config_yaml_reruns_from_anywhere(tmp_path, model, capsys):
     toy_files(tmp_path / "project" / "data")
-    config = write(tmp_path / "project" / "run.yaml", f"recipe: text-classification\nmodel: {model}\n"
-                   "train_file: data/train.csv\nvalidation_file: data/dev.csv\nbatch_size: 4\nmax_steps: 2\n"
-                   "output_dir: out\n")
+    config = write(
+        tmp_path / "project" / "run.yaml",
+        f"recipe: text-classification\nmodel: {model}\n"
+        "train_file: data/train.csv\nvalidation_file: data/dev.csv\nbatch_size: 4\nmax_steps: 2\n"
+        "output_dir: out\n",
+    )
     assert run_config(config, tmp_path / "elsewhere") == 0, capsys.readouterr().err
     out = tmp_path / "project" / "out"  # the file's folder, not the shell's
     first = json.loads((out / "results.json").read_text())["runs"][0]
@@ -101,8 +117,10 @@ def test_a_files_paths_are_relative_to_it_and_config_yaml_reruns_from_anywhere(t
 
 
 def test_a_missing_file_names_the_config_it_came_from(tmp_path, model, capsys):
-    config = write(tmp_path / "cfg" / "run.yaml", f"recipe: text-classification\nmodel: {model}\n"
-                   "train_file: train.csv\nvalidation_file: dev.csv\n")
+    config = write(
+        tmp_path / "cfg" / "run.yaml",
+        f"recipe: text-classification\nmodel: {model}\ntrain_file: train.csv\nvalidation_file: dev.csv\n",
+    )
     assert run_config(config, tmp_path) == 2
     assert str(tmp_path / "cfg" / "train.csv") in capsys.readouterr().err
 
@@ -118,8 +136,10 @@ def test_a_config_without_a_recipe_never_runs_the_default_job(tmp_path, capsys, 
 
 def test_extra_keys_a_recipe_does_not_read_are_refused(tmp_path, model, capsys):
     train, dev = toy_files(tmp_path / "data")
-    config = write(tmp_path / "extra.yaml", f"recipe: text-classification\nmodel: {model}\ntrain_file: {train}\n"
-                   f"validation_file: {dev}\nextra:\n  foo: 1\n")
+    config = write(
+        tmp_path / "extra.yaml",
+        f"recipe: text-classification\nmodel: {model}\ntrain_file: {train}\nvalidation_file: {dev}\nextra:\n  foo: 1\n",
+    )
     assert main(["--config", str(config), "--output-dir", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("extra.foo: not an option of recipe text-classification (it reads no extra options)"), err

@@ -18,23 +18,38 @@ def model(tmp_path_factory) -> Path:
     return make_tiny_model_dir("bert", tmp_path_factory.mktemp("tiny") / "bert")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"lr_scheduler": "polynomial", "lr": 1e-7}, "--lr-scheduler polynomial decays to 1e-07 (transformers' lr_end): "
-                                                 "--lr must be above it, got 1e-07"),
-    ({"lr_scheduler": "polynomial", "lr": 1e-8}, "--lr must be above it, got 1e-08"),
-    ({"init_loss_scale": 1e39}, "--init-loss-scale must be a positive finite number up to float32's 3.4e38"),
-    ({"lr": 1e39}, "--lr must be a positive finite number up to float32's 3.4e38"),
-    ({"lora": True, "lora_alpha": 1e40}, "--lora-alpha must be a positive finite number up to float32's 3.4e38"),
-    ({"min_loss_scale": 1e39}, "--min-loss-scale must be a finite number >= 0 up to float32's 3.4e38"),
-    ({"precisions": ["fp16"], "init_loss_scale": 0.5}, "--init-loss-scale 0.5 is below --min-loss-scale 1: the "
-                                                        "collapse check would stop the run at its first step"),
-    ({"precisions": ["fp16"], "min_loss_scale": 1e6}, "fp16's initial loss scale 65536 (the default) is below "
-                                                       "--min-loss-scale 1e+06"),
-    ({"detect_collapse": False, "max_consecutive_skips": 3}, "--max-consecutive-skips configures the collapse check "
-                                                              "that --no-collapse-check turns off"),
-    ({"detect_collapse": False, "min_loss_scale": 2.0}, "--min-loss-scale configures the collapse check"),
-    ({"report_to": "none,tensorboard"}, "--report-to: none means no tracker; it cannot be combined with tensorboard"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"lr_scheduler": "polynomial", "lr": 1e-7},
+            "--lr-scheduler polynomial decays to 1e-07 (transformers' lr_end): --lr must be above it, got 1e-07",
+        ),
+        ({"lr_scheduler": "polynomial", "lr": 1e-8}, "--lr must be above it, got 1e-08"),
+        ({"init_loss_scale": 1e39}, "--init-loss-scale must be a positive finite number up to float32's 3.4e38"),
+        ({"lr": 1e39}, "--lr must be a positive finite number up to float32's 3.4e38"),
+        ({"lora": True, "lora_alpha": 1e40}, "--lora-alpha must be a positive finite number up to float32's 3.4e38"),
+        ({"min_loss_scale": 1e39}, "--min-loss-scale must be a finite number >= 0 up to float32's 3.4e38"),
+        (
+            {"precisions": ["fp16"], "init_loss_scale": 0.5},
+            "--init-loss-scale 0.5 is below --min-loss-scale 1: the "
+            "collapse check would stop the run at its first step",
+        ),
+        (
+            {"precisions": ["fp16"], "min_loss_scale": 1e6},
+            "fp16's initial loss scale 65536 (the default) is below --min-loss-scale 1e+06",
+        ),
+        (
+            {"detect_collapse": False, "max_consecutive_skips": 3},
+            "--max-consecutive-skips configures the collapse check that --no-collapse-check turns off",
+        ),
+        ({"detect_collapse": False, "min_loss_scale": 2.0}, "--min-loss-scale configures the collapse check"),
+        (
+            {"report_to": "none,tensorboard"},
+            "--report-to: none means no tracker; it cannot be combined with tensorboard",
+        ),
+    ],
+)
 def test_combinations_refused_from_python(kwargs, message):
     with pytest.raises(UsageError) as e:
         RunConfig(**kwargs).validate()
@@ -65,29 +80,45 @@ def assert_refused(code: int, err: str, out: Path, expected: str) -> None:
     assert not (out / "results.json").exists()
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("--max-steps", "4", "--precision", "fp16", "--init-loss-scale", "1e39"),
-     "argument --init-loss-scale: must be a positive finite number up to float32's 3.4e38, got '1e39'"),
-    (("--max-steps", "2", "--compare", "fp32,fp16", "--init-loss-scale", "3.5e38"), "up to float32's 3.4e38"),
-    (("--max-steps", "4", "--precision", "fp16", "--init-loss-scale", "0.5"),
-     "--init-loss-scale 0.5 is below --min-loss-scale 1"),
-    (("--max-steps", "2", "--lr-scheduler", "polynomial", "--lr", "1e-7"), "--lr must be above it, got 1e-07"),
-    (("--max-steps", "2", "--report-to", "none,tensorboard"), "none means no tracker"),
-    (("--max-steps", "2", "--precision", "bf16", "--min-loss-scale", "2"),
-     "--min-loss-scale: only fp16 uses a loss scale; this command trains bf16"),
-    (("--max-steps", "2", "--fp32-modules", "model.bert.encoder"),
-     "--fp32-modules: only autocast precisions (bf16, fp16) run modules in lower precision; this command trains fp32"),
-    (("--max-steps", "2", "--precision", "bf16", "--fp32-modules", "model"),
-     "--fp32-modules model covers the whole model: the bf16 run would be an fp32 run"),
-    (("--max-steps", "2", "--precision", "bf16", "--fp32-modules", "model.bert,model.classifier"),
-     "covers the whole model"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ("--max-steps", "4", "--precision", "fp16", "--init-loss-scale", "1e39"),
+            "argument --init-loss-scale: must be a positive finite number up to float32's 3.4e38, got '1e39'",
+        ),
+        (("--max-steps", "2", "--compare", "fp32,fp16", "--init-loss-scale", "3.5e38"), "up to float32's 3.4e38"),
+        (
+            ("--max-steps", "4", "--precision", "fp16", "--init-loss-scale", "0.5"),
+            "--init-loss-scale 0.5 is below --min-loss-scale 1",
+        ),
+        (("--max-steps", "2", "--lr-scheduler", "polynomial", "--lr", "1e-7"), "--lr must be above it, got 1e-07"),
+        (("--max-steps", "2", "--report-to", "none,tensorboard"), "none means no tracker"),
+        (
+            ("--max-steps", "2", "--precision", "bf16", "--min-loss-scale", "2"),
+            "--min-loss-scale: only fp16 uses a loss scale; this command trains bf16",
+        ),
+        (
+            ("--max-steps", "2", "--fp32-modules", "model.bert.encoder"),
+            "--fp32-modules: only autocast precisions (bf16, fp16) run modules in lower precision; this command trains fp32",
+        ),
+        (
+            ("--max-steps", "2", "--precision", "bf16", "--fp32-modules", "model"),
+            "--fp32-modules model covers the whole model: the bf16 run would be an fp32 run",
+        ),
+        (
+            ("--max-steps", "2", "--precision", "bf16", "--fp32-modules", "model.bert,model.classifier"),
+            "covers the whole model",
+        ),
+    ],
+)
 def test_combinations_refused_on_the_command_line(tmp_path, model, capsys, args, expected):
     code, err, out = run_cli(tmp_path, model, *args, capsys=capsys)
     assert_refused(code, err, out, expected)
 
 
 def test_fp32_modules_naming_part_of_the_model_still_trains(tmp_path, model, capsys):
-    code, err, out = run_cli(tmp_path, model, "--max-steps", "1", "--precision", "bf16", "--fp32-modules",
-                             "model.classifier", capsys=capsys)
+    code, err, out = run_cli(
+        tmp_path, model, "--max-steps", "1", "--precision", "bf16", "--fp32-modules", "model.classifier", capsys=capsys
+    )
     assert code == 0, err

@@ -33,21 +33,50 @@ def test_no_flags_give_the_dataclass_defaults():
 
 
 def test_flags_fill_their_fields():
-    cfg = _parse("--epochs", "3", "--lr", "1e-4", "--no-collapse-check", "--train-file", "t.csv",
-                 "--validation-split", "0.1", "--compare", "fp32,bf16", "--seeds", "1,2")
-    assert (cfg.epochs, cfg.lr, cfg.detect_collapse, cfg.train_file, cfg.validation_split) == (3, 1e-4, False, "t.csv", 0.1)
+    cfg = _parse(
+        "--epochs",
+        "3",
+        "--lr",
+        "1e-4",
+        "--no-collapse-check",
+        "--train-file",
+        "t.csv",
+        "--validation-split",
+        "0.1",
+        "--compare",
+        "fp32,bf16",
+        "--seeds",
+        "1,2",
+    )
+    assert (cfg.epochs, cfg.lr, cfg.detect_collapse, cfg.train_file, cfg.validation_split) == (
+        3,
+        1e-4,
+        False,
+        "t.csv",
+        0.1,
+    )
     assert cfg.precisions == ["fp32", "bf16"] and cfg.seeds == [1, 2]
     assert _parse("--amp").precisions == ["amp"]
 
 
-@pytest.mark.parametrize("kwargs, flag", [
-    ({"epochs": 0}, "--epochs"), ({"epochs": 2.5}, "--epochs"), ({"epochs": True}, "--epochs"),
-    ({"lr": float("inf")}, "--lr"), ({"max_grad_norm": -1.0}, "--max-grad-norm"),
-    ({"inject_nonfinite": 1.5}, "--inject-nonfinite"), ({"device": "tpu"}, "--device"),
-    ({"validation_split": 0.0}, "--validation-split"), ({"resume": "yes"}, "--resume"),
-    ({"detect_collapse": 1}, "--no-collapse-check"), ({"seeds": [2**64]}, "--seed"),
-    ({"num_workers": -1}, "--num-workers"), ({"text_column": " "}, "--text-column"),
-])
+@pytest.mark.parametrize(
+    "kwargs, flag",
+    [
+        ({"epochs": 0}, "--epochs"),
+        ({"epochs": 2.5}, "--epochs"),
+        ({"epochs": True}, "--epochs"),
+        ({"lr": float("inf")}, "--lr"),
+        ({"max_grad_norm": -1.0}, "--max-grad-norm"),
+        ({"inject_nonfinite": 1.5}, "--inject-nonfinite"),
+        ({"device": "tpu"}, "--device"),
+        ({"validation_split": 0.0}, "--validation-split"),
+        ({"resume": "yes"}, "--resume"),
+        ({"detect_collapse": 1}, "--no-collapse-check"),
+        ({"seeds": [2**64]}, "--seed"),
+        ({"num_workers": -1}, "--num-workers"),
+        ({"text_column": " "}, "--text-column"),
+    ],
+)
 def test_python_values_get_the_same_rules_as_flags(kwargs, flag):
     with pytest.raises(UsageError) as err:
         RunConfig(**kwargs).validate()
@@ -69,7 +98,8 @@ def test_a_config_with_the_recipes_defaults_applied_passes_the_check():
     cfg.check_recipe_options("mlp-synthetic", mlp_synthetic.USES, mlp_synthetic.DEFAULTS)
     with pytest.raises(UsageError, match="--model"):
         RunConfig(recipe="mlp-synthetic", model="bert-base-uncased").check_recipe_options(
-            "mlp-synthetic", mlp_synthetic.USES, mlp_synthetic.DEFAULTS)
+            "mlp-synthetic", mlp_synthetic.USES, mlp_synthetic.DEFAULTS
+        )
 
 
 def test_length_grouping_is_off_by_default_and_opt_in():

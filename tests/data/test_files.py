@@ -11,8 +11,11 @@ from mixft.errors import UsageError
 
 pytestmark = pytest.mark.usefixtures("isolated_hf")  # a private datasets cache per test
 
-ROWS = [{"text": 'he said "fine", then left', "label": "pos"}, {"text": "dull, slow", "label": "neg"},
-        {"text": "ok", "label": "pos"}]
+ROWS = [
+    {"text": 'he said "fine", then left', "label": "pos"},
+    {"text": "dull, slow", "label": "neg"},
+    {"text": "ok", "label": "pos"},
+]
 
 
 def _write(path, rows, fmt):
@@ -56,14 +59,30 @@ def test_tsv_quotes_are_literal(tmp_path):
 @pytest.mark.parametrize(
     "name, content, message",
     [
-        ("train.txt", "text,label\n", "--train-file {p}: unsupported file type (extension '.txt'); supported: .csv, .tsv, .json, .jsonl, .parquet"),
+        (
+            "train.txt",
+            "text,label\n",
+            "--train-file {p}: unsupported file type (extension '.txt'); supported: .csv, .tsv, .json, .jsonl, .parquet",
+        ),
         ("train", "text,label\n", "--train-file {p}: unsupported file type (no extension); supported"),
         ("train.csv", "", "--train-file {p}: file is empty"),
         ("train.csv", "text,label\n", "--train-file {p}: no data rows"),
-        ("train.csv", 'text,label\n"a",1\n"b",2,3\n', "--train-file {p}: data row 2 has more fields than the header's 2 "
-         "(an unquoted comma in a text?); quote the fields that contain one"),
-        ("train.csv", 'text,label\n"a",1,2\n"b",2,3,4\n', "--train-file {p}: line 3 has 4 fields, the header 2; quote fields"),
-        ("train.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": \n', "--train-file {p}: cannot read as JSONL:"),
+        (
+            "train.csv",
+            'text,label\n"a",1\n"b",2,3\n',
+            "--train-file {p}: data row 2 has more fields than the header's 2 "
+            "(an unquoted comma in a text?); quote the fields that contain one",
+        ),
+        (
+            "train.csv",
+            'text,label\n"a",1,2\n"b",2,3,4\n',
+            "--train-file {p}: line 3 has 4 fields, the header 2; quote fields",
+        ),
+        (
+            "train.jsonl",
+            '{"text": "a", "label": 1}\n{"text": "b", "label": \n',
+            "--train-file {p}: cannot read as JSONL:",
+        ),
         ("train.json", '[{"text": "a"', "--train-file {p}: cannot read as JSON:"),
         ("train.parquet", "not parquet at all", "--train-file {p}: cannot read as PARQUET:"),
     ],
@@ -119,8 +138,12 @@ def test_csv_cells_are_strings_and_only_empty_cells_are_missing(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("text,label\nNone,NA\nnull,007\nn/a,\nNaN,1.0\n", encoding="utf-8")
     ds = load_data_file(path)
-    assert ds.to_list() == [{"text": "None", "label": "NA"}, {"text": "null", "label": "007"},
-                            {"text": "n/a", "label": None}, {"text": "NaN", "label": "1.0"}]
+    assert ds.to_list() == [
+        {"text": "None", "label": "NA"},
+        {"text": "null", "label": "007"},
+        {"text": "n/a", "label": None},
+        {"text": "NaN", "label": "1.0"},
+    ]
 
 
 def test_repeated_header_names_are_refused(tmp_path):
@@ -136,15 +159,18 @@ def test_one_field_too_many_in_every_row_is_refused_not_made_an_index(tmp_path):
     path.write_text("text,label\ngood, really,pos\nbad, truly,neg\n", encoding="utf-8")
     with pytest.raises(UsageError) as info:
         load_data_file(path)
-    assert str(info.value) == (f"--train-file {path}: data row 1 has more fields than the header's 2 (an unquoted "
-                               "comma in a text?); quote the fields that contain one")
+    assert str(info.value) == (
+        f"--train-file {path}: data row 1 has more fields than the header's 2 (an unquoted "
+        "comma in a text?); quote the fields that contain one"
+    )
 
 
 def test_bom_crlf_quoted_newlines_long_rows_and_one_row(tmp_path):
     path = tmp_path / "t.csv"
     long_text = "word " * 200_000
-    path.write_bytes("\ufefftext,label\r\n".encode() + b'"two\r\nlines, one cell",1\r\n'
-                     + f"{long_text},0\r\n".encode())
+    path.write_bytes(
+        "\ufefftext,label\r\n".encode() + b'"two\r\nlines, one cell",1\r\n' + f"{long_text},0\r\n".encode()
+    )
     rows = load_data_file(path).to_list()
     assert rows == [{"text": "two\r\nlines, one cell", "label": "1"}, {"text": long_text, "label": "0"}]
     one = tmp_path / "one.csv"
@@ -153,10 +179,16 @@ def test_bom_crlf_quoted_newlines_long_rows_and_one_row(tmp_path):
         load_data_file(one)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"text,label\ncaf\xe9,1\n", "line 2: b'\\xe9' is not UTF-8 (Invalid UTF8 sequence); save the file as UTF-8"),
-    ("text,label\nok,1\n".encode("utf-16"), "line 1: a UTF-16 file (Invalid UTF8 sequence); save the file as UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"text,label\ncaf\xe9,1\n", "line 2: b'\\xe9' is not UTF-8 (Invalid UTF8 sequence); save the file as UTF-8"),
+        (
+            "text,label\nok,1\n".encode("utf-16"),
+            "line 1: a UTF-16 file (Invalid UTF8 sequence); save the file as UTF-8",
+        ),
+    ],
+)
 def test_an_encoding_other_than_utf8_is_named_with_the_fix(tmp_path, content, message):
     path = tmp_path / "t.csv"
     path.write_bytes(content)

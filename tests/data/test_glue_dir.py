@@ -11,6 +11,7 @@ from mixft.errors import UsageError
 def _rows(path) -> list[dict]:
     return read_glue_tsv(path).to_list()
 
+
 HEADER = b"sentence\tlabel\n"
 
 
@@ -42,8 +43,7 @@ def test_happy_path(tmp_path):
 
 def test_accepts_str_path_and_no_final_newline_and_crlf(tmp_path):
     p = _write(tmp_path, b"sentence\tlabel\r\ngood\t1\r\nbad\t0")
-    assert _rows(str(p)) == [{"sentence": "good", "label": 1},
-                                     {"sentence": "bad", "label": 0}]
+    assert _rows(str(p)) == [{"sentence": "good", "label": 1}, {"sentence": "bad", "label": 0}]
 
 
 def test_utf8_text(tmp_path):
@@ -58,8 +58,7 @@ def test_bom_stripped(tmp_path):
 
 def test_extra_columns_any_order(tmp_path):
     p = _write(tmp_path, b"label\tid\tsentence\n1\t7\tgood\n0\t8\tbad\n")
-    assert _rows(p) == [{"sentence": "good", "label": 1},
-                                {"sentence": "bad", "label": 0}]
+    assert _rows(p) == [{"sentence": "good", "label": 1}, {"sentence": "bad", "label": 0}]
 
 
 def test_long_sentence_accepted(tmp_path):
@@ -219,8 +218,25 @@ def test_data_dir_bad_file_names_file(tmp_path):
 # --- fuzz --------------------------------------------------------------------------
 
 _pieces = st.sampled_from(
-    [b"sentence", b"label", b"\t", b"\n", b"\r\n", b"0", b"1", b"2", b"good", b" ",
-     b"\xef\xbb\xbf", b"\x00", b"\xff", b"\xe9", b'"', b"'", b"\r"]
+    [
+        b"sentence",
+        b"label",
+        b"\t",
+        b"\n",
+        b"\r\n",
+        b"0",
+        b"1",
+        b"2",
+        b"good",
+        b" ",
+        b"\xef\xbb\xbf",
+        b"\x00",
+        b"\xff",
+        b"\xe9",
+        b'"',
+        b"'",
+        b"\r",
+    ]
 )
 _fuzz_bytes = st.one_of(
     st.binary(max_size=300),
@@ -229,8 +245,7 @@ _fuzz_bytes = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=_fuzz_bytes)
 def test_fuzz_never_crashes(tmp_path, data):
     p = _write(tmp_path, data, name="fuzz.tsv")

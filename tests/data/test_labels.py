@@ -76,21 +76,40 @@ def test_classlabel_keeps_ids_and_names():
 @pytest.mark.parametrize(
     "labels, kwargs, message",
     [
-        (["pos", "pos", "pos"], {},
-         "--train-file t.csv: the training data has a single class ('pos') in column 'label'; "
-         "classification needs at least two"),
+        (
+            ["pos", "pos", "pos"],
+            {},
+            "--train-file t.csv: the training data has a single class ('pos') in column 'label'; "
+            "classification needs at least two",
+        ),
         ([1, 1], {}, "single class ('1')"),
-        (["1", "0", "pos"], {},
-         "--train-file t.csv: mixed label types in column 'label': numbers ('0', '1') and text ('pos'); "
-         "use one type for every label"),
-        (["a", None, "b", None], {},
-         "--train-file t.csv: 2 of 4 rows have no label in column 'label' (first: data row 2); "
-         "fill them in or remove those rows"),
-        ([0.5, 0.5], {}, "--train-file t.csv: every training label in column 'label' is the same value; nothing to learn"),
-        ([0.5, 1.5], {"task_kind": "classification"},
-         "--train-file t.csv: labels in column 'label' have fractional values; classes must be whole numbers or text"),
-        (["a", "b"], {"task_kind": "regression"},
-         "--task-kind regression, but the labels in column 'label' are text ('a', 'b'); regression needs numbers"),
+        (
+            ["1", "0", "pos"],
+            {},
+            "--train-file t.csv: mixed label types in column 'label': numbers ('0', '1') and text ('pos'); "
+            "use one type for every label",
+        ),
+        (
+            ["a", None, "b", None],
+            {},
+            "--train-file t.csv: 2 of 4 rows have no label in column 'label' (first: data row 2); "
+            "fill them in or remove those rows",
+        ),
+        (
+            [0.5, 0.5],
+            {},
+            "--train-file t.csv: every training label in column 'label' is the same value; nothing to learn",
+        ),
+        (
+            [0.5, 1.5],
+            {"task_kind": "classification"},
+            "--train-file t.csv: labels in column 'label' have fractional values; classes must be whole numbers or text",
+        ),
+        (
+            ["a", "b"],
+            {"task_kind": "regression"},
+            "--task-kind regression, but the labels in column 'label' are text ('a', 'b'); regression needs numbers",
+        ),
         ([0, 1], {"task_kind": "ranking"}, "unknown task kind 'ranking'; task kinds: classification, regression"),
     ],
 )
@@ -137,10 +156,15 @@ def test_validation_labels_checked_against_training():
     check_eval_labels(_ds(["World", "Sports"]), "label", info, where=V)
     with pytest.raises(UsageError) as raised:
         check_eval_labels(_ds(["World", "Sci/Tech"]), "label", info, where=V)
-    assert str(raised.value) == ("--validation-file d.csv: validation label 'Sci/Tech' never seen in training "
-                                 "(training labels: 'Business', 'Sports', 'World')")
-    with pytest.raises(UsageError, match=r"mixed label types: validation labels in column 'label' are int but "
-                                         r"training labels are string"):
+    assert str(raised.value) == (
+        "--validation-file d.csv: validation label 'Sci/Tech' never seen in training "
+        "(training labels: 'Business', 'Sports', 'World')"
+    )
+    with pytest.raises(
+        UsageError,
+        match=r"mixed label types: validation labels in column 'label' are int but "
+        r"training labels are string",
+    ):
         check_eval_labels(_ds([0, 1]), "label", info, where=V)
     with pytest.raises(UsageError, match="no label"):
         check_eval_labels(_ds(["World", None]), "label", info, where=V)
@@ -208,14 +232,23 @@ def test_words_and_booleans_cannot_be_regressed():
         _info([True, False, True], task_kind="regression")
 
 
-@pytest.mark.parametrize("labels, message", [
-    ([0.5, float("inf"), 1.5], "data row 2: label inf in column 'label' is not a finite number; fix or remove that row"),
-    ([0.5, 1.5, float("nan")], "data row 3: label nan in column 'label' is not a finite number"),
-    (["0.5", "-Infinity", "1.5"], "data row 2: label -inf in column 'label' is not a finite number"),
-    ([0.5, 1e200, 1.5], "data row 2: regression target 1e+200 in column 'label' is too large (beyond 1.84e+19, its "
-                        "squared error overflows float32); rescale the targets"),
-    (["0.5", "1.5", "-3e30"], "data row 3: regression target -3e+30"),
-])
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        (
+            [0.5, float("inf"), 1.5],
+            "data row 2: label inf in column 'label' is not a finite number; fix or remove that row",
+        ),
+        ([0.5, 1.5, float("nan")], "data row 3: label nan in column 'label' is not a finite number"),
+        (["0.5", "-Infinity", "1.5"], "data row 2: label -inf in column 'label' is not a finite number"),
+        (
+            [0.5, 1e200, 1.5],
+            "data row 2: regression target 1e+200 in column 'label' is too large (beyond 1.84e+19, its "
+            "squared error overflows float32); rescale the targets",
+        ),
+        (["0.5", "1.5", "-3e30"], "data row 3: regression target -3e+30"),
+    ],
+)
 def test_non_finite_and_overflowing_targets_are_bad_data_named_by_row(labels, message):
     # Were: trained into a numeric collapse (exit 3, "lower the learning rate"), or NaN called "no label".
     with pytest.raises(UsageError) as info:
@@ -262,9 +295,13 @@ def test_a_saved_models_labels_are_matched_by_name_in_any_order():
     numbers = labels_for_model(_ds(["01", "0"]), "label", ModelLabels(("0", "1"), "m"), where=V)
     assert numbers.encode(["1", "00"]) == [1, 0]
     assert labels_for_model(_ds([True, False]), "label", ModelLabels(("false", "true"), "m"), where=V).encode(
-        [True, False]) == [1, 0]
-    with pytest.raises(UsageError, match=r"labels 'meh', 'so-so' in column 'label' are not among the labels "
-                                         r"--model out/model was fine-tuned for \(positive, neutral, negative\)"):
+        [True, False]
+    ) == [1, 0]
+    with pytest.raises(
+        UsageError,
+        match=r"labels 'meh', 'so-so' in column 'label' are not among the labels "
+        r"--model out/model was fine-tuned for \(positive, neutral, negative\)",
+    ):
         labels_for_model(_ds(["positive", "so-so", "meh"]), "label", model, where=V)
     with pytest.raises(UsageError, match="is a regression model, but the labels in column 'label' are text"):
         labels_for_model(_ds(["positive"]), "label", ModelLabels(None, "--model reg"), where=V)

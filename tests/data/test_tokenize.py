@@ -94,8 +94,10 @@ def test_make_loader_over_an_arrow_dataset(topic_files, tokenizer, monkeypatch):
 
 
 def test_make_loader_still_takes_a_list_of_dicts(tokenizer):
-    examples = [{**tokenizer(text, truncation=True, max_length=16), "labels": float(label)}
-                for text, label in (("fine", 1), ("not fine at all", 0))]
+    examples = [
+        {**tokenizer(text, truncation=True, max_length=16), "labels": float(label)}
+        for text, label in (("fine", 1), ("not fine at all", 0))
+    ]
     batch = next(iter(make_loader(examples, tokenizer, batch_size=2, shuffle=False)))
     assert batch["labels"].tolist() == [0.0, 1.0]  # longest first in evaluation order
 
@@ -141,8 +143,9 @@ def test_in_memory_stand_in_tokenises(monkeypatch, tokenizer):
     import mixft.data.hubdata as hubdata
 
     monkeypatch.setattr(hubdata, "hub_reachable", lambda timeout=3.0: False)
-    data = load_text_data(dataset="glue", dataset_config="mrpc", max_train_samples=20, max_eval_samples=6,
-                          stand_in=MRPC)
+    data = load_text_data(
+        dataset="glue", dataset_config="mrpc", max_train_samples=20, max_eval_samples=6, stand_in=MRPC
+    )
     train, dev = tokenize_text_data(data, tokenizer, max_length=64)
     assert (len(train), len(dev)) == (20, 6)
     assert not train.cache_files  # in memory: nothing to cache, nothing hashed

@@ -41,8 +41,12 @@ def test_train_and_validation_files(tmp_path, topic_csv):
     assert (data.source, data.name, data.notice) == ("files", str(topic_csv), None)
     assert data.description == f"{topic_csv} (30 train / 2 eval)"
     assert data.task.id2label == {0: "Business", 1: "Sports", 2: "World"}
-    assert (data.task.kind, data.task.num_labels, data.task.is_pair, data.task.glue_task) == \
-        ("classification", 3, False, None)
+    assert (data.task.kind, data.task.num_labels, data.task.is_pair, data.task.glue_task) == (
+        "classification",
+        3,
+        False,
+        None,
+    )
     assert data.eval.to_list() == [{"text": "a match", "label": "Sports"}, {"text": "an election", "label": "World"}]
 
 
@@ -72,7 +76,10 @@ def test_validation_file_missing_a_column(tmp_path, topic_csv):
     dev = _csv(tmp_path / "dev.csv", [("x", "y")], header=("body", "label"))
     with pytest.raises(UsageError) as info:
         load_text_data(train_file=topic_csv, validation_file=dev)
-    assert str(info.value) == f"--validation-file {dev}: no column 'text' (found in the training data); columns: 'body', 'label'"
+    assert (
+        str(info.value)
+        == f"--validation-file {dev}: no column 'text' (found in the training data); columns: 'body', 'label'"
+    )
 
 
 def test_validation_label_unseen_in_training(tmp_path, topic_csv):
@@ -104,13 +111,20 @@ def test_missing_text_and_non_text_columns(tmp_path):
         ({"validation_file": "d.csv", "dataset": "imdb"}, "--validation-file needs --train-file"),
         ({"train_file": "t.csv", "dataset_config": "sst2"}, "--dataset-config needs --dataset"),
         ({"train_file": "t.csv", "validation_split": 1.0}, "--validation-split must be a fraction between 0 and 1"),
-        ({"train_file": "t.csv", "validation_file": "d.csv", "validation_split": 0.1},
-         "pass --validation-file or --validation-split, not both"),
+        (
+            {"train_file": "t.csv", "validation_file": "d.csv", "validation_split": 0.1},
+            "pass --validation-file or --validation-split, not both",
+        ),
         ({"train_file": "t.csv", "max_train_samples": 0}, "--max-train-samples must be a positive integer, got 0"),
         ({"train_file": "t.csv", "task_kind": "ranking"}, "unknown task kind 'ranking'"),
-        ({"data_dir": "d", "train_file": "t.csv"}, "--data-dir brings its own train.tsv and dev.tsv; drop --train-file"),
-        ({"data_dir": "d", "dataset": "imdb", "validation_split": 0.1},
-         "--data-dir brings its own train.tsv and dev.tsv; drop --dataset, --validation-split"),
+        (
+            {"data_dir": "d", "train_file": "t.csv"},
+            "--data-dir brings its own train.tsv and dev.tsv; drop --train-file",
+        ),
+        (
+            {"data_dir": "d", "dataset": "imdb", "validation_split": 0.1},
+            "--data-dir brings its own train.tsv and dev.tsv; drop --dataset, --validation-split",
+        ),
     ],
 )
 def test_argument_errors_come_before_any_file_is_read(kwargs, message):
@@ -123,13 +137,16 @@ def test_argument_errors_come_before_any_file_is_read(kwargs, message):
 def test_no_validation_data_says_what_to_pass(topic_csv):
     with pytest.raises(UsageError) as info:
         load_text_data(train_file=topic_csv)
-    assert str(info.value) == (f"--train-file {topic_csv}: no validation data; pass --validation-file, or "
-                               "--validation-split F (0 < F < 1) to hold out a fraction of the training data")
+    assert str(info.value) == (
+        f"--train-file {topic_csv}: no validation data; pass --validation-file, or "
+        "--validation-split F (0 < F < 1) to hold out a fraction of the training data"
+    )
 
 
 def test_float_labels_make_a_regression_task(tmp_path):
-    train = _csv(tmp_path / "scores.csv", [("a", 0.5), ("b", 3.0), ("c", 4.75), ("d", 1.0)],
-                 header=("sentence1", "score"))
+    train = _csv(
+        tmp_path / "scores.csv", [("a", 0.5), ("b", 3.0), ("c", 4.75), ("d", 1.0)], header=("sentence1", "score")
+    )
     data = load_text_data(train_file=train, validation_split=0.5, text_column="sentence1", label_column="score")
     assert (data.task.kind, data.task.num_labels, data.task.label_names) == ("regression", 1, ())
 
@@ -142,8 +159,10 @@ def test_hub_dataset_neither_cached_nor_reachable(unreachable):
     with pytest.raises(UsageError) as info:
         load_text_data(dataset="imdb")
     assert time.monotonic() - start < 10
-    assert str(info.value) == ("--dataset imdb: not in the local datasets cache and the hub is unreachable; "
-                               "run once with hub access or pass --train-file/--validation-file")
+    assert str(info.value) == (
+        "--dataset imdb: not in the local datasets cache and the hub is unreachable; "
+        "run once with hub access or pass --train-file/--validation-file"
+    )
     assert os.environ["HF_HUB_OFFLINE"] == "1"  # gone offline: nothing retries for 50 s
 
 
@@ -151,21 +170,35 @@ def test_unavailable_glue_task_without_stand_in(unreachable):
     # Named without a flag the user may not have passed, with advice no GLUE recipe refuses.
     with pytest.raises(UsageError) as info:
         load_glue_data("stsb")
-    assert str(info.value) == ("glue/stsb: not in the local datasets cache and the hub is unreachable; "
-                               "run once with hub access or train on your own copy of the task's files with "
-                               "--recipe text-classification --train-file/--validation-file")
+    assert str(info.value) == (
+        "glue/stsb: not in the local datasets cache and the hub is unreachable; "
+        "run once with hub access or train on your own copy of the task's files with "
+        "--recipe text-classification --train-file/--validation-file"
+    )
 
 
 @pytest.mark.parametrize(
     "name, config, generated, columns, names, eval_split",
     [
         ("glue", "sst2", "mixft-generated-sentiment", ("sentence",), ("negative", "positive"), None),
-        ("glue", "mrpc", "mixft-generated-paraphrase", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"),
-         None),
+        (
+            "glue",
+            "mrpc",
+            "mixft-generated-paraphrase",
+            ("sentence1", "sentence2"),
+            ("not_equivalent", "equivalent"),
+            None,
+        ),
         # ag_news has train and test only, and so has its stand-in: --eval-split test works online and offline.
         ("ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech"), "test"),
-        ("fancyzhx/ag_news", None, "mixft-generated-topics", ("text",), ("World", "Sports", "Business", "Sci/Tech"),
-         "test"),
+        (
+            "fancyzhx/ag_news",
+            None,
+            "mixft-generated-topics",
+            ("text",),
+            ("World", "Sports", "Business", "Sci/Tech"),
+            "test",
+        ),
     ],
 )
 def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, generated, columns, names, eval_split):
@@ -173,13 +206,22 @@ def test_stand_ins_when_the_hub_is_out_of_reach(unreachable, name, config, gener
     data = load_text_data(dataset=name, dataset_config=config, seed=1, stand_in=stand_in, eval_split=eval_split)
     label = f"{name}/{config}" if config else name
     assert (data.source, data.name) == ("generated", generated)
-    assert data.notice == (f"notice: {label} is not reachable or cached; using {generated}, mixft's generated "
-                           "stand-in in its schema (2000 train / 872 eval, seed 1)")
+    assert data.notice == (
+        f"notice: {label} is not reachable or cached; using {generated}, mixft's generated "
+        "stand-in in its schema (2000 train / 872 eval, seed 1)"
+    )
     assert (len(data.train), len(data.eval)) == (2000, 872)  # the demo budget belongs to generated data
     assert data.task.text_columns == columns and data.task.label_names == names
     assert data.task.glue_task == config
-    again = load_text_data(dataset=name, dataset_config=config, seed=1, max_train_samples=50, max_eval_samples=10,
-                           stand_in=stand_in, eval_split=eval_split)
+    again = load_text_data(
+        dataset=name,
+        dataset_config=config,
+        seed=1,
+        max_train_samples=50,
+        max_eval_samples=10,
+        stand_in=stand_in,
+        eval_split=eval_split,
+    )
     assert (len(again.train), len(again.eval)) == (50, 10)  # a cap sizes the generated set itself
 
 
@@ -193,17 +235,21 @@ def test_no_stand_in_unless_the_caller_passes_one(unreachable):
 def test_a_stand_in_refuses_more_rows_than_it_offers_before_making_any(unreachable):
     with pytest.raises(UsageError) as info:
         load_glue_data("sst2", stand_in=SST2, max_train_samples=10**7)
-    assert str(info.value) == ("--max-train-samples 10000000: mixft's generated sentiment set offers at most 1000000 "
-                               "training sentences (glue/sst2 is not reachable or cached here); pass "
-                               "--train-file/--validation-file for more data")
+    assert str(info.value) == (
+        "--max-train-samples 10000000: mixft's generated sentiment set offers at most 1000000 "
+        "training sentences (glue/sst2 is not reachable or cached here); pass "
+        "--train-file/--validation-file for more data"
+    )
 
 
 def test_user_data_path_imports_no_generator():
     import subprocess
     import sys
 
-    code = ("import sys, mixft.data, mixft.data.user_data, mixft.data.glue_dir, mixft.data.files, mixft.data.hubdata; "
-            "print(sorted(m for m in sys.modules if m.startswith('mixft.data.synthetic')))")
+    code = (
+        "import sys, mixft.data, mixft.data.user_data, mixft.data.glue_dir, mixft.data.files, mixft.data.hubdata; "
+        "print(sorted(m for m in sys.modules if m.startswith('mixft.data.synthetic')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -241,11 +287,17 @@ def test_hub_dataset_from_the_cache_uses_its_validation_split(monkeypatch):
     def fake_load(name, config=None, **kwargs):
         calls.append((name, config, datasets.config.HF_HUB_OFFLINE))
         row = {"premise": ["p1", "p2", "p3"], "hypothesis": ["h1", "h2", "h3"], "label": [0, 1, 2]}
-        features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
-                                      "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"])})
+        features = datasets.Features(
+            {
+                "premise": datasets.Value("string"),
+                "hypothesis": datasets.Value("string"),
+                "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+            }
+        )
         split = datasets.Dataset.from_dict(row, features=features)
-        return datasets.DatasetDict(train=split, validation_matched=split.select([0, 2]),
-                                    validation_mismatched=split.select([1]), test=split)
+        return datasets.DatasetDict(
+            train=split, validation_matched=split.select([0, 2]), validation_mismatched=split.select([1]), test=split
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     data = load_glue_data("mnli")
@@ -266,9 +318,11 @@ def test_hub_dataset_without_validation_split(monkeypatch):
     with pytest.raises(UsageError) as info:
         load_text_data(dataset="imdb")
     # --validation-file goes with --train-file only: not offered for a hub dataset.
-    assert str(info.value) == ("--dataset imdb (train split): no validation data; its splits are train, test: pass "
-                               "--eval-split NAME, or --validation-split F (0 < F < 1) to hold out a fraction of the "
-                               "training data")
+    assert str(info.value) == (
+        "--dataset imdb (train split): no validation data; its splits are train, test: pass "
+        "--eval-split NAME, or --validation-split F (0 < F < 1) to hold out a fraction of the "
+        "training data"
+    )
     assert len(load_text_data(dataset="imdb", eval_split="test").eval) == 2
     assert len(load_text_data(dataset="imdb", validation_split=0.5).eval) == 2
     with pytest.raises(UsageError, match=r"no split 'dev' \(--eval-split\); splits: train, test"):
@@ -290,7 +344,9 @@ def test_glue_table():
 def test_unknown_glue_task():
     with pytest.raises(UsageError) as info:
         load_glue_data("squad")
-    assert str(info.value) == "unknown GLUE task 'squad'; GLUE tasks: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli"
+    assert (
+        str(info.value) == "unknown GLUE task 'squad'; GLUE tasks: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte, wnli"
+    )
 
 
 def test_pair_column_on_single_text_glue_task(unreachable):
@@ -315,8 +371,10 @@ def test_a_label_error_the_cap_caused_names_the_cap(tmp_path):
     train = _csv(tmp_path / "t.csv", rows)
     with pytest.raises(UsageError) as info:
         load_text_data(train_file=train, validation_split=0.2, max_train_samples=5)
-    assert str(info.value).endswith("classification needs at least two (after --max-train-samples 5 kept the first "
-                                    "5 training rows; raise it, or shuffle the file)")
+    assert str(info.value).endswith(
+        "classification needs at least two (after --max-train-samples 5 kept the first "
+        "5 training rows; raise it, or shuffle the file)"
+    )
     three = _csv(tmp_path / "three.csv", [(f"r{i}", "a" if i < 10 else "b" if i < 15 else "c") for i in range(20)])
     dev = _csv(tmp_path / "d.csv", [("x", "c")])
     with pytest.raises(UsageError, match=r"validation label 'c' never seen in training .*--max-train-samples 12"):

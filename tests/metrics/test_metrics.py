@@ -13,9 +13,7 @@ from mixft.metrics import SHIPPED, load_metric
 from mixft.metrics.task import TaskMetrics, f1_average, metric_names, task_metrics
 
 # A 3-class confusion matrix (rows: true class, columns: predicted class).
-CONFUSION = [[5, 1, 0],
-             [2, 3, 1],
-             [0, 0, 4]]
+CONFUSION = [[5, 1, 0], [2, 3, 1], [0, 0, 4]]
 
 
 def _from_confusion(matrix):
@@ -74,9 +72,12 @@ def test_f1_degenerate_cases(metric):
     assert f1.compute(predictions=[0, 0, 0], references=[0, 0, 0])["f1"] == 0.0
     # All predicted one class of two: class 0 F1 = 2*2/(2*2+2), class 1 never predicted = 0.
     assert f1.compute(predictions=[0, 0, 0, 0], references=[0, 0, 1, 1], average="macro")["f1"] == pytest.approx(
-        (4 / 6 + 0.0) / 2)
+        (4 / 6 + 0.0) / 2
+    )
     # A class given in labels that never occurs counts as 0 in the macro average.
-    assert f1.compute(predictions=[0, 1], references=[0, 1], average="macro", labels=[0, 1, 2])["f1"] == pytest.approx(2 / 3)
+    assert f1.compute(predictions=[0, 1], references=[0, 1], average="macro", labels=[0, 1, 2])["f1"] == pytest.approx(
+        2 / 3
+    )
     with pytest.raises(ValueError, match="binary"):
         f1.compute(predictions=[0, 1, 2], references=[0, 1, 2])
 
@@ -98,8 +99,9 @@ def test_matthews_binary_by_hand(metric):
     preds = [1] * 6 + [0] * 3 + [1] + [0] * 2
     refs = [1] * 6 + [0] * 3 + [0] + [1] * 2
     expected = (6 * 3 - 1 * 2) / math.sqrt(7 * 8 * 4 * 5)
-    assert metric("matthews_correlation").compute(predictions=preds, references=refs)["matthews_correlation"] == \
-        pytest.approx(expected)
+    assert metric("matthews_correlation").compute(predictions=preds, references=refs)[
+        "matthews_correlation"
+    ] == pytest.approx(expected)
 
 
 def test_matthews_multiclass_matches_one_hot_correlation(metric):
@@ -124,10 +126,12 @@ REFS = [0.0, 2.0, 1.5, 4.0, 3.0, 5.0, 1.0]
 
 def test_pearson_and_spearman_match_scipy(metric):
     assert metric("pearsonr").compute(predictions=PREDS, references=REFS)["pearsonr"] == pytest.approx(
-        stats.pearsonr(REFS, PREDS)[0])
+        stats.pearsonr(REFS, PREDS)[0]
+    )
     # PREDS has a tie (2.5, 2.5): average ranks, as scipy does.
     assert metric("spearmanr").compute(predictions=PREDS, references=REFS)["spearmanr"] == pytest.approx(
-        stats.spearmanr(REFS, PREDS)[0])
+        stats.spearmanr(REFS, PREDS)[0]
+    )
 
 
 def test_spearman_by_hand():
@@ -168,11 +172,13 @@ def test_task_metrics_compute_every_metric_at_once():
 
     binary = TaskMetrics(["f1", "accuracy"])
     assert binary.compute(predictions=[1, 1, 0, 0, 1], references=[1, 0, 0, 1, 1]) == pytest.approx(
-        {"f1": 4 / 6, "accuracy": 3 / 5})
+        {"f1": 4 / 6, "accuracy": 3 / 5}
+    )
 
     regression = task_metrics("regression", num_labels=1)
     assert regression.compute(predictions=PREDS, references=REFS) == pytest.approx(
-        {"pearsonr": stats.pearsonr(REFS, PREDS)[0], "spearmanr": stats.spearmanr(REFS, PREDS)[0]})
+        {"pearsonr": stats.pearsonr(REFS, PREDS)[0], "spearmanr": stats.spearmanr(REFS, PREDS)[0]}
+    )
 
 
 def test_task_metrics_rejects_unknown_names_at_construction():

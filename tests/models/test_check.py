@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import ARCHITECTURES, DECODER_ARCHITECTURES, MAX_POSITIONS, make_tiny_model_dir, toy_batch
 
 from mixft.errors import UsageError
 from mixft.models.check import (
@@ -17,7 +18,6 @@ from mixft.models.check import (
     max_sequence_length,
     safetensors_shapes,
 )
-from tiny_models import ARCHITECTURES, DECODER_ARCHITECTURES, MAX_POSITIONS, make_tiny_model_dir, toy_batch
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,10 @@ def test_truncated_inside_the_header(bert_dir):
     "garbage,cause",
     [
         (b"<html>404 Not Found</html>" * 10, "corrupt: not a safetensors file"),
-        (b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}" + bytes(64), "corrupt: its safetensors header is not valid JSON"),
+        (
+            b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}" + bytes(64),
+            "corrupt: its safetensors header is not valid JSON",
+        ),
     ],
 )
 def test_corrupt_weights(bert_dir, garbage, cause):
@@ -147,7 +150,9 @@ def test_weights_that_do_not_fit_the_config(bert_dir):
 def test_weights_of_another_architecture(bert_dir, tmp_path):
     from transformers import GPT2Config, GPT2Model
 
-    GPT2Model(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=80, n_positions=64)).save_pretrained(tmp_path / "gpt")
+    GPT2Model(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=80, n_positions=64)).save_pretrained(
+        tmp_path / "gpt"
+    )
     shutil.copy(tmp_path / "gpt" / "model.safetensors", bert_dir / "model.safetensors")
     assert "model.safetensors holds no tensor of a bert model (weights of another architecture?)" in _refusal(bert_dir)
 
@@ -159,7 +164,7 @@ def test_no_weights(bert_dir):
 
 def test_bad_shard_index(bert_dir):
     (bert_dir / "model.safetensors").unlink()
-    (bert_dir / "model.safetensors.index.json").write_text("{\"metadata\": {}}")
+    (bert_dir / "model.safetensors.index.json").write_text('{"metadata": {}}')
     assert "model.safetensors.index.json is not a valid shard index" in _refusal(bert_dir)
 
 
@@ -256,8 +261,11 @@ def test_broken_tokenizer_json(bert_dir):
 def _save_generative(model_type, path):
     from transformers import AutoModel, GPT2Config, T5Config
 
-    config = (GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64) if model_type == "gpt2"
-              else T5Config(d_model=32, d_ff=37, num_layers=1, num_heads=2, d_kv=16, vocab_size=100))
+    config = (
+        GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64)
+        if model_type == "gpt2"
+        else T5Config(d_model=32, d_ff=37, num_layers=1, num_heads=2, d_kv=16, vocab_size=100)
+    )
     AutoModel.from_config(config).save_pretrained(path)
     return path
 
@@ -265,8 +273,10 @@ def _save_generative(model_type, path):
 def test_decoder_only_models_are_refused_unless_the_caller_takes_them(tmp_path):
     """bert-sst2 keeps its BERT classifier: check_model's default still refuses decoders, naming the alternative."""
     path = _save_generative("gpt2", tmp_path / "gpt2")
-    assert _refusal(path) == (f"--model {path} is a decoder-only model (gpt2); this recipe fine-tunes encoders "
-                              "(BERT, RoBERTa, DeBERTa, ...); --recipe text-classification also takes decoder-only models")
+    assert _refusal(path) == (
+        f"--model {path} is a decoder-only model (gpt2); this recipe fine-tunes encoders "
+        "(BERT, RoBERTa, DeBERTa, ...); --recipe text-classification also takes decoder-only models"
+    )
 
 
 @pytest.mark.parametrize("decoders", [False, True])
@@ -274,7 +284,8 @@ def test_encoder_decoder_models_are_always_refused(tmp_path, decoders):
     path = _save_generative("t5", tmp_path / "t5")
     takes = "BERT, RoBERTa, DeBERTa, ..." + (" or decoder-only GPT-2, Llama, Qwen2, Mistral, ..." if decoders else "")
     assert _refusal(path, decoders=decoders) == (
-        f"--model {path} is an encoder-decoder model (t5); mixft fine-tunes encoders ({takes})")
+        f"--model {path} is an encoder-decoder model (t5); mixft fine-tunes encoders ({takes})"
+    )
 
 
 @pytest.mark.parametrize("arch", DECODER_ARCHITECTURES)
@@ -291,14 +302,23 @@ def test_encoder_configured_as_a_decoder_is_refused(bert_dir):
     (bert_dir / "config.json").write_text(json.dumps({**config, "is_decoder": True}))
     for decoders in (False, True):
         assert _refusal(bert_dir, decoders=decoders).endswith(
-            "is a bert encoder configured as a decoder (is_decoder: true in config.json); set it to false")
+            "is a bert encoder configured as a decoder (is_decoder: true in config.json); set it to false"
+        )
 
 
 def test_non_text_model_is_refused(tmp_path):
     from transformers import AutoModel, ViTConfig
 
-    AutoModel.from_config(ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                    intermediate_size=37, image_size=32, patch_size=16)).save_pretrained(tmp_path / "vit")
+    AutoModel.from_config(
+        ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=37,
+            image_size=32,
+            patch_size=16,
+        )
+    ).save_pretrained(tmp_path / "vit")
     assert "is a vit model, which has no sequence-classification head" in _refusal(tmp_path / "vit")
 
 
@@ -384,8 +404,10 @@ def test_repo_missing_on_the_hub_is_one_line(monkeypatch):
     import transformers.utils.hub as hf_hub
 
     def not_found(*args, **kwargs):
-        raise OSError("roberta-larg is not a local folder and is not a valid model identifier listed on "
-                      "'https://huggingface.co/models'\nIf this is a private repository, ...")
+        raise OSError(
+            "roberta-larg is not a local folder and is not a valid model identifier listed on "
+            "'https://huggingface.co/models'\nIf this is a private repository, ..."
+        )
 
     monkeypatch.setattr(hf_hub, "cached_file", not_found)
     with pytest.raises(UsageError) as info:
@@ -453,9 +475,9 @@ def test_held_python_warnings_dropped_on_refusal_shown_on_pass():
         warnings.simplefilter("always")
         with pytest.raises(UsageError):
             with held_library_warnings():
-                warnings.warn("from a library, before the refusal", UserWarning)
+                warnings.warn("from a library, before the refusal", UserWarning, stacklevel=1)
                 raise UsageError("--model M: refused")
         assert seen == []
         with held_library_warnings():
-            warnings.warn("from a library, model accepted", UserWarning)
+            warnings.warn("from a library, model accepted", UserWarning, stacklevel=1)
         assert [str(w.message) for w in seen] == ["from a library, model accepted"]

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from tiny_models import ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, make_tokenizer, toy_batch
 from torch import nn
 
 from mixft.errors import UsageError
@@ -19,7 +20,6 @@ from mixft.models.classifiers import (
     regression_values,
 )
 from mixft.train.trainer import Trainer
-from tiny_models import ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, make_tokenizer, toy_batch
 
 LABELS = {"2-class": ["negative", "positive"], "3-class": ["bad", "so-so", "good"], "regression": None}
 
@@ -55,8 +55,16 @@ def test_trains_saves_and_reloads_with_labels(tiny_dirs, tmp_path, arch, task):
     assert model.untrained and model.fresh_weights  # a fresh head on a bare encoder
 
     trainer = Trainer(
-        model, lambda params: torch.optim.AdamW(params, lr=1e-2), model.loss_fn, [batch] * 4,
-        eval_loader=[batch], predict_fn=model.predict_fn, precision="fp32", device="cpu", epochs=2, seed=0,
+        model,
+        lambda params: torch.optim.AdamW(params, lr=1e-2),
+        model.loss_fn,
+        [batch] * 4,
+        eval_loader=[batch],
+        predict_fn=model.predict_fn,
+        precision="fp32",
+        device="cpu",
+        epochs=2,
+        seed=0,
     )
     result = trainer.fit()
     losses = trainer.state.history["loss"]
@@ -232,9 +240,17 @@ def test_encoder_decoder_models_are_refused(tmp_path, model_type):
 
     tiny = {
         "t5": T5Config(d_model=32, d_ff=37, num_layers=1, num_heads=2, d_kv=16, vocab_size=100),
-        "bart": BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                           decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, vocab_size=100,
-                           max_position_embeddings=64),
+        "bart": BartConfig(
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            vocab_size=100,
+            max_position_embeddings=64,
+        ),
     }[model_type]
     path = _save_config_only_model(tiny, tmp_path / model_type)
     with pytest.raises(UsageError) as info:
@@ -248,8 +264,9 @@ def test_decoder_without_a_tokenizer_is_refused_in_one_line(tmp_path):
     """A decoder's head needs the padding id the batches use, which only its tokenizer knows."""
     from transformers import GPT2Config
 
-    path = _save_config_only_model(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64),
-                                   tmp_path / "gpt2")
+    path = _save_config_only_model(
+        GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64), tmp_path / "gpt2"
+    )
     with pytest.raises(UsageError) as info:
         load_classifier(str(path), seed=0, labels=["a", "b"])
     message = str(info.value)
@@ -270,7 +287,9 @@ def test_encoder_weights_that_do_not_fit_are_refused(tmp_path):
     config = json.loads((path / "config.json").read_text())
     config["intermediate_size"] = 40  # the saved weights are 37 wide
     (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(UsageError, match=r"the weights do not fit config.json: bert\.encoder\.layer\.0\..*another shape"):
+    with pytest.raises(
+        UsageError, match=r"the weights do not fit config.json: bert\.encoder\.layer\.0\..*another shape"
+    ):
         load_classifier(str(path), seed=0, labels=["a", "b"])
 
 

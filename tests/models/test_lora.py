@@ -7,8 +7,10 @@ import math
 
 import pytest
 import torch
+from tiny_models import make_tiny_model_dir, toy_batch
 
 from mixft.errors import UsageError
+from mixft.models.classifiers import load_classifier, pad_for_classification
 from mixft.models.lora import (
     LORA_FILE,
     LoraClassifier,
@@ -22,9 +24,7 @@ from mixft.models.lora import (
     resolve_targets,
     trainable_parameters,
 )
-from mixft.models.classifiers import load_classifier, pad_for_classification
 from mixft.train.trainer import Trainer
-from tiny_models import make_tiny_model_dir, toy_batch
 
 LABELS = ["bad", "so-so", "good"]
 ARCHS = ("bert", "distilbert", "roberta", "gpt2", "llama", "qwen2")
@@ -97,8 +97,14 @@ def test_unknown_target_module_lists_the_linear_layers(dirs):
 
 @pytest.mark.parametrize(
     "arch,short_names",
-    [("bert", {"query", "value"}), ("distilbert", {"q_lin", "v_lin"}), ("gpt2", {"c_attn"}),
-     ("llama", {"q_proj", "v_proj"}), ("qwen2", {"q_proj", "v_proj"}), ("mistral", {"q_proj", "v_proj"})],
+    [
+        ("bert", {"query", "value"}),
+        ("distilbert", {"q_lin", "v_lin"}),
+        ("gpt2", {"c_attn"}),
+        ("llama", {"q_proj", "v_proj"}),
+        ("qwen2", {"q_proj", "v_proj"}),
+        ("mistral", {"q_proj", "v_proj"}),
+    ],
 )
 def test_default_targets_are_the_attention_query_and_value(dirs, arch, short_names):
     targets = resolve_targets(_classifier(dirs[arch]), LoraOptions())
@@ -166,8 +172,16 @@ def test_adapters_round_trip_with_identical_predictions(dirs, tmp_path, arch):
     assert isinstance(model, LoraClassifier) and model.untrained  # a fresh head until trained
     batch = toy_batch(tokenizer, "3-class")
     trainer = Trainer(
-        model, lambda params: torch.optim.AdamW(params, lr=2e-2), model.loss_fn, [batch] * 4,
-        eval_loader=[batch], predict_fn=model.predict_fn, precision="fp32", device="cpu", epochs=1, seed=0,
+        model,
+        lambda params: torch.optim.AdamW(params, lr=2e-2),
+        model.loss_fn,
+        [batch] * 4,
+        eval_loader=[batch],
+        predict_fn=model.predict_fn,
+        precision="fp32",
+        device="cpu",
+        epochs=1,
+        seed=0,
     )
     trainer.fit()
     losses = [float(x) for x in trainer.state.history["loss"]]
@@ -244,7 +258,9 @@ def test_targets_are_checked_from_the_config_alone(dirs):
     config = AutoConfig.from_pretrained(dirs["gpt2"])
     options = LoraOptions(target_modules="c_attn,c_fc")
     assert check_lora_targets(config, options) == resolve_targets(_classifier(dirs["gpt2"]), options)
-    with pytest.raises(UsageError, match="gpt2 has no Linear layer named q_proj; its Linear layers: c_attn, c_fc, c_proj"):
+    with pytest.raises(
+        UsageError, match="gpt2 has no Linear layer named q_proj; its Linear layers: c_attn, c_fc, c_proj"
+    ):
         check_lora_targets(config, LoraOptions(target_modules="q_proj"))
 
 
@@ -273,8 +289,11 @@ def test_adapters_depend_on_the_seed_alone_and_leave_the_callers_rng_alone(dirs,
 
 def test_a_rank_above_the_layers_width_is_refused_before_peft_allocates(dirs):
     # The tiny models are 32 wide: a rank-33 update of a 32 x 32 layer adds parameters and nothing else.
-    with pytest.raises(UsageError, match=r"--lora-r 33 is above the rank the adapted layers can use \(at most 32: "
-                                         r"min\(in, out\) of query, value\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"--lora-r 33 is above the rank the adapted layers can use \(at most 32: "
+        r"min\(in, out\) of query, value\)",
+    ):
         apply_lora(_classifier(dirs["bert"]), LoraOptions(r=33))
     apply_lora(_classifier(dirs["bert"]), LoraOptions(r=32))  # full rank: allowed
     from transformers import AutoConfig
@@ -300,16 +319,35 @@ def test_a_lora_run_resumed_mid_way_ends_bit_identical(dirs, tmp_path, monkeypat
     from pathlib import Path
 
     from mixft.callbacks.checkpointer import Checkpointer
-    from mixft.train.checkpoint import load_checkpoint
     from mixft.cli.main import main
+    from mixft.train.checkpoint import load_checkpoint
     from tests.cli_runs import toy_files
 
     train, dev = toy_files(tmp_path / "data")  # 24 rows, batch 4: 6 steps per epoch, 12 in all
 
     def argv(out):
-        return ["--recipe", "text-classification", "--model", str(dirs["bert"]), "--train-file", str(train),
-                "--validation-file", str(dev), "--batch-size", "4", "--epochs", "2", "--lr", "5e-3", "--lora",
-                "--checkpoint-every", "1", "--output-dir", str(out), "--no-progress"]
+        return [
+            "--recipe",
+            "text-classification",
+            "--model",
+            str(dirs["bert"]),
+            "--train-file",
+            str(train),
+            "--validation-file",
+            str(dev),
+            "--batch-size",
+            "4",
+            "--epochs",
+            "2",
+            "--lr",
+            "5e-3",
+            "--lora",
+            "--checkpoint-every",
+            "1",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+        ]
 
     snaps, save = {}, Checkpointer.save
 

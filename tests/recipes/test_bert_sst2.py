@@ -12,29 +12,64 @@ from mixft.cli.main import main
 from recipes import bert_sst2
 
 CONTRACT_KEYS = {
-    "precision", "eval", "train_time_s", "train_samples_per_s", "peak_memory_bytes",
-    "skipped_steps", "steps", "final_loss_scale", "model", "dataset", "device",
+    "precision",
+    "eval",
+    "train_time_s",
+    "train_samples_per_s",
+    "peak_memory_bytes",
+    "skipped_steps",
+    "steps",
+    "final_loss_scale",
+    "model",
+    "dataset",
+    "device",
 }
 
 
 def run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *extra):
     out = tmp_path / "out"
-    code = main([
-        "--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
-        "--batch-size", "4", "--epochs", "1", "--max-steps", "2", "--output-dir", str(out), "--no-progress", *extra,
-    ])
+    code = main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(tiny_bert_dir),
+            "--data-dir",
+            str(tiny_data_dir),
+            "--batch-size",
+            "4",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "2",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *extra,
+        ]
+    )
     return code, out
 
 
 @pytest.mark.parametrize("flags,precision", [([], "fp32"), (["--amp"], "bf16"), (["--precision", "fp16"], "fp16")])
-def test_cli_trains_two_steps_and_writes_the_contract(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch,
-                                                      flags, precision):
+def test_cli_trains_two_steps_and_writes_the_contract(
+    tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch, flags, precision
+):
     # --amp trains bf16 where torch reports native bf16 (tests/test_amp_run.py has the other machines):
     # simulated, so the contract is checked alike on every CPU.
     import mixft.amp.hardware
 
-    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: {
-        "bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None})
+    monkeypatch.setattr(
+        mixft.amp.hardware,
+        "native_precisions",
+        lambda device: {
+            "bf16": True,
+            "fp16": True,
+            "via": "oneDNN",
+            "cpu_capability": "AVX512",
+            "compute_capability": None,
+        },
+    )
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))  # no probe: the capability decides
     code, out = run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *flags)
     assert code == 0
@@ -110,8 +145,19 @@ def test_malformed_labels_exit_2_before_training(tmp_path, tiny_bert_dir, capsys
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text('{"runs": ["good"]}')
-    code = main(["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(d),
-                 "--output-dir", str(out), "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(tiny_bert_dir),
+            "--data-dir",
+            str(d),
+            "--output-dir",
+            str(out),
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "label must be 0 or 1" in err
     assert (out / "results.json").read_text() == '{"runs": ["good"]}'
@@ -119,8 +165,8 @@ def test_malformed_labels_exit_2_before_training(tmp_path, tiny_bert_dir, capsys
 
 def test_optimizer_factory_updates_the_parameters_it_is_given(tiny_bert_dir, tiny_data_dir):
     # Peers and notebooks hand the factory another model's parameters: it must use those.
-    from mixft.config.run_config import RunConfig
     from mixft.amp.precision import PRECISIONS
+    from mixft.config.run_config import RunConfig
 
     cfg = RunConfig(model=str(tiny_bert_dir), data_dir=str(tiny_data_dir)).with_defaults(bert_sst2.DEFAULTS)
     prepared = bert_sst2.prepare(cfg)
@@ -141,8 +187,9 @@ def test_weights_missing_from_the_checkpoint_are_the_same_in_every_run(tmp_path)
     # did before (audit 6c: the recipe seeded only after loading).
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
-                        max_position_embeddings=64)
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, max_position_embeddings=64
+    )
     BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path / "no-pooler")
     torch.manual_seed(1)
     a = bert_sst2.build_model(str(tmp_path / "no-pooler"), seed=5)
@@ -156,14 +203,16 @@ def test_weights_missing_from_the_checkpoint_are_the_same_in_every_run(tmp_path)
 def test_every_precision_of_a_comparison_gets_the_same_padding(tiny_bert_dir, tiny_data_dir):
     # Audit 6d: padding to a multiple of 8 only for the AMP runs on CUDA gave fp32 and
     # AMP different batch shapes. Built for a CUDA device (nothing is moved there).
-    from mixft.config.run_config import RunConfig
     from mixft.amp.precision import PRECISIONS
+    from mixft.config.run_config import RunConfig
 
     cfg = RunConfig(model=str(tiny_bert_dir), data_dir=str(tiny_data_dir)).with_defaults(bert_sst2.DEFAULTS)
     prepared = bert_sst2.prepare(cfg)
     cuda = torch.device("cuda")
-    pads = {name: bert_sst2.build(cfg, prepared, PRECISIONS[name], cuda, 0).train_loader.collate_fn.pad_to_multiple_of
-            for name in ("fp32", "tf32", "fp16", "bf16")}
+    pads = {
+        name: bert_sst2.build(cfg, prepared, PRECISIONS[name], cuda, 0).train_loader.collate_fn.pad_to_multiple_of
+        for name in ("fp32", "tf32", "fp16", "bf16")
+    }
     assert len(set(pads.values())) == 1, pads
 
 

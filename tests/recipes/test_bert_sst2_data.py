@@ -156,8 +156,10 @@ def test_cache_branch_loads_with_offline_mode_on(monkeypatch):
 
     def fake_load_dataset(*args, **kwargs):
         seen["offline"] = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE"))
-        return datasets.DatasetDict(train=datasets.Dataset.from_dict({"sentence": ["x", "y"], "label": [0, 1]}),
-                                    validation=datasets.Dataset.from_dict({"sentence": ["z"], "label": [1]}))
+        return datasets.DatasetDict(
+            train=datasets.Dataset.from_dict({"sentence": ["x", "y"], "label": [0, 1]}),
+            validation=datasets.Dataset.from_dict({"sentence": ["z"], "label": [1]}),
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     data = load_sst2(hub_timeout=1.0)
@@ -167,8 +169,9 @@ def test_cache_branch_loads_with_offline_mode_on(monkeypatch):
     assert data.eval.to_list() == [{"sentence": "z", "label": 1}]
 
 
-@pytest.mark.parametrize("failure", [ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub"),
-                                     FileNotFoundError("not cached")])
+@pytest.mark.parametrize(
+    "failure", [ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub"), FileNotFoundError("not cached")]
+)
 def test_glue_failure_falls_back_to_generated(monkeypatch, live_hub, failure):
     import datasets
 
@@ -198,6 +201,8 @@ def test_more_generated_data_than_it_offers_names_data_dir(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UsageError) as info:
         load_sst2(max_train_samples=10**7)
-    assert str(info.value) == ("--max-train-samples 10000000: mixft's generated sentiment set offers at most 1000000 "
-                               "training sentences (GLUE SST-2 is not reachable or cached here); pass --data-dir "
-                               "for more data")
+    assert str(info.value) == (
+        "--max-train-samples 10000000: mixft's generated sentiment set offers at most 1000000 "
+        "training sentences (GLUE SST-2 is not reachable or cached here); pass --data-dir "
+        "for more data"
+    )

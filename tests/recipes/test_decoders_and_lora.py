@@ -32,8 +32,24 @@ def data(tmp_path) -> list[str]:
 
 
 def run(out: Path, model: Path, *args: str, batch: int = 4) -> tuple[int, dict]:
-    code = main(["--recipe", "text-classification", "--model", str(model), "--batch-size", str(batch),
-                 "--epochs", "1", "--lr", "1e-3", "--output-dir", str(out), "--no-progress", *args])
+    code = main(
+        [
+            "--recipe",
+            "text-classification",
+            "--model",
+            str(model),
+            "--batch-size",
+            str(batch),
+            "--epochs",
+            "1",
+            "--lr",
+            "1e-3",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *args,
+        ]
+    )
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 
@@ -119,20 +135,42 @@ def test_compare_fp32_bf16_with_lora(tmp_path, models, data, capsys):
 
 
 def test_glue_takes_a_decoder_with_lora(tmp_path, isolated_hf, models, capsys):
-    code = main(["--recipe", "glue", "--task", "sst2", "--model", str(models["llama"]), "--lora",
-                 "--max-train-samples", "16", "--max-eval-samples", "16", "--batch-size", "8", "--max-steps", "2",
-                 "--output-dir", str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "glue",
+            "--task",
+            "sst2",
+            "--model",
+            str(models["llama"]),
+            "--lora",
+            "--max-train-samples",
+            "16",
+            "--max-eval-samples",
+            "16",
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "2",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     (r,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert r["steps"] == 2 and r["task"]["glue_task"] == "sst2" and r["config"]["lora"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--lora-r", "4"], "--lora-r needs --lora"),
-    (["--lora-dropout", "0.1"], "--lora-dropout needs --lora"),
-    (["--lora", "--lora-dropout", "1"], "--lora-dropout: must be a number >= 0 and below 1, got '1'"),
-    (["--lora", "--lora-r", "0"], "--lora-r: must be a positive integer, got '0'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--lora-r", "4"], "--lora-r needs --lora"),
+        (["--lora-dropout", "0.1"], "--lora-dropout needs --lora"),
+        (["--lora", "--lora-dropout", "1"], "--lora-dropout: must be a number >= 0 and below 1, got '1'"),
+        (["--lora", "--lora-r", "0"], "--lora-r: must be a positive integer, got '0'"),
+    ],
+)
 def test_lora_options_are_checked_in_one_line(tmp_path, models, data, capsys, args, message):
     code, _ = run(tmp_path / "out", models["bert"], *data, *args)
     assert code == 2 and message in one_line_error(capsys)
@@ -160,14 +198,35 @@ def test_a_saved_lora_directory_is_not_trained_as_a_model(tmp_path, models, data
 
 
 def test_lora_is_refused_by_bert_sst2(tmp_path, models, capsys):
-    code = main(["--recipe", "bert-sst2", "--model", str(models["bert"]), "--lora", "--output-dir",
-                 str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(models["bert"]),
+            "--lora",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 2 and "--lora: not used by recipe bert-sst2" in one_line_error(capsys)
 
 
 def test_bert_sst2_still_refuses_a_decoder(tmp_path, models, capsys):
-    code = main(["--recipe", "bert-sst2", "--model", str(models["gpt2"]), "--max-train-samples", "8",
-                 "--output-dir", str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(models["gpt2"]),
+            "--max-train-samples",
+            "8",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 2 and "is a decoder-only model (gpt2)" in one_line_error(capsys)
 
 
@@ -177,9 +236,17 @@ def test_encoder_decoder_models_are_refused(tmp_path, data, capsys, model_type):
 
     config = {
         "t5": T5Config(d_model=32, d_ff=37, num_layers=1, num_heads=2, d_kv=16, vocab_size=100),
-        "bart": BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                           decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, vocab_size=100,
-                           max_position_embeddings=64),
+        "bart": BartConfig(
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            vocab_size=100,
+            max_position_embeddings=64,
+        ),
     }[model_type]
     path = tmp_path / model_type
     AutoModel.from_config(config).save_pretrained(path)

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
+from mixft.amp.precision import PRECISIONS
 from mixft.cli.main import main as finetune_main
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
-from mixft.amp.precision import PRECISIONS
 from mixft.runs.runner import run
 from recipes import mlp_synthetic
 
@@ -16,8 +16,14 @@ TINY = {"width": 64, "batches": 2, "eval_batches": 1}
 
 
 def _cfg(tmp_path, **kw):
-    base = dict(recipe="mlp-synthetic", device="cpu", batch_size=16, epochs=2, extra=dict(TINY),
-                output_dir=str(tmp_path / "out"))
+    base = dict(
+        recipe="mlp-synthetic",
+        device="cpu",
+        batch_size=16,
+        epochs=2,
+        extra=dict(TINY),
+        output_dir=str(tmp_path / "out"),
+    )
     base.update(kw)
     return RunConfig(**base).with_defaults(mlp_synthetic.DEFAULTS).validate()
 
@@ -49,8 +55,10 @@ def test_identical_initial_weights_across_precisions(tmp_path):
     cfg = _cfg(tmp_path)
     prepared = mlp_synthetic.prepare(cfg)
     device = torch.device("cpu")
-    states = [mlp_synthetic.build(cfg, prepared, PRECISIONS[p], device, seed=3).model.state_dict()
-              for p in ("fp32", "bf16", "fp16")]
+    states = [
+        mlp_synthetic.build(cfg, prepared, PRECISIONS[p], device, seed=3).model.state_dict()
+        for p in ("fp32", "bf16", "fp16")
+    ]
     for other in states[1:]:
         assert states[0].keys() == other.keys()
         assert all(torch.equal(states[0][k], other[k]) for k in states[0])
@@ -89,8 +97,23 @@ def test_bad_sizes_are_usage_errors(tmp_path, extra):
 def test_finetune_cli_compare_at_seed_width(tmp_path, capsys):
     # The CLI has no --extra: the seed's width (4096) with a tiny batch and 2 steps.
     out = tmp_path / "cli"
-    code = finetune_main(["--recipe", "mlp-synthetic", "--compare", "fp32,bf16", "--batch-size", "4",
-                          "--max-steps", "2", "--device", "cpu", "--output-dir", str(out), "--no-progress"])
+    code = finetune_main(
+        [
+            "--recipe",
+            "mlp-synthetic",
+            "--compare",
+            "fp32,bf16",
+            "--batch-size",
+            "4",
+            "--max-steps",
+            "2",
+            "--device",
+            "cpu",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "[fp32] eval loss" in text and "[bf16] eval loss" in text

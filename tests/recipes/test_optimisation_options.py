@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
+from mixft.amp.precision import PRECISIONS
 from mixft.cli.main import main
 from mixft.config.run_config import RunConfig
-from mixft.amp.precision import PRECISIONS
 from recipes import bert_sst2, text_classification
 from tests.recipes.test_text_classification import NAMES, regression_tsv, three_class_csv, write_csv
 from tests.tiny_models import TOY_ROWS
@@ -22,8 +22,24 @@ STEPS = 8  # tiny_data_dir: 16 sentences, batches of 4, 2 epochs
 
 def sst2_run(tmp_path, name, model, data, *extra) -> dict:
     out = tmp_path / name
-    code = main(["--recipe", "bert-sst2", "--model", str(model), "--data-dir", str(data), "--batch-size", "4",
-                 "--epochs", "2", "--output-dir", str(out), "--no-progress", *extra])
+    code = main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(model),
+            "--data-dir",
+            str(data),
+            "--batch-size",
+            "4",
+            "--epochs",
+            "2",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *extra,
+        ]
+    )
     assert code == 0
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     return run
@@ -50,22 +66,35 @@ def test_schedules_in_a_real_runs_history(tmp_path, tiny_bert_dir, tiny_data_dir
 
     default = sst2_run(tmp_path, "default", tiny_bert_dir, tiny_data_dir)
     assert "  schedule   " not in capsys.readouterr().out  # the defaults go unsaid in the header
-    cosine = sst2_run(tmp_path, "cosine", tiny_bert_dir, tiny_data_dir, "--lr-scheduler", "cosine",
-                      "--warmup-steps", "2")
+    cosine = sst2_run(
+        tmp_path, "cosine", tiny_bert_dir, tiny_data_dir, "--lr-scheduler", "cosine", "--warmup-steps", "2"
+    )
     assert "  schedule   cosine, 2 warm-up steps, weight decay 0.01\n" in capsys.readouterr().out
     linear_half = sst2_run(tmp_path, "linear", tiny_bert_dir, tiny_data_dir, "--warmup-ratio", "0.5")
-    warm_constant = sst2_run(tmp_path, "constant", tiny_bert_dir, tiny_data_dir, "--lr-scheduler",
-                             "constant_with_warmup", "--warmup-steps", "3")
+    warm_constant = sst2_run(
+        tmp_path,
+        "constant",
+        tiny_bert_dir,
+        tiny_data_dir,
+        "--lr-scheduler",
+        "constant_with_warmup",
+        "--warmup-steps",
+        "3",
+    )
 
     # Today's schedule is unchanged: linear, warm-up int(0.1 * 8) = 0 steps.
     assert default["history"]["lr"] == pytest.approx(
-        scheduled_lrs(lambda o: get_linear_schedule_with_warmup(o, 0, STEPS)))
+        scheduled_lrs(lambda o: get_linear_schedule_with_warmup(o, 0, STEPS))
+    )
     assert cosine["history"]["lr"] == pytest.approx(
-        scheduled_lrs(lambda o: get_cosine_schedule_with_warmup(o, 2, STEPS)))
+        scheduled_lrs(lambda o: get_cosine_schedule_with_warmup(o, 2, STEPS))
+    )
     assert linear_half["history"]["lr"] == pytest.approx(
-        scheduled_lrs(lambda o: get_linear_schedule_with_warmup(o, 4, STEPS)))
+        scheduled_lrs(lambda o: get_linear_schedule_with_warmup(o, 4, STEPS))
+    )
     assert warm_constant["history"]["lr"] == pytest.approx(
-        scheduled_lrs(lambda o: get_constant_schedule_with_warmup(o, 3)))
+        scheduled_lrs(lambda o: get_constant_schedule_with_warmup(o, 3))
+    )
     # Nothing else: the same model, data and order (the first step's loss is taken before any update).
     for run in (cosine, linear_half, warm_constant):
         assert run["steps"] == STEPS and run["history"]["loss"][0] == default["history"]["loss"][0]
@@ -104,9 +133,26 @@ def test_weight_decay_reaches_adamw_param_groups(tmp_path, tiny_bert_dir, tiny_d
 
 def tc_run(tmp_path, name, model, train, dev, *extra) -> dict:
     out = tmp_path / name
-    code = main(["--recipe", "text-classification", "--model", str(model), "--train-file", str(train),
-                 "--validation-file", str(dev), "--batch-size", "8", "--max-steps", "3", "--output-dir", str(out),
-                 "--no-progress", *extra])
+    code = main(
+        [
+            "--recipe",
+            "text-classification",
+            "--model",
+            str(model),
+            "--train-file",
+            str(train),
+            "--validation-file",
+            str(dev),
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "3",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *extra,
+        ]
+    )
     assert code == 0
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     return run
@@ -116,8 +162,10 @@ def imbalanced_csv(d) -> tuple:
     """TOY_ROWS (4 rows of each class) twice, plus 8 more negative rows: 16 / 8 / 8."""
     rows = [(t, NAMES[c]) for t, c, _ in TOY_ROWS] * 2
     rows += [(t, "negative") for t, c, _ in TOY_ROWS if c == 0] * 2
-    return (write_csv(d / "train.csv", ["text", "label"], rows),
-            write_csv(d / "dev.csv", ["text", "label"], [(t, NAMES[c]) for t, c, _ in TOY_ROWS]))
+    return (
+        write_csv(d / "train.csv", ["text", "label"], rows),
+        write_csv(d / "dev.csv", ["text", "label"], [(t, NAMES[c]) for t, c, _ in TOY_ROWS]),
+    )
 
 
 def test_label_smoothing_and_class_weights_change_the_loss_only(tmp_path, tiny_bert_dir):
@@ -133,8 +181,13 @@ def test_label_smoothing_and_class_weights_change_the_loss_only(tmp_path, tiny_b
         # near log(3), so the difference is small but no rounding noise.
         assert run["history"]["loss"][0] != plain["history"]["loss"][0]
 
-    cfg = small_cfg(text_classification, model=str(tiny_bert_dir), train_file=str(train), validation_file=str(dev),
-                    class_weights="balanced")
+    cfg = small_cfg(
+        text_classification,
+        model=str(tiny_bert_dir),
+        train_file=str(train),
+        validation_file=str(dev),
+        class_weights="balanced",
+    )
     prepared = text_classification.prepare(cfg)
     # Label ids follow the task's own order of names: count the training rows through it.
     names = list(prepared.data.task.label_names)
@@ -153,28 +206,39 @@ def test_lora_with_gradient_checkpointing_trains(tmp_path, tiny_bert_dir):
 SENTINEL = b'{"runs": [], "note": "an earlier run"}\n'
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--warmup-ratio", "0.1", "--warmup-steps", "5"], "give --warmup-ratio or --warmup-steps, not both"),
-    (["--lr-scheduler", "constant", "--warmup-steps", "3"], "use constant_with_warmup"),
-    (["--lr-scheduler", "exponential"], "--lr-scheduler: must be one of: linear, cosine"),
-    (["--warmup-ratio", "1.5"], "--warmup-ratio: must be a probability between 0 and 1"),
-    (["--weight-decay", "-0.1"], "--weight-decay: must be a finite number >= 0"),
-    (["--label-smoothing", "1"], "--label-smoothing 1 makes every target uniform"),
-    (["--class-weights", "inverse"], "--class-weights: must be one of: balanced"),
-    (["--eval-only", "--lr-scheduler", "cosine"], "--eval-only trains nothing: --lr-scheduler"),
-    (["regression", "--label-smoothing", "0.1"], "for classification; this task is regression"),
-    (["regression", "--class-weights", "balanced"], "for classification; this task is regression"),
-    (["mlp-synthetic", "--weight-decay", "0.1"], "--weight-decay: not used by recipe mlp-synthetic"),
-    (["mlp-synthetic", "--gradient-checkpointing"], "--gradient-checkpointing: not used by recipe mlp-synthetic"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--warmup-ratio", "0.1", "--warmup-steps", "5"], "give --warmup-ratio or --warmup-steps, not both"),
+        (["--lr-scheduler", "constant", "--warmup-steps", "3"], "use constant_with_warmup"),
+        (["--lr-scheduler", "exponential"], "--lr-scheduler: must be one of: linear, cosine"),
+        (["--warmup-ratio", "1.5"], "--warmup-ratio: must be a probability between 0 and 1"),
+        (["--weight-decay", "-0.1"], "--weight-decay: must be a finite number >= 0"),
+        (["--label-smoothing", "1"], "--label-smoothing 1 makes every target uniform"),
+        (["--class-weights", "inverse"], "--class-weights: must be one of: balanced"),
+        (["--eval-only", "--lr-scheduler", "cosine"], "--eval-only trains nothing: --lr-scheduler"),
+        (["regression", "--label-smoothing", "0.1"], "for classification; this task is regression"),
+        (["regression", "--class-weights", "balanced"], "for classification; this task is regression"),
+        (["mlp-synthetic", "--weight-decay", "0.1"], "--weight-decay: not used by recipe mlp-synthetic"),
+        (["mlp-synthetic", "--gradient-checkpointing"], "--gradient-checkpointing: not used by recipe mlp-synthetic"),
+    ],
+)
 def test_bad_combinations_exit_2_in_one_line_and_touch_nothing(tmp_path, tiny_bert_dir, capsys, args, message):
     train, dev = three_class_csv(tmp_path)
     data = ["--model", str(tiny_bert_dir), "--train-file", str(train), "--validation-file", str(dev)]
     recipe = "text-classification"
     if args[0] == "regression":
         train, dev = regression_tsv(tmp_path)
-        data = ["--model", str(tiny_bert_dir), "--train-file", str(train), "--validation-file", str(dev),
-                "--label-column", "score"]
+        data = [
+            "--model",
+            str(tiny_bert_dir),
+            "--train-file",
+            str(train),
+            "--validation-file",
+            str(dev),
+            "--label-column",
+            "score",
+        ]
         args = args[1:]
     elif args[0] == "mlp-synthetic":
         recipe, data, args = "mlp-synthetic", [], args[1:]
@@ -187,4 +251,3 @@ def test_bad_combinations_exit_2_in_one_line_and_touch_nothing(tmp_path, tiny_be
     assert code == 2 and len(lines) == 1 and message in lines[0], lines
     assert sorted(p.name for p in out.iterdir()) == ["results.json"]
     assert (out / "results.json").read_bytes() == SENTINEL
-

@@ -50,8 +50,24 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 
 def run(out: Path, model: Path, *args: str) -> tuple[int, dict]:
-    code = main(["--recipe", "text-classification", "--model", str(model), "--batch-size", "4", "--epochs", "1",
-                 "--max-steps", "3", "--output-dir", str(out), "--no-progress", *args])
+    code = main(
+        [
+            "--recipe",
+            "text-classification",
+            "--model",
+            str(model),
+            "--batch-size",
+            "4",
+            "--epochs",
+            "1",
+            "--max-steps",
+            "3",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *args,
+        ]
+    )
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 
@@ -64,16 +80,29 @@ def test_multiclass_string_labels_on_four_architectures(tmp_path, models, arch, 
     (r,) = doc["runs"]
     assert r["steps"] == 3 and all(0 < x < 5 for x in r["history"]["loss"])  # CE near log(3) at the start
     assert set(r["eval"]) >= {"accuracy", "f1", "loss"}
-    assert r["task"] == {"kind": "classification", "names": ["negative", "neutral", "positive"],
-                         "text_columns": ["text"], "label_column": "label", "glue_task": None}
+    assert r["task"] == {
+        "kind": "classification",
+        "names": ["negative", "neutral", "positive"],
+        "text_columns": ["text"],
+        "label_column": "label",
+        "glue_task": None,
+    }
     printed = capsys.readouterr().out
     assert "3 labels (negative, neutral, positive)" in printed and "f1" in printed
 
 
 def test_regression_reports_correlations_and_no_accuracy(tmp_path, models):
     train, dev = regression_tsv(tmp_path)
-    code, doc = run(tmp_path / "out", models["bert"], "--train-file", str(train), "--validation-file", str(dev),
-                    "--label-column", "score")
+    code, doc = run(
+        tmp_path / "out",
+        models["bert"],
+        "--train-file",
+        str(train),
+        "--validation-file",
+        str(dev),
+        "--label-column",
+        "score",
+    )
     assert code == 0
     (r,) = doc["runs"]
     assert {"pearsonr", "spearmanr"} <= set(r["eval"]) and "accuracy" not in r["eval"]
@@ -91,8 +120,16 @@ def test_sentence_pairs_are_detected_and_encoded_as_pairs(tmp_path, models):
 
 def test_compare_writes_a_report_with_accuracy_and_macro_f1_per_precision(tmp_path, models):
     train, dev = three_class_csv(tmp_path)
-    code, doc = run(tmp_path / "out", models["bert"], "--train-file", str(train), "--validation-file", str(dev),
-                    "--compare", "fp32,bf16")
+    code, doc = run(
+        tmp_path / "out",
+        models["bert"],
+        "--train-file",
+        str(train),
+        "--validation-file",
+        str(dev),
+        "--compare",
+        "fp32,bf16",
+    )
     assert code == 0
     assert [r["precision"] for r in doc["runs"]] == ["fp32", "bf16"]
     report = (tmp_path / "out" / "report.md").read_text()
@@ -101,14 +138,30 @@ def test_compare_writes_a_report_with_accuracy_and_macro_f1_per_precision(tmp_pa
 
 def test_save_model_then_eval_only_keeps_the_labels(tmp_path, models):
     train, dev = three_class_csv(tmp_path)
-    code, doc = run(tmp_path / "out", models["distilbert"], "--train-file", str(train), "--validation-file", str(dev),
-                    "--save-model")
+    code, doc = run(
+        tmp_path / "out",
+        models["distilbert"],
+        "--train-file",
+        str(train),
+        "--validation-file",
+        str(dev),
+        "--save-model",
+    )
     assert code == 0
     saved = tmp_path / "out" / "model"
     config = json.loads((saved / "config.json").read_text())
     assert config["id2label"] == {"0": "negative", "1": "neutral", "2": "positive"}
-    code, again = run(tmp_path / "eval", saved, "--train-file", str(train), "--validation-file", str(dev),
-                      "--eval-only", "--compare", "fp32,bf16")
+    code, again = run(
+        tmp_path / "eval",
+        saved,
+        "--train-file",
+        str(train),
+        "--validation-file",
+        str(dev),
+        "--eval-only",
+        "--compare",
+        "fp32,bf16",
+    )
     assert code == 0
     assert [r["steps"] for r in again["runs"]] == [0, 0]
     assert again["runs"][0]["eval"]["accuracy"] == pytest.approx(doc["runs"][0]["eval"]["accuracy"])
@@ -116,8 +169,9 @@ def test_save_model_then_eval_only_keeps_the_labels(tmp_path, models):
 
 def test_eval_only_refuses_a_bare_encoder(tmp_path, models, capsys):
     train, dev = three_class_csv(tmp_path)
-    code, _ = run(tmp_path / "out", models["bert"], "--train-file", str(train), "--validation-file", str(dev),
-                  "--eval-only")
+    code, _ = run(
+        tmp_path / "out", models["bert"], "--train-file", str(train), "--validation-file", str(dev), "--eval-only"
+    )
     err = capsys.readouterr().err.splitlines()
     assert code == 2 and len(err) == 1 and "no fine-tuned classification head" in err[0]
 
@@ -134,17 +188,36 @@ def test_resume_and_seeds(tmp_path, models):
 
 def test_validation_split_and_the_whole_file_by_default(tmp_path, models):
     train, _ = three_class_csv(tmp_path)  # 24 rows
-    code, doc = run(tmp_path / "out", models["bert"], "--train-file", str(train), "--validation-split", "0.25",
-                    "--max-steps", "100")
+    code, doc = run(
+        tmp_path / "out", models["bert"], "--train-file", str(train), "--validation-split", "0.25", "--max-steps", "100"
+    )
     assert code == 0
     assert "(18 train / 6 eval)" in doc["runs"][0]["dataset"]  # no demo cap on the user's data
     assert doc["runs"][0]["steps"] == 5  # ceil(18 / 4): every row trained
 
 
 def test_glue_offline_falls_back_to_the_paraphrase_stand_in(tmp_path, isolated_hf, tiny_bert_dir, capsys):
-    code = main(["--recipe", "glue", "--task", "mrpc", "--model", str(tiny_bert_dir), "--max-train-samples", "16",
-                 "--max-eval-samples", "16", "--batch-size", "8", "--max-steps", "2", "--output-dir",
-                 str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "glue",
+            "--task",
+            "mrpc",
+            "--model",
+            str(tiny_bert_dir),
+            "--max-train-samples",
+            "16",
+            "--max-eval-samples",
+            "16",
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "2",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "notice: glue/mrpc is not reachable or cached" in captured.err
@@ -155,21 +228,45 @@ def test_glue_offline_falls_back_to_the_paraphrase_stand_in(tmp_path, isolated_h
 SENTINEL = b'{"runs": [], "note": "an earlier run"}\n'
 
 
-@pytest.mark.parametrize("case", ["unsupported", "empty", "missing-column", "pair-on-single", "unseen-label",
-                                  "one-class", "unknown-glue-task", "hub-unreachable", "no-data"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unsupported",
+        "empty",
+        "missing-column",
+        "pair-on-single",
+        "unseen-label",
+        "one-class",
+        "unknown-glue-task",
+        "hub-unreachable",
+        "no-data",
+    ],
+)
 def test_bad_data_exits_2_with_one_line_and_touches_nothing(tmp_path, models, isolated_hf, capsys, case):
     train, dev = three_class_csv(tmp_path)
     recipe = ["--recipe", "text-classification"]
     args = {
-        "unsupported": ["--train-file", str(write_csv(tmp_path / "t.xlsx", ["text", "label"], [])),
-                        "--validation-split", "0.2"],
+        "unsupported": [
+            "--train-file",
+            str(write_csv(tmp_path / "t.xlsx", ["text", "label"], [])),
+            "--validation-split",
+            "0.2",
+        ],
         "empty": ["--train-file", str(tmp_path / "empty.csv"), "--validation-file", str(dev)],
         "missing-column": ["--train-file", str(train), "--validation-file", str(dev), "--text-column", "body"],
         "pair-on-single": ["--train-file", str(train), "--validation-file", str(dev), "--text-pair-column", "other"],
-        "unseen-label": ["--train-file", str(train), "--validation-file",
-                         str(write_csv(tmp_path / "d2.csv", ["text", "label"], [("fine", "surprised")]))],
-        "one-class": ["--train-file", str(write_csv(tmp_path / "t1.csv", ["text", "label"], [("a", "x"), ("b", "x")])),
-                      "--validation-split", "0.5"],
+        "unseen-label": [
+            "--train-file",
+            str(train),
+            "--validation-file",
+            str(write_csv(tmp_path / "d2.csv", ["text", "label"], [("fine", "surprised")])),
+        ],
+        "one-class": [
+            "--train-file",
+            str(write_csv(tmp_path / "t1.csv", ["text", "label"], [("a", "x"), ("b", "x")])),
+            "--validation-split",
+            "0.5",
+        ],
         "unknown-glue-task": ["--task", "sst3"],
         "hub-unreachable": ["--dataset", "some/dataset-nobody-cached"],
         "no-data": [],
@@ -194,7 +291,15 @@ def test_python_api_runs_the_recipe(tmp_path, models):
     import mixft
 
     train, dev = three_class_csv(tmp_path)
-    results = mixft.run(mixft.RunConfig(recipe="text-classification", model=str(models["bert"]), train_file=str(train),
-                                        validation_file=str(dev), batch_size=4, max_steps=2,
-                                        output_dir=str(tmp_path / "out")))
+    results = mixft.run(
+        mixft.RunConfig(
+            recipe="text-classification",
+            model=str(models["bert"]),
+            train_file=str(train),
+            validation_file=str(dev),
+            batch_size=4,
+            max_steps=2,
+            output_dir=str(tmp_path / "out"),
+        )
+    )
     assert results[0].steps == 2 and "f1" in results[0].eval

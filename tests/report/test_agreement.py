@@ -24,14 +24,24 @@ def test_mcnemar_exact_p_by_hand():
 def _fixed_set():
     """20 examples: 10 both right, 3 both wrong (one of them a flip), 1 only fp32 right, 6 only bf16 right."""
     labels, fp32, bf16 = [], [], []
-    for _ in range(10):                 # both right
-        labels.append(0); fp32.append(0); bf16.append(0)
-    for _ in range(2):                  # both wrong, same wrong label
-        labels.append(0); fp32.append(1); bf16.append(1)
-    labels.append(0); fp32.append(1); bf16.append(2)   # both wrong, different labels: a flip
-    labels.append(1); fp32.append(1); bf16.append(0)   # only fp32 right
-    for _ in range(6):                  # only bf16 right
-        labels.append(2); fp32.append(0); bf16.append(2)
+    for _ in range(10):  # both right
+        labels.append(0)
+        fp32.append(0)
+        bf16.append(0)
+    for _ in range(2):  # both wrong, same wrong label
+        labels.append(0)
+        fp32.append(1)
+        bf16.append(1)
+    labels.append(0)
+    fp32.append(1)
+    bf16.append(2)  # both wrong, different labels: a flip
+    labels.append(1)
+    fp32.append(1)
+    bf16.append(0)  # only fp32 right
+    for _ in range(6):  # only bf16 right
+        labels.append(2)
+        fp32.append(0)
+        bf16.append(2)
     return bf16, fp32, labels
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mixft.report.plots import write_plots
 from mixft.report.markdown import render_markdown, summarize, write_report
+from mixft.report.plots import write_plots
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results_compare.json"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -168,8 +168,16 @@ def test_table_cells_trace_to_results(doc):
     assert list(rows) == ["fp32", "bf16", "fp16"]
     headers = list(rows["fp32"])
     assert headers == [
-        "precision", "accuracy", "Δacc vs fp32 (pts)", "train time (s)", "speedup", "samples/s",
-        "peak memory (MiB, allocated)", "memory ratio", "skipped steps", "final loss scale",
+        "precision",
+        "accuracy",
+        "Δacc vs fp32 (pts)",
+        "train time (s)",
+        "speedup",
+        "samples/s",
+        "peak memory (MiB, allocated)",
+        "memory ratio",
+        "skipped steps",
+        "final loss scale",
     ]
     base_acc = statistics.mean(values(doc, "fp32", acc))
     base_time = statistics.mean(values(doc, "fp32", lambda r: r["train_time_s"]))
@@ -201,7 +209,7 @@ def test_every_table_number_is_derivable(doc):
     md = render_markdown(doc)
     allowed = set()
     for r in summarize(doc):
-        for key, val in r.items():
+        for val in r.values():
             if isinstance(val, (int, float)) and not isinstance(val, bool):
                 for fmt in (".4f", ".2f", ".1f", ".0f", "+.2f", "g"):
                     allowed.add(f"{val:{fmt}}")
@@ -316,8 +324,13 @@ def test_memory_increase_over_start_beside_the_peak(doc):
     headers = list(table["fp32"])
     assert headers.index("increase over start (MiB)") == headers.index("peak memory (MiB, RSS)") + 1
     for p in ("fp32", "bf16", "fp16"):
-        increases = values(doc, p, lambda r: r["peak_memory_bytes"] - r["start_memory_bytes"]
-                           if r.get("start_memory_bytes") is not None else None)
+        increases = values(
+            doc,
+            p,
+            lambda r: (
+                r["peak_memory_bytes"] - r["start_memory_bytes"] if r.get("start_memory_bytes") is not None else None
+            ),
+        )
         assert rows[p]["memory_increase_n"] == len(increases)
         assert rows[p]["memory_increase_bytes_mean"] == pytest.approx(statistics.mean(increases))
         assert table[p]["increase over start (MiB)"] == f"{statistics.mean(increases) / 2**20:.1f}"
@@ -427,11 +440,24 @@ def test_multiclass_table_has_accuracy_and_macro_f1_with_deltas_in_points():
     doc = load("results_multiclass.json")
     rows = table_rows(render_markdown(doc))
     assert list(rows["fp32"]) == [
-        "precision", "accuracy", "Δacc vs fp32 (pts)", "macro-F1", "ΔF1 vs fp32 (pts)", "train time (s)",
-        "speedup", "samples/s", "peak memory (MiB, RSS)", "increase over start (MiB)", "memory ratio",
-        "skipped steps", "final loss scale",
+        "precision",
+        "accuracy",
+        "Δacc vs fp32 (pts)",
+        "macro-F1",
+        "ΔF1 vs fp32 (pts)",
+        "train time (s)",
+        "speedup",
+        "samples/s",
+        "peak memory (MiB, RSS)",
+        "increase over start (MiB)",
+        "memory ratio",
+        "skipped steps",
+        "final loss scale",
     ]
-    for name, header, delta in (("accuracy", "accuracy", "Δacc vs fp32 (pts)"), ("f1", "macro-F1", "ΔF1 vs fp32 (pts)")):
+    for name, header, delta in (
+        ("accuracy", "accuracy", "Δacc vs fp32 (pts)"),
+        ("f1", "macro-F1", "ΔF1 vs fp32 (pts)"),
+    ):
         base = statistics.mean(values(doc, "fp32", metric(name)))
         for p in ("fp32", "bf16"):
             assert rows[p][header] == pm(values(doc, p, metric(name)), ".4f")
@@ -448,7 +474,9 @@ def test_summarize_gives_every_metric_and_its_delta():
     assert rows["bf16"]["f1_n"] == 2
     assert rows["bf16"]["f1_mean"] == pytest.approx(statistics.mean(f1["bf16"]))
     assert rows["bf16"]["f1_std"] == pytest.approx(statistics.stdev(f1["bf16"]))
-    assert rows["bf16"]["delta_f1_pts"] == pytest.approx((statistics.mean(f1["bf16"]) - statistics.mean(f1["fp32"])) * 100)
+    assert rows["bf16"]["delta_f1_pts"] == pytest.approx(
+        (statistics.mean(f1["bf16"]) - statistics.mean(f1["fp32"])) * 100
+    )
     for r in rows.values():  # eval keys that are not metrics get no columns
         assert not {f"{k}_{s}" for k in ("loss", "time_s", "samples_per_s") for s in ("n", "pts")} & set(r)
         assert not {"loss_mean", "time_s_mean", "delta_loss", "delta_time_s", "delta_samples_per_s"} & set(r)
@@ -473,8 +501,10 @@ def test_regression_table_has_correlations_and_no_accuracy():
     headers = list(rows["fp32"])
     assert headers[:5] == ["precision", "Pearson r", "ΔPearson vs fp32", "Spearman ρ", "ΔSpearman vs fp32"]
     assert "accuracy" not in headers and not any(h.startswith("Δacc") for h in headers)
-    for name, header, delta in (("pearsonr", "Pearson r", "ΔPearson vs fp32"),
-                                ("spearmanr", "Spearman ρ", "ΔSpearman vs fp32")):
+    for name, header, delta in (
+        ("pearsonr", "Pearson r", "ΔPearson vs fp32"),
+        ("spearmanr", "Spearman ρ", "ΔSpearman vs fp32"),
+    ):
         base = statistics.mean(values(doc, "fp32", metric(name)))
         bf16 = statistics.mean(values(doc, "bf16", metric(name)))
         assert rows["bf16"][header] == pm(values(doc, "bf16", metric(name)), ".4f")
@@ -482,7 +512,9 @@ def test_regression_table_has_correlations_and_no_accuracy():
     summary = {r["precision"]: r for r in summarize(doc)}
     assert summary["bf16"]["accuracy_mean"] is None and summary["bf16"]["delta_accuracy_pts"] is None
     assert summary["bf16"]["delta_pearsonr"] == pytest.approx(
-        statistics.mean(values(doc, "bf16", metric("pearsonr"))) - statistics.mean(values(doc, "fp32", metric("pearsonr"))))
+        statistics.mean(values(doc, "bf16", metric("pearsonr")))
+        - statistics.mean(values(doc, "fp32", metric("pearsonr")))
+    )
     line = next(ln for ln in md.splitlines() if ln.startswith("**task**"))
     assert "regression" in line and "`stsb`" in line and "`sentence1`, `sentence2`" in line
 
@@ -497,11 +529,14 @@ def test_regression_noise_note_uses_the_first_correlation():
     assert "Δacc" not in md
 
 
-@pytest.mark.parametrize("fixture, metrics, headers", [
-    ("results_multiclass.json", ["accuracy", "f1"], ["accuracy", "macro-F1"]),
-    ("results_regression.json", ["pearsonr", "spearmanr"], ["Pearson r", "Spearman ρ"]),
-    ("results_compare.json", ["accuracy"], ["accuracy"]),
-])
+@pytest.mark.parametrize(
+    "fixture, metrics, headers",
+    [
+        ("results_multiclass.json", ["accuracy", "f1"], ["accuracy", "macro-F1"]),
+        ("results_regression.json", ["pearsonr", "spearmanr"], ["Pearson r", "Spearman ρ"]),
+        ("results_compare.json", ["accuracy"], ["accuracy"]),
+    ],
+)
 def test_eval_history_table_every_metric_per_precision_per_epoch(fixture, metrics, headers):
     doc = load(fixture)
     md = render_markdown(doc)
@@ -548,24 +583,62 @@ def test_runs_without_any_metric_keep_an_accuracy_column(doc):
 
 def cpu_hardware(amx: bool | None, **extra) -> dict:
     flags = {"amx_bf16": amx, "avx512_bf16": amx, "avx512_fp16": False if amx is not None else None}
-    return {"device": "cpu", "cpu": {"model": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "cores": 2,
-                                     "flags": flags, "source": "/proc/cpuinfo"},
-            "gpu": None, "torch": "2.13.0+cpu", "torch_threads": 2, "cuda": None, "python": "3.11.9", "os": "Linux",
-            **extra}
+    return {
+        "device": "cpu",
+        "cpu": {
+            "model": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz",
+            "cores": 2,
+            "flags": flags,
+            "source": "/proc/cpuinfo",
+        },
+        "gpu": None,
+        "torch": "2.13.0+cpu",
+        "torch_threads": 2,
+        "cuda": None,
+        "python": "3.11.9",
+        "os": "Linux",
+        **extra,
+    }
 
 
 def probe_dict(hw: dict) -> dict:
     from mixft.report.probe_result import PrecisionProbe, ProbeResult
 
-    rows = [PrecisionProbe("fp32", step_s=0.2, step_times_s=[0.31, 0.2, 0.21, 0.2], warmup_steps=1,
-                           speedup_vs_fp32=1.0, matmul_flops_per_s=2.45e11, matmul_ratio_vs_fp32=1.0),
-            PrecisionProbe("bf16", step_s=0.125, step_times_s=[0.2, 0.125, 0.126, 0.125], warmup_steps=1,
-                           speedup_vs_fp32=1.6, matmul_flops_per_s=1.162e12, matmul_ratio_vs_fp32=4.74)]
-    result = ProbeResult(recipe="bert-sst2", model="tiny-bert", dataset="sst2", device="cpu", hardware=hw,
-                         batch={"shape": [32, 25], "samples": 32, "tokens": 640},
-                         matmul_shapes=[{"rows": 800, "in": 384, "out": 384, "bias": True, "calls": 24}],
-                         rows=rows, recommended="bf16", reason="bf16: 1.60x fp32 per training step",
-                         measured_at="2026-11-22T12:00:00+00:00", wall_s=21.3, time_budget_s=30.0)
+    rows = [
+        PrecisionProbe(
+            "fp32",
+            step_s=0.2,
+            step_times_s=[0.31, 0.2, 0.21, 0.2],
+            warmup_steps=1,
+            speedup_vs_fp32=1.0,
+            matmul_flops_per_s=2.45e11,
+            matmul_ratio_vs_fp32=1.0,
+        ),
+        PrecisionProbe(
+            "bf16",
+            step_s=0.125,
+            step_times_s=[0.2, 0.125, 0.126, 0.125],
+            warmup_steps=1,
+            speedup_vs_fp32=1.6,
+            matmul_flops_per_s=1.162e12,
+            matmul_ratio_vs_fp32=4.74,
+        ),
+    ]
+    result = ProbeResult(
+        recipe="bert-sst2",
+        model="tiny-bert",
+        dataset="sst2",
+        device="cpu",
+        hardware=hw,
+        batch={"shape": [32, 25], "samples": 32, "tokens": 640},
+        matmul_shapes=[{"rows": 800, "in": 384, "out": 384, "bias": True, "calls": 24}],
+        rows=rows,
+        recommended="bf16",
+        reason="bf16: 1.60x fp32 per training step",
+        measured_at="2026-11-22T12:00:00+00:00",
+        wall_s=21.3,
+        time_budget_s=30.0,
+    )
     return json.loads(json.dumps(result.to_dict()))  # as results.json stores it
 
 
@@ -599,8 +672,10 @@ def test_hardware_section_shows_torchs_native_check_when_recorded(doc):
     assert "Native in torch's check" not in section(render_markdown(doc), "## Hardware")  # older records: nothing
     doc["hardware"] = {**hw, "native": {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2"}}
     text = section(render_markdown(doc), "## Hardware")
-    assert ("- Native in torch's check: bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), "
-            "fp16: no (emulated)") in text
+    assert (
+        "- Native in torch's check: bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), "
+        "fp16: no (emulated)"
+    ) in text
 
 
 def _times(doc: dict, precision: str, seconds: float) -> None:
@@ -608,10 +683,13 @@ def _times(doc: dict, precision: str, seconds: float) -> None:
         r["train_time_s"] = seconds
 
 
-@pytest.mark.parametrize("amx, bf16_s, says, never", [
-    (False, 2.0, "bf16 trained 2.00x faster than fp32", "slower"),   # no AMX, measured faster: says faster
-    (True, 8.0, "bf16 trained at 0.50x fp32's speed, slower", "faster than fp32"),  # AMX, measured slower
-])
+@pytest.mark.parametrize(
+    "amx, bf16_s, says, never",
+    [
+        (False, 2.0, "bf16 trained 2.00x faster than fp32", "slower"),  # no AMX, measured faster: says faster
+        (True, 8.0, "bf16 trained at 0.50x fp32's speed, slower", "faster than fp32"),  # AMX, measured slower
+    ],
+)
 def test_hardware_words_follow_the_measured_ratio_not_the_flags(doc, amx, bf16_s, says, never):
     _times(doc, "fp32", 4.0)
     _times(doc, "bf16", bf16_s)
@@ -628,17 +706,27 @@ def test_hardware_without_any_measurement_offers_probe():
     from mixft.report.markdown import measured_speed_sentence
 
     assert "`--probe`" in measured_speed_sentence([])
-    assert "Nothing in these results measured" in measured_speed_sentence([{"precision": "fp32", "is_baseline": True,
-                                                                            "speedup": None}])
+    assert "Nothing in these results measured" in measured_speed_sentence(
+        [{"precision": "fp32", "is_baseline": True, "speedup": None}]
+    )
     assert "the probe below" in measured_speed_sentence([], probe={"format": 1})
 
 
 def test_gpu_hardware_lists_the_gpu(doc):
     from mixft.amp.hardware import hardware_line
 
-    hw = cpu_hardware(False, device="cuda:0", cuda="12.4",
-                      gpu={"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "tf32": True,
-                           "bf16": True, "memory_bytes": 80 * 2**30})
+    hw = cpu_hardware(
+        False,
+        device="cuda:0",
+        cuda="12.4",
+        gpu={
+            "name": "NVIDIA H100 80GB HBM3",
+            "compute_capability": "9.0",
+            "tf32": True,
+            "bf16": True,
+            "memory_bytes": 80 * 2**30,
+        },
+    )
     doc["hardware"] = hw
     text = section(render_markdown(doc), "## Hardware")
     assert hardware_line(hw) in text and "NVIDIA H100 80GB HBM3" in text
@@ -662,7 +750,9 @@ def test_probe_section_renders_from_the_stored_dict(doc):
 
 def test_probe_only_document_renders_hardware_and_probe():
     hw = cpu_hardware(False)
-    md = render_markdown({"created": "2026-11-22T12:00:00+00:00", "runs": [], "hardware": {**hw, "probe": probe_dict(hw)}})
+    md = render_markdown(
+        {"created": "2026-11-22T12:00:00+00:00", "runs": [], "hardware": {**hw, "probe": probe_dict(hw)}}
+    )
     assert "No training runs" in md and "probe below" in md
     assert "## Hardware" in md and "the probe below measured one" in md
     assert "| bf16 | 125.0 | 1.60x |" in md
@@ -695,13 +785,15 @@ def test_results_frame_and_compare_frame_carry_every_metric():
     doc = load("results_regression.json")
     frame = results_frame(doc)
     cols = list(frame.columns)
-    assert cols[cols.index("accuracy") + 1:cols.index("accuracy") + 3] == ["pearsonr", "spearmanr"]
+    assert cols[cols.index("accuracy") + 1 : cols.index("accuracy") + 3] == ["pearsonr", "spearmanr"]
     assert list(frame["pearsonr"]) == [r["eval"]["pearsonr"] for r in doc["runs"]]
     assert frame["accuracy"].isna().all()
     cmp = compare_frame(doc)
     assert cmp.loc["bf16", "spearmanr_mean"] == pytest.approx(statistics.mean(values(doc, "bf16", metric("spearmanr"))))
     assert cmp.loc["bf16", "delta_spearmanr"] == pytest.approx(
-        statistics.mean(values(doc, "bf16", metric("spearmanr"))) - statistics.mean(values(doc, "fp32", metric("spearmanr"))))
+        statistics.mean(values(doc, "bf16", metric("spearmanr")))
+        - statistics.mean(values(doc, "fp32", metric("spearmanr")))
+    )
     multi = compare_frame(load("results_multiclass.json"))
     assert {"f1_mean", "f1_std", "delta_f1_pts", "accuracy_mean", "delta_accuracy_pts"} <= set(multi.columns)
 
@@ -710,11 +802,16 @@ def test_results_frame_and_compare_frame_carry_every_metric():
 
 
 def _memory(saved: int, *, device: int | None = 900 * 2**20, dtype_bf16: int = 0) -> dict:
-    return {"parameters": 90 * 2**20, "gradients": 90 * 2**20, "optimizer_state": 180 * 2**20,
-            "saved_activations_peak": saved,
-            "saved_by_dtype": {"bfloat16": dtype_bf16, "float32": saved - dtype_bf16} if dtype_bf16 else {"float32": saved},
-            "saved_by_op": [["linear", saved // 2], ["layer_norm", saved // 4]],
-            "device_figure": device, "device_figure_kind": "cpu_rss"}
+    return {
+        "parameters": 90 * 2**20,
+        "gradients": 90 * 2**20,
+        "optimizer_state": 180 * 2**20,
+        "saved_activations_peak": saved,
+        "saved_by_dtype": {"bfloat16": dtype_bf16, "float32": saved - dtype_bf16} if dtype_bf16 else {"float32": saved},
+        "saved_by_op": [["linear", saved // 2], ["layer_norm", saved // 4]],
+        "device_figure": device,
+        "device_figure_kind": "cpu_rss",
+    }
 
 
 def test_lighter_sentence_in_words():
@@ -745,7 +842,7 @@ def test_memory_section_table_and_words(doc):
 
 def test_memory_section_absent_without_records(doc):
     assert "## Memory breakdown" not in render_markdown(doc)
-    doc["runs"][0]["memory"] = _memory(100, device=None)   # fp32 only, no device figure: no ratio, no crash
+    doc["runs"][0]["memory"] = _memory(100, device=None)  # fp32 only, no device figure: no ratio, no crash
     text = section(render_markdown(doc), "## Memory breakdown")
     assert "Lighter?" not in text and table_rows(text, 0)["fp32"]["device figure (MiB, device)"] == "n/a"
 
@@ -766,8 +863,9 @@ def test_agreement_section(doc):
     assert row["flipped labels"] == "8 (40.0%)" and row["Δaccuracy vs fp32 (pts)"] == "+25.00"
     assert row["only this right / only fp32 right"] == "6 / 1" and row["McNemar p"] == "0.125"
     assert "not distinguishable from noise" in text
-    assert "## Agreement with fp32" not in render_markdown({**doc, "runs": [
-        {k: v for k, v in r.items() if k != "agreement_vs_fp32"} for r in doc["runs"]]})
+    assert "## Agreement with fp32" not in render_markdown(
+        {**doc, "runs": [{k: v for k, v in r.items() if k != "agreement_vs_fp32"} for r in doc["runs"]]}
+    )
 
 
 def test_agreement_section_regression(doc):

@@ -38,13 +38,16 @@ def written(base_doc, tmp_path_factory) -> list[Path]:
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
 
 
 def test_importing_plots_does_not_import_matplotlib():
-    done = _python("import sys, mixft, mixft.report.plots, mixft.report.markdown, mixft.report.summary\n"
-                   "assert not [m for m in sys.modules if m.startswith('matplotlib')], 'matplotlib imported'")
+    done = _python(
+        "import sys, mixft, mixft.report.plots, mixft.report.markdown, mixft.report.summary\n"
+        "assert not [m for m in sys.modules if m.startswith('matplotlib')], 'matplotlib imported'"
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -71,8 +74,11 @@ def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] + (f".{node.module}" if node.module else "") if node.level \
+            base = (
+                package.rsplit(".", node.level - 1)[0] + (f".{node.module}" if node.module else "")
+                if node.level
                 else (node.module or "")
+            )
             if base.startswith("mixft"):
                 found |= {f"{base}.{a.name}" for a in node.names} | {base}
         elif isinstance(node, ast.Import):
@@ -157,10 +163,13 @@ def test_failed_save_keeps_old_file(doc, tmp_path, monkeypatch):
     assert plt.get_fignums() == []
 
 
-@pytest.mark.parametrize("fixture, eval_charts", [
-    ("results_multiclass.json", ["eval_accuracy.png", "eval_f1.png"]),
-    ("results_regression.json", ["eval_pearsonr.png", "eval_spearmanr.png"]),
-])
+@pytest.mark.parametrize(
+    "fixture, eval_charts",
+    [
+        ("results_multiclass.json", ["eval_accuracy.png", "eval_f1.png"]),
+        ("results_regression.json", ["eval_pearsonr.png", "eval_spearmanr.png"]),
+    ],
+)
 def test_one_eval_chart_per_metric(fixture, eval_charts, tmp_path):
     doc = json.loads((FIXTURE.parent / fixture).read_text(encoding="utf-8"))
     out = plots.write_plots(doc, tmp_path)
@@ -193,8 +202,10 @@ def test_eval_chart_titles_name_the_metric(monkeypatch):
     monkeypatch.setattr(plots, "_eval_figure", spy)
     monkeypatch.setattr(plots, "_save", lambda fig, path: None)
     plots.write_plots(doc, Path("/nonexistent"))
-    assert titles == [("pearsonr", "Eval Pearson r per epoch", "Pearson r"),
-                      ("spearmanr", "Eval Spearman ρ per epoch", "Spearman ρ")]
+    assert titles == [
+        ("pearsonr", "Eval Pearson r per epoch", "Pearson r"),
+        ("spearmanr", "Eval Spearman ρ per epoch", "Spearman ρ"),
+    ]
 
 
 # ---------------------------------------------------------------------------- loss difference, memory breakdown
@@ -238,9 +249,16 @@ def test_loss_chart_has_a_difference_panel_with_a_baseline(doc):
 
 
 def _memory(saved: int, device: int | None = 900 * 2**20) -> dict:
-    return {"parameters": 90 * 2**20, "gradients": 90 * 2**20, "optimizer_state": 180 * 2**20,
-            "saved_activations_peak": saved, "saved_by_dtype": {"bfloat16": saved // 2, "float32": saved // 2},
-            "saved_by_op": [["linear", saved // 2]], "device_figure": device, "device_figure_kind": "cpu_rss"}
+    return {
+        "parameters": 90 * 2**20,
+        "gradients": 90 * 2**20,
+        "optimizer_state": 180 * 2**20,
+        "saved_activations_peak": saved,
+        "saved_by_dtype": {"bfloat16": saved // 2, "float32": saved // 2},
+        "saved_by_op": [["linear", saved // 2]],
+        "device_figure": device,
+        "device_figure_kind": "cpu_rss",
+    }
 
 
 def test_memory_breakdown_chart_written_only_with_memory(doc, tmp_path):
@@ -254,7 +272,7 @@ def test_memory_breakdown_chart_written_only_with_memory(doc, tmp_path):
     stacks = [p for p in ax.patches]
     assert len(stacks) == 4 * 3
     fp32_top = max(p.get_y() + p.get_height() for p in stacks if abs(p.get_x() + p.get_width() / 2) < 1e-9)
-    assert fp32_top == pytest.approx((90 + 90 + 180 + 200))
+    assert fp32_top == pytest.approx(90 + 90 + 180 + 200)
     assert any(t.get_text() == "saved 0.80× fp32" for t in ax.texts)
     out = plots.write_plots(doc, tmp_path)
     assert (tmp_path / "memory_breakdown.png").read_bytes()[:8] == PNG_SIGNATURE

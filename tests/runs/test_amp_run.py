@@ -15,8 +15,10 @@ from mixft.cli.main import main
 
 AVX2 = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
 AMX = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
-AMP_FALLBACK = ("notice: --amp chose fp32: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no "
-                "bf16 here), so bf16 would run emulated; --precision bf16 forces bf16")
+AMP_FALLBACK = (
+    "notice: --amp chose fp32: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no "
+    "bf16 here), so bf16 would run emulated; --precision bf16 forces bf16"
+)
 
 
 @pytest.fixture
@@ -31,8 +33,20 @@ def machine(monkeypatch, tmp_path):
 
 
 def _run(tiny_bert_dir, tiny_data_dir, out, *flags):
-    return main(["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
-                 "--output-dir", str(out), "--no-progress", *flags])
+    return main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(tiny_bert_dir),
+            "--data-dir",
+            str(tiny_data_dir),
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *flags,
+        ]
+    )
 
 
 def _runs(out):
@@ -40,15 +54,18 @@ def _runs(out):
     return doc["runs"], doc["hardware"]
 
 
-def test_amp_without_native_bf16_trains_fp32_says_why_and_records_it(machine, tiny_bert_dir, tiny_data_dir, tmp_path,
-                                                                     capsys):
+def test_amp_without_native_bf16_trains_fp32_says_why_and_records_it(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
+):
     machine(AVX2)
     out = tmp_path / "r"
     assert _run(tiny_bert_dir, tiny_data_dir, out, "--amp", "--max-steps", "2") == 0
     captured = capsys.readouterr()
     assert [line for line in captured.err.splitlines() if "--amp chose" in line] == [AMP_FALLBACK]
-    assert ("  native     bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), fp16: no (emulated)"
-            in captured.out.splitlines())
+    assert (
+        "  native     bf16: no (emulated: CPU capability AVX2, oneDNN has no bf16 here), fp16: no (emulated)"
+        in captured.out.splitlines()
+    )
     assert "  precision  fp32 (--amp)" in captured.out.splitlines()
     (run,), hardware = _runs(out)
     assert (run["precision"], run["precision_requested"]) == ("fp32", "amp")
@@ -66,21 +83,24 @@ def test_amp_with_native_bf16_trains_bf16_without_a_notice(machine, tiny_bert_di
     assert "  native     bf16: yes (oneDNN; CPU capability AVX512), fp16: yes" in captured.out.splitlines()
     (run,), _ = _runs(out)
     assert (run["precision"], run["precision_requested"], run["autocast_dtype"]) == ("bf16", "amp", "bfloat16")
-    assert run["precision_reason"] == ("--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, "
-                                       "oneDNN has bf16 here)")
+    assert run["precision_reason"] == (
+        "--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, oneDNN has bf16 here)"
+    )
 
 
-def test_bf16_by_name_without_native_bf16_runs_bf16_with_the_notice_and_the_estimate(machine, tiny_bert_dir,
-                                                                                    tiny_data_dir, tmp_path, capsys):
+def test_bf16_by_name_without_native_bf16_runs_bf16_with_the_notice_and_the_estimate(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
+):
     machine(AVX2)
     out = tmp_path / "r"
-    assert _run(tiny_bert_dir, tiny_data_dir, out, "--precision", "bf16", "--max-steps", "6",
-                "--batch-size", "2") == 0
+    assert _run(tiny_bert_dir, tiny_data_dir, out, "--precision", "bf16", "--max-steps", "6", "--batch-size", "2") == 0
     captured = capsys.readouterr()
     notices = [line for line in captured.err.splitlines() if "no native bf16" in line]
-    assert notices == ["notice: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no bf16 here): "
-                       "--precision bf16 runs it emulated, as asked; the estimate after the first steps says how long "
-                       "it takes"]
+    assert notices == [
+        "notice: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no bf16 here): "
+        "--precision bf16 runs it emulated, as asked; the estimate after the first steps says how long "
+        "it takes"
+    ]
     # The per-run estimate after the first steps: after 1 warm-up step and 4 timed ones.
     estimates = [line for line in captured.out.splitlines() if line.startswith("  estimate   [bf16]")]
     assert len(estimates) == 1 and "s/step" in estimates[0] and "for 6 steps" in estimates[0], captured.out
@@ -89,8 +109,9 @@ def test_bf16_by_name_without_native_bf16_runs_bf16_with_the_notice_and_the_esti
     assert run["precision_reason"].startswith("bf16 as asked (--precision bf16); this CPU has no native bf16")
 
 
-def test_compare_without_native_bf16_still_runs_bf16_after_one_notice(machine, tiny_bert_dir, tiny_data_dir, tmp_path,
-                                                                     capsys):
+def test_compare_without_native_bf16_still_runs_bf16_after_one_notice(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
+):
     machine(AVX2)
     out = tmp_path / "c"
     assert _run(tiny_bert_dir, tiny_data_dir, out, "--compare", "fp32,bf16", "--max-steps", "1") == 0
@@ -102,8 +123,9 @@ def test_compare_without_native_bf16_still_runs_bf16_after_one_notice(machine, t
     assert runs[0]["precision_reason"] == "fp32 as asked (--compare fp32,bf16)"
 
 
-def test_resume_of_an_amp_run_finds_it_under_the_precision_amp_chose(machine, tiny_bert_dir, tiny_data_dir, tmp_path,
-                                                                     capsys):
+def test_resume_of_an_amp_run_finds_it_under_the_precision_amp_chose(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
+):
     # The output directory and --resume are checked for the chosen precision (fp32 here), not for bf16.
     machine(AVX2)
     out = tmp_path / "r"

@@ -36,10 +36,16 @@ def test_build_trainer_builds_the_trainer_a_hand_written_call_would():
     x, y = regression_data(48)
 
     def parts():
-        return TrainerParts(model=make_mlp(), optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), loss_fn=nn.MSELoss(),
-                            train_loader=loader(x, y, 4), eval_loader=loader(x, y, 16),
-                            lr_scheduler=lambda o, n: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, n),
-                            predict_fn=lambda out: out, run_info={"model": "mlp", "dataset": "toy"})
+        return TrainerParts(
+            model=make_mlp(),
+            optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2),
+            loss_fn=nn.MSELoss(),
+            train_loader=loader(x, y, 4),
+            eval_loader=loader(x, y, 16),
+            lr_scheduler=lambda o, n: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, n),
+            predict_fn=lambda out: out,
+            run_info={"model": "mlp", "dataset": "toy"},
+        )
 
     cfg = RunConfig(recipe="mlp", epochs=2, max_steps=5, grad_accum=2, max_grad_norm=0.4, batch_size=4, lr=1e-2)
     trainer = build_trainer(parts(), cfg, precision="bf16", device="cpu", seed=3)
@@ -47,26 +53,48 @@ def test_build_trainer_builds_the_trainer_a_hand_written_call_would():
     assert (trainer.precision.name, trainer.seed, trainer.total_steps) == ("bf16", 3, 5)
     result = trainer.fit()
     p = parts()
-    by_hand = Trainer(p.model, p.optimizer, p.loss_fn, p.train_loader, eval_loader=p.eval_loader, precision="bf16",
-                      device="cpu", lr_scheduler=p.lr_scheduler, grad_accum=2, max_grad_norm=0.4, epochs=2,
-                      max_steps=5, predict_fn=p.predict_fn, seed=3)
+    by_hand = Trainer(
+        p.model,
+        p.optimizer,
+        p.loss_fn,
+        p.train_loader,
+        eval_loader=p.eval_loader,
+        precision="bf16",
+        device="cpu",
+        lr_scheduler=p.lr_scheduler,
+        grad_accum=2,
+        max_grad_norm=0.4,
+        epochs=2,
+        max_steps=5,
+        predict_fn=p.predict_fn,
+        seed=3,
+    )
     by_hand.fit()
     assert torch.equal(flat(trainer.model), flat(by_hand.model))
     assert (result.model, result.dataset, result.steps) == ("mlp", "toy", 5)
     assert result.config["grad_accum"] == 2 and result.config["recipe"] == "mlp"
     assert result.config["precisions"] is None and result.config["seeds"] is None  # one run's own config
     # max_grad_norm 0 means "no clipping" on the command line: the trainer gets None.
-    assert build_trainer(parts(), RunConfig(epochs=1, max_grad_norm=0.0), precision="fp32", device="cpu",
-                         seed=0).max_grad_norm is None
+    assert (
+        build_trainer(
+            parts(), RunConfig(epochs=1, max_grad_norm=0.0), precision="fp32", device="cpu", seed=0
+        ).max_grad_norm
+        is None
+    )
 
 
 def test_build_trainer_passes_the_callbacks_in_order():
     x, y = regression_data(8)
-    parts = TrainerParts(model=make_mlp(), optimizer=lambda p: torch.optim.SGD(p, lr=0.1), loss_fn=nn.MSELoss(),
-                         train_loader=loader(x, y, 4))
+    parts = TrainerParts(
+        model=make_mlp(),
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+        loss_fn=nn.MSELoss(),
+        train_loader=loader(x, y, 4),
+    )
     first, second = object(), object()
-    trainer = build_trainer(parts, RunConfig(epochs=1), precision="fp32", device="cpu", seed=0,
-                            callbacks=[first, second])
+    trainer = build_trainer(
+        parts, RunConfig(epochs=1), precision="fp32", device="cpu", seed=0, callbacks=[first, second]
+    )
     assert trainer.callbacks == [first, second]
 
 
@@ -80,8 +108,12 @@ def test_runs_on_cpu_get_the_fast_dropout_unless_torchs_is_asked_for():
         return nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.1), nn.Linear(16, 1))
 
     def built(**options):
-        parts = TrainerParts(model=dropout_model(), optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
-                             loss_fn=nn.MSELoss(), train_loader=loader(x, y, 4))
+        parts = TrainerParts(
+            model=dropout_model(),
+            optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+            loss_fn=nn.MSELoss(),
+            train_loader=loader(x, y, 4),
+        )
         cfg = RunConfig(epochs=1, batch_size=4, lr=0.1, max_grad_norm=1.0, **options)
         return build_trainer(parts, cfg, precision="fp32", device="cpu", seed=0)
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from mixft.amp.precision import resolve_precision
 from mixft.cli.main import build_parser, config_from_args, main
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
-from mixft.amp.precision import resolve_precision
 from mixft.report.markdown import render_markdown, render_preflight
-from mixft.runs.identity import TRAJECTORY_OPTIONS
 from mixft.runs.checks import preflight_due
+from mixft.runs.identity import TRAJECTORY_OPTIONS
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
 # text-classification wraps the Hugging Face classifier as `model`: these are the names the run sees.
@@ -51,9 +51,26 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 def run(files, out: Path, model: str, *args: str) -> tuple[int, dict]:
-    code = main(["--recipe", "text-classification", "--model", str(files[model]), "--train-file", str(files["train"]),
-                 "--validation-file", str(files["dev"]), "--batch-size", "4", "--max-steps", "3",
-                 "--output-dir", str(out), "--no-progress", *args])
+    code = main(
+        [
+            "--recipe",
+            "text-classification",
+            "--model",
+            str(files[model]),
+            "--train-file",
+            str(files["train"]),
+            "--validation-file",
+            str(files["dev"]),
+            "--batch-size",
+            "4",
+            "--max-steps",
+            "3",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *args,
+        ]
+    )
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 
@@ -75,18 +92,25 @@ def test_flags_spell_the_three_preflight_states_names_and_scale():
     assert {"fp32_modules", "init_loss_scale"} <= set(TRAJECTORY_OPTIONS) and "preflight" not in TRAJECTORY_OPTIONS
 
 
-@pytest.mark.parametrize("argv", [["--fp32-modules", "a,,b"], ["--fp32-modules", " "], ["--init-loss-scale", "0"],
-                                  ["--init-loss-scale", "nan"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--fp32-modules", "a,,b"], ["--fp32-modules", " "], ["--init-loss-scale", "0"], ["--init-loss-scale", "nan"]],
+)
 def test_bad_flag_values_exit_2_in_one_line(argv, capsys):
     assert main(["--recipe", "bert-sst2", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and argv[0] in err
 
 
-@pytest.mark.parametrize("kwargs, flag", [({"fp32_modules": "a,b"}, "--fp32-modules"),
-                                          ({"fp32_modules": []}, "--fp32-modules"),
-                                          ({"init_loss_scale": -1.0}, "--init-loss-scale"),
-                                          ({"preflight": "yes"}, "--preflight")])
+@pytest.mark.parametrize(
+    "kwargs, flag",
+    [
+        ({"fp32_modules": "a,b"}, "--fp32-modules"),
+        ({"fp32_modules": []}, "--fp32-modules"),
+        ({"init_loss_scale": -1.0}, "--init-loss-scale"),
+        ({"preflight": "yes"}, "--preflight"),
+    ],
+)
 def test_python_values_get_the_flag_rules(kwargs, flag):
     with pytest.raises(UsageError) as err:
         RunConfig(**kwargs).validate()
@@ -103,8 +127,9 @@ def test_preflight_is_due_before_fp16_or_when_asked_and_never_with_eval_only():
 
 # ------------------------------------------------------------------ the planted overflow
 def test_preflight_names_the_planted_layer_and_the_real_fp16_run_fails_there(files, tmp_path, capsys):
-    code, doc = run(files, tmp_path / "out", "planted", "--precision", "fp16", "--preflight",
-                    "--max-consecutive-skips", "2")
+    code, doc = run(
+        files, tmp_path / "out", "planted", "--precision", "fp16", "--preflight", "--max-consecutive-skips", "2"
+    )
     err = capsys.readouterr().err
     assert code == 3, err  # the fp16 run collapsed, as the preflight said it would
     lines = preflight_lines(err)
@@ -176,7 +201,9 @@ def test_init_loss_scale_reaches_the_scaler_and_the_preflight(files, tmp_path, c
     code, doc = run(files, tmp_path / "out", "healthy", "--precision", "fp16", "--init-loss-scale", "1024")
     assert code == 0, capsys.readouterr().err
     assert doc["preflight"]["init_scale"] == 1024.0
-    assert doc["runs"][0]["history"]["loss_scale"][0] == 1024.0 and doc["runs"][0]["config"]["init_loss_scale"] == 1024.0
+    assert (
+        doc["runs"][0]["history"]["loss_scale"][0] == 1024.0 and doc["runs"][0]["config"]["init_loss_scale"] == 1024.0
+    )
 
 
 def test_compare_report_has_the_before_fp16_section(files, tmp_path, capsys):
@@ -188,16 +215,48 @@ def test_compare_report_has_the_before_fp16_section(files, tmp_path, capsys):
 
 
 def test_report_section_lists_the_modules_at_risk_and_the_advice():
-    pre = {"batches": 3, "init_scale": 65536.0, "seconds": 0.02, "modules_checked": 32, "at_risk": True,
-           "modules_at_risk": [
-               {"name": PLANTED, "module_type": "Linear", "kind": "overflow", "tensor": "activation",
-                "level": "exceeds", "value": 233372.875, "ratio": 3.56, "origin": True},
-               {"name": "x", "module_type": "Linear", "kind": "overflow", "tensor": "activation", "level": "exceeds",
-                "value": None, "ratio": None, "origin": False},
-               {"name": "y", "module_type": "Embedding", "kind": "underflow", "tensor": "gradient",
-                "level": "exceeds", "value": 0.25, "ratio": 2.5, "origin": False}],
-           "recommendations": [f"keep {CONTAINER} in fp32 (outside autocast): --fp32-modules {CONTAINER}"],
-           "kept_in_fp32": [CONTAINER], "handled_by_fp32_modules": [PLANTED]}
+    pre = {
+        "batches": 3,
+        "init_scale": 65536.0,
+        "seconds": 0.02,
+        "modules_checked": 32,
+        "at_risk": True,
+        "modules_at_risk": [
+            {
+                "name": PLANTED,
+                "module_type": "Linear",
+                "kind": "overflow",
+                "tensor": "activation",
+                "level": "exceeds",
+                "value": 233372.875,
+                "ratio": 3.56,
+                "origin": True,
+            },
+            {
+                "name": "x",
+                "module_type": "Linear",
+                "kind": "overflow",
+                "tensor": "activation",
+                "level": "exceeds",
+                "value": None,
+                "ratio": None,
+                "origin": False,
+            },
+            {
+                "name": "y",
+                "module_type": "Embedding",
+                "kind": "underflow",
+                "tensor": "gradient",
+                "level": "exceeds",
+                "value": 0.25,
+                "ratio": 2.5,
+                "origin": False,
+            },
+        ],
+        "recommendations": [f"keep {CONTAINER} in fp32 (outside autocast): --fp32-modules {CONTAINER}"],
+        "kept_in_fp32": [CONTAINER],
+        "handled_by_fp32_modules": [PLANTED],
+    }
     text = render_preflight(pre)
     assert text.startswith("## Before the fp16 run\n\nThe preflight found 3 module(s) at fp16 risk (3 training batch")
     assert f"| `{PLANTED}` | Linear | overflow (activation), starts here | 2.334e+05 | 3.56 |" in text

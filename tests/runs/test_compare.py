@@ -7,10 +7,10 @@ import json
 
 import torch
 
-from mixft.train.hooks import Callback
 from mixft.cli.main import main
 from mixft.config.run_config import RunConfig
 from mixft.runs.runner import RunObserver, run
+from mixft.train.hooks import Callback
 
 
 def _digest(module: torch.nn.Module) -> str:
@@ -35,16 +35,26 @@ class Recorder(RunObserver):
                 for epoch in range(2):
                     sampler.set_epoch(epoch)
                     orders.append(list(sampler))
-                seen.append({"precision": precision.name, "seed": seed,
-                             "weights": _digest(trainer.module), "order": orders})
+                seen.append(
+                    {"precision": precision.name, "seed": seed, "weights": _digest(trainer.module), "order": orders}
+                )
 
         return [Capture()]
 
 
 def test_compare_runs_share_initial_weights_and_data_order(tmp_path, tiny_bert_dir, tiny_data_dir):
     rec = Recorder()
-    cfg = RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], seeds=[0, 1], model=str(tiny_bert_dir),
-                    data_dir=str(tiny_data_dir), batch_size=4, epochs=1, max_steps=2, output_dir=str(tmp_path / "o"))
+    cfg = RunConfig(
+        recipe="bert-sst2",
+        precisions=["fp32", "bf16"],
+        seeds=[0, 1],
+        model=str(tiny_bert_dir),
+        data_dir=str(tiny_data_dir),
+        batch_size=4,
+        epochs=1,
+        max_steps=2,
+        output_dir=str(tmp_path / "o"),
+    )
     results = run(cfg, rec)
     assert [(r.precision, r.seed) for r in results] == [("fp32", 0), ("bf16", 0), ("fp32", 1), ("bf16", 1)]
     by_seed = {}
@@ -62,9 +72,25 @@ def test_compare_runs_share_initial_weights_and_data_order(tmp_path, tiny_bert_d
 
 def test_compare_cli_writes_results_report_and_plots(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
     out = tmp_path / "cmp"
-    code = main(["--recipe", "bert-sst2", "--compare", "fp32,bf16", "--model", str(tiny_bert_dir),
-                 "--data-dir", str(tiny_data_dir), "--batch-size", "4", "--epochs", "2",
-                 "--output-dir", str(out), "--no-progress"])
+    code = main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--compare",
+            "fp32,bf16",
+            "--model",
+            str(tiny_bert_dir),
+            "--data-dir",
+            str(tiny_data_dir),
+            "--batch-size",
+            "4",
+            "--epochs",
+            "2",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     doc = json.loads((out / "results.json").read_text())
     assert [r["precision"] for r in doc["runs"]] == ["fp32", "bf16"]

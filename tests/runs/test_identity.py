@@ -10,17 +10,26 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from mixft.config.run_config import RunConfig
 from mixft.results import RunResult, write_results
 from mixft.runs.identity import ResumePlan, check_meta, finished_runs, plan_resume, run_meta, same_option
 from mixft.runs.outdir import RESULTS_NAME, checkpoint_name
+from mixft.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from mixft.train.trainer import Trainer
 
 
 def result(precision, message=None, kind=None, seed=0, steps=0):
-    return RunResult(precision=precision, autocast_dtype=None, grad_scaler=False, device="cpu", device_name="cpu",
-                     seed=seed, stopped_early=message, stop_kind=kind, steps=steps)
+    return RunResult(
+        precision=precision,
+        autocast_dtype=None,
+        grad_scaler=False,
+        device="cpu",
+        device_name="cpu",
+        seed=seed,
+        stopped_early=message,
+        stop_kind=kind,
+        steps=steps,
+    )
 
 
 def tiny_checkpoint(path, meta, precision="fp32"):
@@ -29,12 +38,15 @@ def tiny_checkpoint(path, meta, precision="fp32"):
 
 
 def test_resume_keeps_finished_runs_and_retrains_interrupted_ones_by_their_stop_kind(tmp_path):
-    write_results(tmp_path / "results.json", [
-        result("fp32"),
-        result("bf16", "interrupted (SIGINT)", "interrupt"),
-        result("fp16", "training collapsed: the loss is nan at step 6", "collapse"),
-        result("tf32", "interrupted by my own callback's rule", "callback"),  # the message is not parsed
-    ])
+    write_results(
+        tmp_path / "results.json",
+        [
+            result("fp32"),
+            result("bf16", "interrupted (SIGINT)", "interrupt"),
+            result("fp16", "training collapsed: the loss is nan at step 6", "collapse"),
+            result("tf32", "interrupted by my own callback's rule", "callback"),  # the message is not parsed
+        ],
+    )
     cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16", "fp16", "tf32"])
     done = finished_runs(cfg, cfg.precisions)
     # Interrupted: continued from its checkpoint. Collapsed or stopped otherwise: kept as it ended.
@@ -108,8 +120,11 @@ def test_a_recipe_default_in_a_resume_refusal_is_said_to_be_one(tmp_path):
     # This run's 128 is bert-sst2's default, not a --max-length the user passed: the line says so.
     path = tiny_checkpoint(tmp_path / "ckpt.pt", {"max_length": 64})
     cfg = RunConfig(output_dir=str(tmp_path)).with_defaults({"max_length": 128})
-    with pytest.raises(CheckpointError, match=r"--max-length 64, this run has 128 \(the recipe's default; pass "
-                                              r"--max-length to set it\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"--max-length 64, this run has 128 \(the recipe's default; pass "
+        r"--max-length to set it\)",
+    ):
         check_meta(load_checkpoint(path), {"max_length": 128}, path, cfg=cfg)
     typed = RunConfig(output_dir=str(tmp_path), max_length=128).with_defaults({"max_length": 128})
     with pytest.raises(CheckpointError, match=r"--max-length 64, this run has 128; rerun"):

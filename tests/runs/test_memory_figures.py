@@ -8,16 +8,24 @@ import json
 import pytest
 import torch
 
-from mixft.config.run_config import RunConfig
 from mixft.amp.memory import MEMORY_KEYS
+from mixft.config.run_config import RunConfig
 from mixft.runs.runner import run
 
 NUMERIC = ("parameters", "gradients", "optimizer_state", "saved_activations_peak", "device_figure")
 
 
 def _compare(out, precisions, model, data):
-    cfg = RunConfig(recipe="bert-sst2", precisions=precisions, model=str(model), data_dir=str(data), batch_size=4,
-                    epochs=1, max_steps=2, output_dir=str(out))
+    cfg = RunConfig(
+        recipe="bert-sst2",
+        precisions=precisions,
+        model=str(model),
+        data_dir=str(data),
+        batch_size=4,
+        epochs=1,
+        max_steps=2,
+        output_dir=str(out),
+    )
     run(cfg)
     return {r["precision"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
 
@@ -69,8 +77,9 @@ def test_measuring_before_fit_changes_no_training(tmp_path, tiny_bert_dir, tiny_
     """The one-step measurement restores RNGs and gradients: a run trains exactly as without it."""
     from mixft.runs import memory_figures
 
-    cfg = dict(recipe="bert-sst2", model=str(tiny_bert_dir), data_dir=str(tiny_data_dir), batch_size=4, epochs=1,
-               max_steps=3)
+    cfg = dict(
+        recipe="bert-sst2", model=str(tiny_bert_dir), data_dir=str(tiny_data_dir), batch_size=4, epochs=1, max_steps=3
+    )
     measured = run(RunConfig(**cfg, output_dir=str(tmp_path / "m")))[0]
     original = memory_figures.measure_step_memory
     memory_figures.measure_step_memory = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("skipped"))
@@ -101,12 +110,21 @@ def test_breakdown_sums_to_cuda_max_allocated():
 
     device = torch.device("cuda")
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=128, max_position_embeddings=128, num_labels=2)
+    config = BertConfig(
+        vocab_size=512,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=128,
+        num_labels=2,
+    )
     model = BertForSequenceClassification(config).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)  # no whole-model temporaries
-    inputs = {"input_ids": torch.randint(0, 512, (32, 128), device=device),
-              "attention_mask": torch.ones(32, 128, dtype=torch.long, device=device)}
+    inputs = {
+        "input_ids": torch.randint(0, 512, (32, 128), device=device),
+        "attention_mask": torch.ones(32, 128, dtype=torch.long, device=device),
+    }
     labels = torch.randint(0, 2, (32,), device=device)
     loss_fn = lambda out, y: torch.nn.functional.cross_entropy(out.logits, y)  # noqa: E731
 
@@ -127,9 +145,9 @@ def test_breakdown_sums_to_cuda_max_allocated():
     torch.cuda.synchronize()
     device_figure = torch.cuda.max_memory_allocated(device) - at_rest_other
 
-    figures = measure_step_memory(model, loss_fn, inputs, labels, lambda: torch.autocast("cuda", enabled=False),
-                                  device)
-    breakdown = (figures["parameters"] + figures["gradients"] + optimizer_state_bytes([opt])
-                 + figures["saved_activations_peak"])
+    figures = measure_step_memory(model, loss_fn, inputs, labels, lambda: torch.autocast("cuda", enabled=False), device)
+    breakdown = (
+        figures["parameters"] + figures["gradients"] + optimizer_state_bytes([opt]) + figures["saved_activations_peak"]
+    )
     assert figures["saved_activations_peak"] > 2 * figures["parameters"]  # the sizes did what the docstring says
     assert breakdown == pytest.approx(device_figure, rel=0.10), (breakdown, device_figure, figures)

@@ -9,9 +9,18 @@ import textwrap
 import pytest
 
 from mixft.errors import UsageError
-from mixft.runs.outdir import (LOCK_NAME, OutputLock, check_output_dir, checkpoint_name, has_checkpoint,
-                              planned_entries, predictions_name, recorded_runs, saved_model_name,
-                              step_checkpoint_pattern)
+from mixft.runs.outdir import (
+    LOCK_NAME,
+    OutputLock,
+    check_output_dir,
+    checkpoint_name,
+    has_checkpoint,
+    planned_entries,
+    predictions_name,
+    recorded_runs,
+    saved_model_name,
+    step_checkpoint_pattern,
+)
 
 
 def test_the_names_of_a_single_run_and_of_a_comparison():
@@ -22,8 +31,10 @@ def test_the_names_of_a_single_run_and_of_a_comparison():
     files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=True)
     assert files == ["results.json", "report.md", "config.yaml", "checkpoint-fp32-seed0.pt", "checkpoint-bf16-seed0.pt"]
     assert dirs == ["model-fp32-seed0", "model-bf16-seed0"]
-    assert planned_entries(["fp32"], [0], save_model=False) == (["results.json", "report.md", "config.yaml",
-                                                                 "checkpoint.pt"], [])
+    assert planned_entries(["fp32"], [0], save_model=False) == (
+        ["results.json", "report.md", "config.yaml", "checkpoint.pt"],
+        [],
+    )
     files, _ = planned_entries(["fp32", "bf16"], [1], save_model=False, predict_file="new.jsonl")
     assert files[-2:] == ["predictions-fp32-seed1.jsonl", "predictions-bf16-seed1.jsonl"]
     assert predictions_name("new.tsv", "bf16", 0) == "predictions.csv"
@@ -58,14 +69,23 @@ def test_entries_of_the_wrong_kind_are_refused(tmp_path):
 
 def test_a_second_run_on_the_directory_is_refused_while_the_first_holds_it(tmp_path):
     # The holder is another process, as it would be: flock locks are per open file.
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
         from mixft.runs.outdir import OutputLock
         with OutputLock(Path({str(tmp_path)!r})):
             print("held", flush=True)
             sys.stdin.read()
-    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UsageError, match=rf"another mixft run \(pid {holder.pid}\) is using it"):
@@ -78,14 +98,22 @@ def test_a_second_run_on_the_directory_is_refused_while_the_first_holds_it(tmp_p
 
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time
         from pathlib import Path
         from mixft.runs.outdir import OutputLock
         lock = OutputLock(Path({str(tmp_path)!r})).__enter__()
         print("held", flush=True)
         time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     holder.kill()
     holder.wait()
@@ -115,8 +143,9 @@ def test_a_run_refused_for_its_data_leaves_no_output_directory(tmp_path):
     from mixft.cli.main import main
 
     out = tmp_path / "never"
-    code = main(["--recipe", "text-classification", "--train-file", str(tmp_path / "missing.csv"),
-                 "--output-dir", str(out)])
+    code = main(
+        ["--recipe", "text-classification", "--train-file", str(tmp_path / "missing.csv"), "--output-dir", str(out)]
+    )
     assert code == 2 and not out.exists()
 
 
@@ -128,8 +157,19 @@ def test_a_new_run_sets_an_earlier_run_aside_whole(tmp_path, tiny_bert_dir, tiny
 
     from mixft.cli.main import main
 
-    args = ["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
-            "--output-dir", str(tmp_path), "--no-progress", "--max-steps", "1"]
+    args = [
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(tiny_bert_dir),
+        "--data-dir",
+        str(tiny_data_dir),
+        "--output-dir",
+        str(tmp_path),
+        "--no-progress",
+        "--max-steps",
+        "1",
+    ]
     assert main(args + ["--compare", "fp32,bf16"]) == 0
     earlier = {p.name for p in tmp_path.iterdir() if p.name not in (".mixft.lock", tiny_data_dir.name)}
     assert {"results.json", "report.md", "config.yaml"} <= earlier and any(tmp_path.glob("checkpoint-*.pt"))

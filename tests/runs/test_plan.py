@@ -13,8 +13,9 @@ from mixft.runs.plan import make_plan
 
 
 def test_a_comparison_plan_names_every_run_file_and_identity(tmp_path):
-    cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0, 1], save_model=True,
-                    predict_file="new.jsonl")
+    cfg = RunConfig(
+        output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0, 1], save_model=True, predict_file="new.jsonl"
+    )
     plan = make_plan(cfg, ["fp32", "bf16"])
     assert list(plan.runs) == [("fp32", 0), ("bf16", 0), ("fp32", 1), ("bf16", 1)]  # the order runs train in
     files = plan.runs[("bf16", 1)]
@@ -36,8 +37,10 @@ def test_a_single_run_gets_the_short_names_and_writes_no_report(tmp_path):
 
 def test_resume_is_planned_once_and_the_plan_answers_it(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0], resume=True)
-    write_results(tmp_path / RESULTS_NAME, [RunResult(precision="fp32", autocast_dtype=None, grad_scaler=False, device="cpu",
-                                                       device_name="cpu", seed=0)])
+    write_results(
+        tmp_path / RESULTS_NAME,
+        [RunResult(precision="fp32", autocast_dtype=None, grad_scaler=False, device="cpu", device_name="cpu", seed=0)],
+    )
     plan = make_plan(cfg, ["fp32", "bf16"])
     assert plan.kept("fp32", 0).precision == "fp32" and plan.kept("bf16", 0) is None
     assert not plan.continues("bf16", 0)  # no checkpoint: it starts

@@ -69,8 +69,11 @@ def test_regression_values_and_id_column(tmp_path):
 
 
 def test_id_column_comes_first_for_classification(tmp_path):
-    rows = read_csv(write_predictions(tmp_path / "p.csv", torch.tensor([[0.0, 1.0]]), "classification",
-                                      ["no", "yes"], ids=[torch.tensor(42)]))
+    rows = read_csv(
+        write_predictions(
+            tmp_path / "p.csv", torch.tensor([[0.0, 1.0]]), "classification", ["no", "yes"], ids=[torch.tensor(42)]
+        )
+    )
     assert list(rows[0]) == ["id", "label", "probability"] and rows[0]["id"] == "42"
 
 
@@ -110,19 +113,26 @@ def test_write_is_atomic_and_replaces(tmp_path):
 # ------------------------------------------------------------ --predict-file labels (issue 30)
 # Optional, so labels that cannot be scored cost the metrics, not the run.
 
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
     return make_tiny_model_dir("bert", tmp_path_factory.mktemp("tiny") / "bert")
 
 
-@pytest.mark.parametrize("labels, reason", [
-    (["positive"] + ["pos"] * 11, "--predict-file label 'positive' never seen in training"),
-    ([str(i % 2) for i in range(12)], "mixed label types: --predict-file labels in column 'label' are"),
-    ([("a", "b", "c")[i % 3] for i in range(12)], "--predict-file labels 'a', 'b', 'c' never seen in training"),
-])
+@pytest.mark.parametrize(
+    "labels, reason",
+    [
+        (["positive"] + ["pos"] * 11, "--predict-file label 'positive' never seen in training"),
+        ([str(i % 2) for i in range(12)], "mixed label types: --predict-file labels in column 'label' are"),
+        ([("a", "b", "c")[i % 3] for i in range(12)], "--predict-file labels 'a', 'b', 'c' never seen in training"),
+    ],
+)
 def test_labels_that_cannot_be_scored_predict_without_metrics(tmp_path, model, capsys, labels, reason):
-    predict = write_csv(tmp_path / "new.csv", ["id", "text", "label"],
-                        [(i, t, label) for i, ((t, _, _), label) in enumerate(zip(TOY_ROWS, labels))])
+    predict = write_csv(
+        tmp_path / "new.csv",
+        ["id", "text", "label"],
+        [(i, t, label) for i, ((t, _, _), label) in enumerate(zip(TOY_ROWS, labels))],
+    )
     code, err, out = run_cli(tmp_path, model, "--max-steps", "2", "--predict-file", str(predict), capsys=capsys)
     assert code == 0, err
     assert f"--predict-file {predict}: its labels cannot be scored ({reason}" in err, err

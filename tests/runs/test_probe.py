@@ -9,13 +9,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from conftest import make_data_dir
-from mixft.config.run_config import RunConfig
-from mixft.errors import UsageError
+
 from mixft.amp.hardware import CPU_FLAGS
 from mixft.amp.precision import choose_precision
-from mixft.runs.probe import MAX_TIMED_STEPS, MIN_TIMED_STEPS, WARMUP_STEPS, probe, recommend
+from mixft.config.run_config import RunConfig
+from mixft.errors import UsageError
 from mixft.report.probe_result import (
     PrecisionProbe,
     ProbeResult,
@@ -28,35 +27,71 @@ from mixft.report.probe_result import (
     render_probe_table,
     save_probe,
 )
-from mixft.runs.probe import _fill_ratios  # the ratios probe() fills in, for hand-made rows
+from mixft.runs.probe import (
+    MAX_TIMED_STEPS,
+    MIN_TIMED_STEPS,
+    WARMUP_STEPS,
+    _fill_ratios,  # the ratios probe() fills in, for hand-made rows
+    probe,
+    recommend,
+)
 
 NO_AMX = {"amx_bf16": False, "avx512_bf16": False, "avx512_fp16": False}
 
 
 def fake_hardware(flags=NO_AMX, torch_version="2.13.0+cpu"):
-    return {"device": "cpu", "cpu": {"model": "Intel(R) Xeon(R) Processor @ 2.50GHz", "cores": 2, "flags": dict(flags),
-                                     "source": "/proc/cpuinfo"},
-            "gpu": None, "torch": torch_version, "torch_threads": 2, "cuda": None, "python": "3.11.7", "os": "Linux"}
+    return {
+        "device": "cpu",
+        "cpu": {
+            "model": "Intel(R) Xeon(R) Processor @ 2.50GHz",
+            "cores": 2,
+            "flags": dict(flags),
+            "source": "/proc/cpuinfo",
+        },
+        "gpu": None,
+        "torch": torch_version,
+        "torch_threads": 2,
+        "cuda": None,
+        "python": "3.11.7",
+        "os": "Linux",
+    }
 
 
 def row(name, step_s, matmul_gflops, skipped=None):
     times = [] if step_s is None else [step_s * 2, step_s, step_s * 1.1, step_s * 0.9]
-    return PrecisionProbe(name, step_s=step_s, step_times_s=times, warmup_steps=1 if times else 0,
-                          matmul_flops_per_s=matmul_gflops * 1e9, skipped=skipped)
+    return PrecisionProbe(
+        name,
+        step_s=step_s,
+        step_times_s=times,
+        warmup_steps=1 if times else 0,
+        matmul_flops_per_s=matmul_gflops * 1e9,
+        skipped=skipped,
+    )
 
 
 def fake_result(bf16_step_s: float, *, flags=NO_AMX, torch_version="2.13.0+cpu") -> ProbeResult:
     """fp32 at 0.5 s/step and 50 GFLOP/s; bf16 at ``bf16_step_s`` and 26 GFLOP/s; fp16 not timed."""
-    rows = [row("fp32", 0.5, 50.0), row("bf16", bf16_step_s, 26.0),
-            row("fp16", None, 4.0, skipped="about 70 s for a warm-up and 3 steps: over the 30 s budget")]
+    rows = [
+        row("fp32", 0.5, 50.0),
+        row("bf16", bf16_step_s, 26.0),
+        row("fp16", None, 4.0, skipped="about 70 s for a warm-up and 3 steps: over the 30 s budget"),
+    ]
     _fill_ratios(rows)
     recommended, reason = recommend(rows)
     return ProbeResult(
-        recipe="bert-sst2", model="tiny-bert", dataset="generated (32 train / 8 eval)", device="cpu",
-        hardware=fake_hardware(flags, torch_version), batch={"shape": [32, 25], "samples": 32, "tokens": 411},
+        recipe="bert-sst2",
+        model="tiny-bert",
+        dataset="generated (32 train / 8 eval)",
+        device="cpu",
+        hardware=fake_hardware(flags, torch_version),
+        batch={"shape": [32, 25], "samples": 32, "tokens": 411},
         matmul_shapes=[{"rows": 800, "in": 384, "out": 1536, "bias": True, "calls": 6}],
-        rows=rows, recommended=recommended, reason=reason, measured_at="2026-11-22T21:30:00+00:00",
-        wall_s=24.3, time_budget_s=30.0,
+        rows=rows,
+        recommended=recommended,
+        reason=reason,
+        measured_at="2026-11-22T21:30:00+00:00",
+        wall_s=24.3,
+        time_budget_s=30.0,
     )
 
 
@@ -65,8 +100,14 @@ NATIVE_BF16 = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "A
 
 def amp_with(result: ProbeResult, requested: str = "amp", option: str | None = None):
     """What a run of ``requested`` makes of ``result`` on a CPU with native bf16 (mixft.runs.runner does the same)."""
-    return choose_precision(requested, "cpu", NATIVE_BF16, probe_ratios=result.step_ratios(),
-                            probe_date=result.measured_at[:10], option=option)
+    return choose_precision(
+        requested,
+        "cpu",
+        NATIVE_BF16,
+        probe_ratios=result.step_ratios(),
+        probe_date=result.measured_at[:10],
+        option=option,
+    )
 
 
 # ------------------------------------------------------------------- recommendation
@@ -121,8 +162,11 @@ def test_unsteady_steps_are_called_rough():
         _fill_ratios(rows)
     assert unsteady[1].spread == pytest.approx((0.6 - 0.2) / 0.4)
     assert "varied" not in recommend(steady)[1]
-    assert recommend(unsteady) == ("bf16", "bf16: 1.25x fp32 per training step; steps varied by up to 100% of their "
-                                           "median (a busy machine?): probe again when idle")
+    assert recommend(unsteady) == (
+        "bf16",
+        "bf16: 1.25x fp32 per training step; steps varied by up to 100% of their "
+        "median (a busy machine?): probe again when idle",
+    )
 
 
 def test_recommend_needs_a_timed_precision():
@@ -135,9 +179,22 @@ def test_recommend_needs_a_timed_precision():
 def test_renderers_carry_the_figures():
     result = fake_result(bf16_step_s=0.5 / 0.62)
     table = render_probe_table(result)
-    for figure in ("500.0", "806.5", "0.62x", "50.0", "26.0", "0.52x", "4.0", "0.08x", "3 (+1 warm-up)",
-                   "not timed: budget", "fp16 not timed: about 70 s", "flags: none of amx_bf16",
-                   "32 x 25", "recommendation: fp32: bf16 measured 0.62x"):
+    for figure in (
+        "500.0",
+        "806.5",
+        "0.62x",
+        "50.0",
+        "26.0",
+        "0.52x",
+        "4.0",
+        "0.08x",
+        "3 (+1 warm-up)",
+        "not timed: budget",
+        "fp16 not timed: about 70 s",
+        "flags: none of amx_bf16",
+        "32 x 25",
+        "recommendation: fp32: bf16 measured 0.62x",
+    ):
         assert figure in table, figure
     markdown = probe_markdown(result)
     assert "| bf16 | 806.5 | 0.62x | 26.0 | 0.52x | 20% | 3 (+1 warm-up) |" in markdown
@@ -200,12 +257,15 @@ def test_cache_directory_comes_from_mixft_cache(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------ bad input
-@pytest.mark.parametrize("kwargs,match", [
-    ({"time_budget_s": 0}, "time budget"),
-    ({"time_budget_s": float("nan")}, "time budget"),
-    ({"precisions": ["fp8"]}, "unknown precision"),
-    ({"precisions": ["tf32"], "device": "cpu"}, "tf32 needs a CUDA GPU"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"time_budget_s": 0}, "time budget"),
+        ({"time_budget_s": float("nan")}, "time budget"),
+        ({"precisions": ["fp8"]}, "unknown precision"),
+        ({"precisions": ["tf32"], "device": "cpu"}, "tf32 needs a CUDA GPU"),
+    ],
+)
 def test_bad_input_fails_before_any_work(monkeypatch, kwargs, match):
     from recipes import bert_sst2
 
@@ -226,8 +286,9 @@ def test_unknown_recipe_is_a_usage_error():
 @pytest.fixture(scope="module")
 def tiny_cfg(tiny_bert_dir, tmp_path_factory):
     data = make_data_dir(tmp_path_factory.mktemp("probe") / "sst2", 16, 8)
-    return RunConfig(recipe="bert-sst2", model=str(tiny_bert_dir), data_dir=str(data), batch_size=8, max_length=32,
-                     device="cpu")
+    return RunConfig(
+        recipe="bert-sst2", model=str(tiny_bert_dir), data_dir=str(data), batch_size=8, max_length=32, device="cpu"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -311,8 +372,17 @@ def test_a_slow_precision_stops_once_its_share_of_the_budget_is_spent(tiny_cfg, 
             self.clock.times[before:] = [t + 20.0 for t in self.clock.times[before:]]
 
     monkeypatch.setattr(probe_module._Stepper, "run", slow_bf16)
-    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: {
-        "bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None})
+    monkeypatch.setattr(
+        mixft.amp.hardware,
+        "native_precisions",
+        lambda device: {
+            "bf16": False,
+            "fp16": False,
+            "via": "oneDNN",
+            "cpu_capability": "AVX2",
+            "compute_capability": None,
+        },
+    )
     result = probe(tiny_cfg, precisions=["bf16"], time_budget_s=30, save=False)
     bf16, fp32 = result.row("bf16"), result.row("fp32")
     assert bf16.warmup_steps == 1 and bf16.timed_steps == 1  # two steps, not six: enough to show the gap
@@ -321,5 +391,7 @@ def test_a_slow_precision_stops_once_its_share_of_the_budget_is_spent(tiny_cfg, 
     assert fp32.timed_steps >= MIN_TIMED_STEPS and fp32.note is None
     table = render_probe_table(result)
     assert "bf16: 1 timed step: its steps took" in table
-    assert "bf16: no hardware path on this CPU (CPU capability AVX2, oneDNN has no bf16 here): torch emulates it" in table
+    assert (
+        "bf16: no hardware path on this CPU (CPU capability AVX2, oneDNN has no bf16 here): torch emulates it" in table
+    )
     assert "no hardware path" in probe_markdown(result)

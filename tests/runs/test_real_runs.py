@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import without_timings
+
 from mixft.callbacks.checkpointer import Checkpointer
-from mixft.train.checkpoint import load_checkpoint
 from mixft.cli.main import build_parser, main
+from mixft.train.checkpoint import load_checkpoint
 from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
@@ -38,14 +38,33 @@ def model(tmp_path_factory) -> Path:
 def data(tmp_path) -> tuple[Path, Path]:
     rows = [(t, NAMES[int(c == 2)]) for t, c, _ in TOY_ROWS]
     swapped = [(t, NAMES[1 - NAMES.index(label)]) for t, label in rows]
-    return write_csv(tmp_path / "train.csv", ["text", "label"], rows * 2), write_csv(tmp_path / "dev.csv", ["text", "label"], swapped)
+    return write_csv(tmp_path / "train.csv", ["text", "label"], rows * 2), write_csv(
+        tmp_path / "dev.csv", ["text", "label"], swapped
+    )
 
 
 def run(out: Path, model: Path, data: tuple[Path, Path], *args: str) -> tuple[int, dict]:
     train, dev = data
-    code = main(["--recipe", "text-classification", "--model", str(model), "--train-file", str(train),
-                 "--validation-file", str(dev), "--batch-size", "4", "--lr", "0.003", "--output-dir", str(out),
-                 "--no-progress", *args])
+    code = main(
+        [
+            "--recipe",
+            "text-classification",
+            "--model",
+            str(model),
+            "--train-file",
+            str(train),
+            "--validation-file",
+            str(dev),
+            "--batch-size",
+            "4",
+            "--lr",
+            "0.003",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *args,
+        ]
+    )
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 
@@ -109,8 +128,18 @@ def test_early_stopping_fires_at_the_patience_th_evaluation_without_improvement(
 
 
 def test_early_stopping_is_marked_in_a_comparison_report(tmp_path, model, data):
-    code, doc = run(tmp_path / "out", model, data, *OVERFIT, "--eval-steps", "1", "--early-stopping-patience", "2",
-                    "--compare", "fp32,bf16")
+    code, doc = run(
+        tmp_path / "out",
+        model,
+        data,
+        *OVERFIT,
+        "--eval-steps",
+        "1",
+        "--early-stopping-patience",
+        "2",
+        "--compare",
+        "fp32,bf16",
+    )
     assert code == 0
     assert all(r["stop_kind"] == "early_stopping" and r["best"]["loaded"] for r in doc["runs"])
     report = (tmp_path / "out" / "report.md").read_text()
@@ -130,7 +159,9 @@ def test_tensorboard_event_file_from_a_cli_run_holds_loss_per_step_and_eval_metr
     assert [e.step for e in loss] == list(range(1, r["steps"] + 1))
     assert [e.value for e in loss] == pytest.approx(r["history"]["loss"], rel=1e-6)
     accuracy = events.Scalars("eval/accuracy")
-    assert [(e.step, e.value) for e in accuracy] == [(h["step"], pytest.approx(h["accuracy"])) for h in r["eval_history"]]
+    assert [(e.step, e.value) for e in accuracy] == [
+        (h["step"], pytest.approx(h["accuracy"])) for h in r["eval_history"]
+    ]
     assert {"train/learning_rate", "train/grad_norm", "eval/loss", "eval/f1"} <= set(events.Tags()["scalars"])
 
 
@@ -138,10 +169,18 @@ def test_predictions_keep_input_order_and_label_names(tmp_path, model, data):
     code, _ = run(tmp_path / "out", model, data, "--epochs", "1", "--save-model")
     assert code == 0
     # Lengths vary so that the length-sorted batches are not in input order.
-    texts = ["it is fine", "great acting and a fun plot and a really good movie", "bad", "the plot was boring",
-             "a very bad film and an awful plot", "fun"]
+    texts = [
+        "it is fine",
+        "great acting and a fun plot and a really good movie",
+        "bad",
+        "the plot was boring",
+        "a very bad film and an awful plot",
+        "fun",
+    ]
     new = write_csv(tmp_path / "new.csv", ["id", "text"], [(f"r{i}", t) for i, t in enumerate(texts)])
-    backwards = write_csv(tmp_path / "backwards.csv", ["id", "text"], [(f"r{i}", t) for i, t in reversed(list(enumerate(texts)))])
+    backwards = write_csv(
+        tmp_path / "backwards.csv", ["id", "text"], [(f"r{i}", t) for i, t in reversed(list(enumerate(texts)))]
+    )
     outputs = {}
     for name, source in (("forward", new), ("backward", backwards)):
         code, doc = run(tmp_path / name, tmp_path / "out" / "model", data, "--eval-only", "--predict-file", str(source))
@@ -175,7 +214,9 @@ def test_predict_file_rows_are_cut_to_what_the_model_reads(tmp_path, model, data
 
 def test_predict_file_with_labels_reports_its_metrics_per_compared_run(tmp_path, model, data):
     _, dev = data
-    code, doc = run(tmp_path / "out", model, data, "--epochs", "1", "--compare", "fp32,bf16", "--predict-file", str(dev))
+    code, doc = run(
+        tmp_path / "out", model, data, "--epochs", "1", "--compare", "fp32,bf16", "--predict-file", str(dev)
+    )
     assert code == 0
     for r in doc["runs"]:
         predict = r["predict"]
@@ -222,7 +263,10 @@ def test_resume_keeps_the_best_model_state_bit_exactly(tmp_path, model, data, mo
     code, resumed = run(out, model, data, *OVERFIT, "--checkpoint-every", "1", "--resume")
     assert code == 0
     r, q = ref["runs"][0], resumed["runs"][0]
-    assert without_timings(q["best"]) == without_timings(r["best"]) and q["best"]["metrics"]["loss"] == r["best"]["metrics"]["loss"]
+    assert (
+        without_timings(q["best"]) == without_timings(r["best"])
+        and q["best"]["metrics"]["loss"] == r["best"]["metrics"]["loss"]
+    )
     assert without_timings(q["eval"]) == without_timings(r["eval"])
     final_ref = load_checkpoint(tmp_path / "ref" / "checkpoint.pt")["states"]["best_model"]
     final_resumed = load_checkpoint(out / "checkpoint.pt")["states"]["best_model"]
@@ -231,13 +275,18 @@ def test_resume_keeps_the_best_model_state_bit_exactly(tmp_path, model, data, mo
         assert torch.equal(final_resumed["weights"][k], v), k
 
 
-def test_save_total_limit_keeps_the_newest_k_step_checkpoints_and_the_write_time_is_reported(tmp_path, model, data,
-                                                                                                capsys):
-    code, doc = run(tmp_path / "out", model, data, "--epochs", "2", "--checkpoint-every", "1", "--save-total-limit", "3")
+def test_save_total_limit_keeps_the_newest_k_step_checkpoints_and_the_write_time_is_reported(
+    tmp_path, model, data, capsys
+):
+    code, doc = run(
+        tmp_path / "out", model, data, "--epochs", "2", "--checkpoint-every", "1", "--save-total-limit", "3"
+    )
     assert code == 0
     kept = sorted(p.name for p in (tmp_path / "out").glob("checkpoint-step*.pt"))
     assert kept == ["checkpoint-step10.pt", "checkpoint-step11.pt", "checkpoint-step12.pt"]
-    assert (tmp_path / "out" / "checkpoint-step12.pt").samefile(tmp_path / "out" / "checkpoint.pt")  # a link, not a copy
+    assert (tmp_path / "out" / "checkpoint-step12.pt").samefile(
+        tmp_path / "out" / "checkpoint.pt"
+    )  # a link, not a copy
     (r,) = doc["runs"]
     assert r["checkpoint_time_s"] > 0
     assert f"+ checkpoints {r['checkpoint_time_s']:.1f} s" in capsys.readouterr().out
@@ -248,7 +297,9 @@ def test_by_default_checkpoints_are_written_by_time_and_at_epoch_ends(tmp_path, 
 
     saved_at: list[int] = []
     save = Checkpointer.save
-    monkeypatch.setattr(Checkpointer, "save", lambda self, trainer: (saved_at.append(trainer.state.step), save(self, trainer))[1])
+    monkeypatch.setattr(
+        Checkpointer, "save", lambda self, trainer: (saved_at.append(trainer.state.step), save(self, trainer))[1]
+    )
     code, _ = run(tmp_path / "default", model, data, "--epochs", "2")
     assert code == 0 and saved_at == [6, 12]  # a short run: the epoch ends only
     # A clock that moves 4 minutes per look: --checkpoint-minutes 10 saves every third step.

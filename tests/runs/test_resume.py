@@ -15,21 +15,40 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_data_dir, without_timings
 
 import mixft.train.checkpoint
-from conftest import make_data_dir, without_timings
 from mixft.callbacks.checkpointer import Checkpointer
-from mixft.train.checkpoint import load_checkpoint
 from mixft.cli.main import main
+from mixft.train.checkpoint import load_checkpoint
 
 # 16 train sentences, batch 4: 4 optimizer steps per epoch, 3 epochs = 12 steps.
 STEPS = 12
 
 
 def args(model: Path, data: Path | str, out: Path, *extra: str) -> list[str]:
-    return ["--recipe", "bert-sst2", "--model", str(model), "--data-dir", str(data), "--max-train-samples", "16",
-            "--max-eval-samples", "8", "--batch-size", "4", "--epochs", "3", "--checkpoint-every", "1",
-            "--output-dir", str(out), "--no-progress", *extra]
+    return [
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(model),
+        "--data-dir",
+        str(data),
+        "--max-train-samples",
+        "16",
+        "--max-eval-samples",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "3",
+        "--checkpoint-every",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def reference_run(tmp_path: Path, model: Path, data: Path, monkeypatch, *extra: str) -> tuple[Path, dict[int, Path]]:
@@ -41,7 +60,9 @@ def reference_run(tmp_path: Path, model: Path, data: Path, monkeypatch, *extra: 
 
     def save_and_copy(self, trainer):
         path = save(self, trainer)
-        copies[trainer.state.step] = Path(shutil.copy(path, snaps / f"step{trainer.state.step}.pt"))  # the last save wins
+        copies[trainer.state.step] = Path(
+            shutil.copy(path, snaps / f"step{trainer.state.step}.pt")
+        )  # the last save wins
         return path
 
     monkeypatch.setattr(Checkpointer, "save", save_and_copy)
@@ -71,8 +92,9 @@ def data(tmp_path) -> Path:
 
 # ---------------------------------------------------------------- workers (issue 13.5a)
 @pytest.mark.parametrize("workers,resumed_with", [("2", "2"), ("2", "1")], ids=["same-count", "other-count"])
-def test_resume_with_dataloader_workers_is_bit_identical(tmp_path, tiny_bert_dir, data, monkeypatch, workers,
-                                                         resumed_with):
+def test_resume_with_dataloader_workers_is_bit_identical(
+    tmp_path, tiny_bert_dir, data, monkeypatch, workers, resumed_with
+):
     ref, snaps = reference_run(tmp_path, tiny_bert_dir, data, monkeypatch, "--num-workers", workers)
     reference = weights(ref)
     # step 4: the end of epoch 1, evaluated (both loaders started); step 6: the middle of epoch 2.
@@ -96,8 +118,9 @@ def test_without_starting_the_workers_loaders_the_resumed_run_diverges(tmp_path,
 
 
 @pytest.mark.parametrize("before,after", [("0", "2"), ("2", "0")])
-def test_switching_between_no_workers_and_workers_is_refused(tmp_path, tiny_bert_dir, data, monkeypatch, capsys,
-                                                             before, after):
+def test_switching_between_no_workers_and_workers_is_refused(
+    tmp_path, tiny_bert_dir, data, monkeypatch, capsys, before, after
+):
     _, snaps = reference_run(tmp_path, tiny_bert_dir, data, monkeypatch, "--num-workers", before)
     capsys.readouterr()
     out = tmp_path / "resumed"
@@ -131,8 +154,9 @@ def test_another_data_dir_is_still_refused(tmp_path, tiny_bert_dir, data, monkey
 
 # ------------------------------------------------------- changed data files (13.5c)
 @pytest.mark.parametrize("change", ["row-added", "same-size-edit", "deleted"])
-def test_a_data_file_changed_since_the_checkpoint_is_refused(tmp_path, tiny_bert_dir, data, monkeypatch, capsys,
-                                                            change):
+def test_a_data_file_changed_since_the_checkpoint_is_refused(
+    tmp_path, tiny_bert_dir, data, monkeypatch, capsys, change
+):
     _, snaps = reference_run(tmp_path, tiny_bert_dir, data, monkeypatch)
     train = data / "train.tsv"
     text = train.read_text()
@@ -186,9 +210,23 @@ def test_a_changed_train_file_is_refused(tmp_path, tiny_bert_dir, monkeypatch, c
     train.write_text(rows)
     dev.write_text(rows)
     out = tmp_path / "out"
-    common = ["--recipe", "text-classification", "--model", str(tiny_bert_dir), "--train-file", str(train),
-              "--validation-file", str(dev), "--batch-size", "4", "--checkpoint-every", "1", "--output-dir", str(out),
-              "--no-progress"]
+    common = [
+        "--recipe",
+        "text-classification",
+        "--model",
+        str(tiny_bert_dir),
+        "--train-file",
+        str(train),
+        "--validation-file",
+        str(dev),
+        "--batch-size",
+        "4",
+        "--checkpoint-every",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    ]
     monkeypatch.setattr(Checkpointer, "on_epoch_end", lambda self, trainer, metrics: None)  # keep a mid-run state
     assert main(common + ["--max-steps", "2"]) == 0
     assert load_checkpoint(out / "checkpoint.pt")["meta"]["step"] == 2
@@ -255,11 +293,15 @@ def test_resuming_a_collapsed_run_prints_its_diagnosis_again(tmp_path, tiny_bert
 
 # ------------------------------------------- one read, one check (issue 17)
 def test_resume_reads_results_once_and_checks_each_checkpoint_once(tmp_path, tiny_bert_dir, data, monkeypatch):
-    import mixft.train.checkpoint
     import mixft.runs.identity as identity
+    import mixft.train.checkpoint
 
     calls = {"results": 0, "meta": [], "crc": []}
-    recorded_runs, check_meta, verify = identity.recorded_runs, identity.check_meta, mixft.train.checkpoint.verify_checkpoint
+    recorded_runs, check_meta, verify = (
+        identity.recorded_runs,
+        identity.check_meta,
+        mixft.train.checkpoint.verify_checkpoint,
+    )
 
     def counting_recorded_runs(out):
         calls["results"] += 1

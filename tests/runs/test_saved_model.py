@@ -10,15 +10,19 @@ from mixft.cli.main import main
 def test_saved_model_evaluates_alone_to_the_same_accuracy(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):
     train_out, eval_out = tmp_path / "train", tmp_path / "eval"
     common = ["--recipe", "bert-sst2", "--data-dir", str(tiny_data_dir), "--batch-size", "4", "--no-progress"]
-    assert main([*common, "--model", str(tiny_bert_dir), "--epochs", "2", "--save-model",
-                 "--output-dir", str(train_out)]) == 0
+    assert (
+        main([*common, "--model", str(tiny_bert_dir), "--epochs", "2", "--save-model", "--output-dir", str(train_out)])
+        == 0
+    )
     saved = train_out / "model"
     assert (saved / "config.json").is_file() and (saved / "classifier_head.pt").is_file()
     trained = json.loads((train_out / "results.json").read_text())["runs"][0]
 
     capsys.readouterr()
-    assert main([*common, "--model", str(saved), "--eval-only", "--compare", "fp32,bf16",
-                 "--output-dir", str(eval_out)]) == 0
+    assert (
+        main([*common, "--model", str(saved), "--eval-only", "--compare", "fp32,bf16", "--output-dir", str(eval_out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     # Was: a training budget in the header and "0.0 samples/s | train 0.0 s" per run.
     assert "budget" not in printed and "--eval-only: no training" in printed
@@ -39,8 +43,21 @@ def test_eval_only_needs_a_model_and_a_savable_recipe(tmp_path, capsys):
     assert "--eval-only needs --model" in capsys.readouterr().err
     assert main(["--recipe", "mlp-synthetic", "--save-model", "--output-dir", str(tmp_path / "o")]) == 2
     assert "no saved-model format" in capsys.readouterr().err
-    assert main(["--recipe", "bert-sst2", "--eval-only", "--model", str(tmp_path), "--resume",
-                 "--output-dir", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "--recipe",
+                "bert-sst2",
+                "--eval-only",
+                "--model",
+                str(tmp_path),
+                "--resume",
+                "--output-dir",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot be combined with --resume" in err
 
@@ -58,8 +75,9 @@ def _toy(c: int) -> str:
 def _parquet(path, rows):
     import datasets
 
-    features = datasets.Features({"text": datasets.Value("string"),
-                                  "label": datasets.ClassLabel(names=list(CLASS_NAMES))})
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=list(CLASS_NAMES))}
+    )
     columns = {"text": [t for t, _ in rows], "label": [CLASS_NAMES.index(n) for _, n in rows]}
     datasets.Dataset.from_dict(columns, features=features).to_parquet(path)
     return path
@@ -86,17 +104,48 @@ def saved3(tmp_path_factory):
     _csv(data / "dev.csv", rows)  # the same rows; as text the names sort negative, neutral, positive
     _csv(data / "dev-reversed.csv", rows[::-1])  # negative first
     out = base / "train"
-    assert main(["--recipe", "text-classification", "--model", str(model), "--train-file", str(data / "train.parquet"),
-                 "--validation-file", str(data / "dev.parquet"), "--epochs", "3", "--batch-size", "4", "--lr", "0.003",
-                 "--save-model", "--output-dir", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "--recipe",
+                "text-classification",
+                "--model",
+                str(model),
+                "--train-file",
+                str(data / "train.parquet"),
+                "--validation-file",
+                str(data / "dev.parquet"),
+                "--epochs",
+                "3",
+                "--batch-size",
+                "4",
+                "--lr",
+                "0.003",
+                "--save-model",
+                "--output-dir",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     run = json.loads((out / "results.json").read_text())["runs"][0]
     assert run["task"]["names"] == list(CLASS_NAMES)  # the premise: the model's ids are not in sorted order
     return out / "model", data, run
 
 
 def _eval_only(saved, out, *data_args, compare=None):
-    args = ["--recipe", "text-classification", "--model", str(saved), "--eval-only", *data_args,
-            "--output-dir", str(out), "--no-progress"]
+    args = [
+        "--recipe",
+        "text-classification",
+        "--model",
+        str(saved),
+        "--eval-only",
+        *data_args,
+        "--output-dir",
+        str(out),
+        "--no-progress",
+    ]
     code = main(args + (["--compare", compare] if compare else []))
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
     return code, doc
@@ -110,8 +159,15 @@ def test_eval_only_compare_report_shows_inference_not_train_zeros(saved3, tmp_pa
 
     saved, data, _ = saved3
     out = tmp_path / "cmp"
-    code, doc = _eval_only(saved, out, "--train-file", str(data / "train.parquet"), "--validation-file",
-                           str(data / "dev.parquet"), compare="fp32,bf16")
+    code, doc = _eval_only(
+        saved,
+        out,
+        "--train-file",
+        str(data / "train.parquet"),
+        "--validation-file",
+        str(data / "dev.parquet"),
+        compare="fp32,bf16",
+    )
     assert code == 0, capsys.readouterr().err
     md = (out / "report.md").read_text()
     rows = table_rows(md)
@@ -125,10 +181,17 @@ def test_eval_only_compare_report_shows_inference_not_train_zeros(saved3, tmp_pa
     assert "trained nothing (`--eval-only`)" in md and "no training" in md
     # The aggregate (compare_frame's rows) agrees with the table and the console: no train figures.
     summary = {r["precision"]: r for r in summarize(doc)}
-    assert all(r["eval_only"] and r["train_time_s_mean"] is None and r["samples_per_s_mean"] is None
-               and r["speedup"] is None and r["skipped_steps_total"] is None for r in summary.values())
+    assert all(
+        r["eval_only"]
+        and r["train_time_s_mean"] is None
+        and r["samples_per_s_mean"] is None
+        and r["speedup"] is None
+        and r["skipped_steps_total"] is None
+        for r in summary.values()
+    )
     assert summary["bf16"]["inference_speedup"] == pytest.approx(
-        summary["fp32"]["eval_time_s_mean"] / summary["bf16"]["eval_time_s_mean"])
+        summary["fp32"]["eval_time_s_mean"] / summary["bf16"]["eval_time_s_mean"]
+    )
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
     assert len(printed) == 2 and all("inference" in line and "no training" in line for line in printed)
 
@@ -153,13 +216,20 @@ def test_a_saved_model_reads_its_label_names_in_any_order(saved3, tmp_path, caps
     # Was: "the model was fine-tuned for labels ['positive', 'neutral', 'negative'], the data has
     # ['negative', 'neutral', 'positive']": the same names, refused because they sort differently.
     saved, data, _ = saved3
-    code, doc = _eval_only(saved, tmp_path / "parquet", "--train-file", str(data / "train.parquet"),
-                           "--validation-file", str(data / "dev.parquet"))
+    code, doc = _eval_only(
+        saved,
+        tmp_path / "parquet",
+        "--train-file",
+        str(data / "train.parquet"),
+        "--validation-file",
+        str(data / "dev.parquet"),
+    )
     assert code == 0, capsys.readouterr().err
     original = doc["runs"][0]["eval"]
     for name in ("dev.csv", "dev-reversed.csv"):
-        code, doc = _eval_only(saved, tmp_path / name, "--train-file", str(data / "train.csv"),
-                               "--validation-file", str(data / name))
+        code, doc = _eval_only(
+            saved, tmp_path / name, "--train-file", str(data / "train.csv"), "--validation-file", str(data / name)
+        )
         assert code == 0, capsys.readouterr().err
         got = doc["runs"][0]["eval"]
         assert doc["runs"][0]["task"]["names"] == list(CLASS_NAMES)
@@ -169,8 +239,10 @@ def test_a_saved_model_reads_its_label_names_in_any_order(saved3, tmp_path, caps
 
 def test_a_label_name_the_saved_model_lacks_is_one_line(saved3, tmp_path, capsys):
     saved, data, _ = saved3
-    dev = _csv(tmp_path / "dev.csv", [("the film was great", "positive"), ("it is fine", "so-so"),
-                                      ("a very bad film", "negative")])
+    dev = _csv(
+        tmp_path / "dev.csv",
+        [("the film was great", "positive"), ("it is fine", "so-so"), ("a very bad film", "negative")],
+    )
     out = tmp_path / "out"
     code, _ = _eval_only(saved, out, "--validation-file", str(dev))
     lines = capsys.readouterr().err.splitlines()

@@ -13,21 +13,46 @@ from tests.tiny_models import make_tiny_model_dir
 
 
 def test_everything_a_run_wrote_moves_and_nothing_else(tmp_path):
-    for name in ("results.json", "report.md", "config.yaml", "loss.png", "predictions.csv", "checkpoint.pt",
-                 "checkpoint-step4.pt", "notes.txt", "probe.json", "probe.md", ".mixft.lock"):
+    for name in (
+        "results.json",
+        "report.md",
+        "config.yaml",
+        "loss.png",
+        "predictions.csv",
+        "checkpoint.pt",
+        "checkpoint-step4.pt",
+        "notes.txt",
+        "probe.json",
+        "probe.md",
+        ".mixft.lock",
+    ):
         (tmp_path / name).write_text(name)
     for folder in ("model", "tensorboard/fp32-seed0", "mlruns/0", "previous-old", "mine"):
         (tmp_path / folder).mkdir(parents=True)
     notice = set_aside_earlier_run(tmp_path, "20261125-100000").notice
     target = tmp_path / "previous-20261125-100000"
     assert sorted(p.name for p in target.iterdir()) == sorted(
-        ["results.json", "report.md", "config.yaml", "loss.png", "predictions.csv", "checkpoint.pt",
-         "checkpoint-step4.pt", "model", "tensorboard", "mlruns"])
+        [
+            "results.json",
+            "report.md",
+            "config.yaml",
+            "loss.png",
+            "predictions.csv",
+            "checkpoint.pt",
+            "checkpoint-step4.pt",
+            "model",
+            "tensorboard",
+            "mlruns",
+        ]
+    )
     assert (target / "tensorboard" / "fp32-seed0").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [".mixft.lock", "mine", "notes.txt", "previous-20261125-100000", "previous-old", "probe.json", "probe.md"])
-    assert notice == (f"{tmp_path} held an earlier run (results.json, report.md, config.yaml, loss.png, "
-                      f"predictions.csv, mlruns/, model/, tensorboard/, 2 checkpoints): set it aside in {target}")
+        [".mixft.lock", "mine", "notes.txt", "previous-20261125-100000", "previous-old", "probe.json", "probe.md"]
+    )
+    assert notice == (
+        f"{tmp_path} held an earlier run (results.json, report.md, config.yaml, loss.png, "
+        f"predictions.csv, mlruns/, model/, tensorboard/, 2 checkpoints): set it aside in {target}"
+    )
 
 
 def test_a_killed_runs_checkpoint_is_set_aside_not_overwritten(tmp_path):

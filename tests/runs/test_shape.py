@@ -18,16 +18,19 @@ def model(tmp_path_factory) -> Path:
     return make_tiny_model_dir("bert", tmp_path_factory.mktemp("tiny") / "bert")
 
 
-@pytest.mark.parametrize("kwargs, n_batches, shape", [
-    ({"epochs": 2}, 8, RunShape(16, 8, 2, 1)),
-    ({"epochs": 3, "eval_steps": 2}, 8, RunShape(24, 8, 12, 2)),
-    ({"epochs": 3, "eval_steps": 3}, 8, RunShape(24, 8, 10, 2)),  # 3,6,8*,9,12,15,16*,18,21,24*
-    ({"epochs": 3, "max_steps": 5}, 8, RunShape(5, 8, 1, 0)),  # cut short: one evaluation at step 5
-    ({"epochs": 1, "grad_accum": 3}, 8, RunShape(3, 3, 1, 0)),
-    ({"epochs": 1, "warmup_steps": 7, "lr_scheduler": "cosine"}, 8, RunShape(8, 8, 1, 7)),
-    ({"epochs": 1, "warmup_ratio": 1.0}, 8, RunShape(8, 8, 1, 8)),
-    ({"max_steps": 4}, None, RunShape(4, None, None, 0)),
-])
+@pytest.mark.parametrize(
+    "kwargs, n_batches, shape",
+    [
+        ({"epochs": 2}, 8, RunShape(16, 8, 2, 1)),
+        ({"epochs": 3, "eval_steps": 2}, 8, RunShape(24, 8, 12, 2)),
+        ({"epochs": 3, "eval_steps": 3}, 8, RunShape(24, 8, 10, 2)),  # 3,6,8*,9,12,15,16*,18,21,24*
+        ({"epochs": 3, "max_steps": 5}, 8, RunShape(5, 8, 1, 0)),  # cut short: one evaluation at step 5
+        ({"epochs": 1, "grad_accum": 3}, 8, RunShape(3, 3, 1, 0)),
+        ({"epochs": 1, "warmup_steps": 7, "lr_scheduler": "cosine"}, 8, RunShape(8, 8, 1, 7)),
+        ({"epochs": 1, "warmup_ratio": 1.0}, 8, RunShape(8, 8, 1, 8)),
+        ({"max_steps": 4}, None, RunShape(4, None, None, 0)),
+    ],
+)
 def test_shape(kwargs, n_batches, shape):
     assert run_shape(RunConfig(**kwargs), n_batches) == shape
 
@@ -36,20 +39,38 @@ def test_no_evaluation_data_means_no_evaluation():
     assert run_shape(RunConfig(epochs=2), 8, has_eval=False).evaluations == 0
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("--max-steps", "6", "--lr-scheduler", "polynomial", "--warmup-ratio", "1"),
-     "--lr-scheduler polynomial needs at least one optimizer step after the warm-up: --warmup-ratio 1 covers all 6 steps"),
-    (("--max-steps", "6", "--lr-scheduler", "polynomial", "--warmup-steps", "6"), "--warmup-steps 6 covers all 6 steps"),
-    (("--epochs", "1", "--lr-scheduler", "polynomial", "--warmup-steps", "6"), "--warmup-steps 6 covers all 6 steps"),
-    (("--max-steps", "4", "--warmup-steps", "1000"),
-     "--warmup-steps 1000 is longer than the run (4 optimizer steps): the learning rate would never reach --lr"),
-    (("--max-steps", "4", "--lr-scheduler", "cosine", "--warmup-steps", "5"), "--warmup-steps 5 is longer than the run"),
-    (("--epochs", "1", "--early-stopping-patience", "2"),
-     "--early-stopping-patience 2 can never stop this run: it evaluates 1 time (early stopping needs at least 3 "
-     "evaluations; evaluate more often with --eval-steps N)"),
-    (("--epochs", "2", "--early-stopping-patience", "2"), "it evaluates 2 times"),
-    (("--epochs", "1", "--load-best"), "--load-best: this run evaluates once, so its best evaluation is its last"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ("--max-steps", "6", "--lr-scheduler", "polynomial", "--warmup-ratio", "1"),
+            "--lr-scheduler polynomial needs at least one optimizer step after the warm-up: --warmup-ratio 1 covers all 6 steps",
+        ),
+        (
+            ("--max-steps", "6", "--lr-scheduler", "polynomial", "--warmup-steps", "6"),
+            "--warmup-steps 6 covers all 6 steps",
+        ),
+        (
+            ("--epochs", "1", "--lr-scheduler", "polynomial", "--warmup-steps", "6"),
+            "--warmup-steps 6 covers all 6 steps",
+        ),
+        (
+            ("--max-steps", "4", "--warmup-steps", "1000"),
+            "--warmup-steps 1000 is longer than the run (4 optimizer steps): the learning rate would never reach --lr",
+        ),
+        (
+            ("--max-steps", "4", "--lr-scheduler", "cosine", "--warmup-steps", "5"),
+            "--warmup-steps 5 is longer than the run",
+        ),
+        (
+            ("--epochs", "1", "--early-stopping-patience", "2"),
+            "--early-stopping-patience 2 can never stop this run: it evaluates 1 time (early stopping needs at least 3 "
+            "evaluations; evaluate more often with --eval-steps N)",
+        ),
+        (("--epochs", "2", "--early-stopping-patience", "2"), "it evaluates 2 times"),
+        (("--epochs", "1", "--load-best"), "--load-best: this run evaluates once, so its best evaluation is its last"),
+    ],
+)
 def test_options_the_run_cannot_use_are_refused_before_any_work(tmp_path, model, capsys, args, expected):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "results.json").write_text('{"runs": []}')  # an earlier run: must stay where it is
@@ -70,6 +91,7 @@ def test_the_early_build_changes_nothing_in_the_runs(tmp_path, model, capsys):
 
 
 def test_a_patience_the_run_can_use_is_accepted(tmp_path, model, capsys):
-    code, err, _ = run_cli(tmp_path, model, "--epochs", "2", "--eval-steps", "2", "--early-stopping-patience", "2",
-                           capsys=capsys)
+    code, err, _ = run_cli(
+        tmp_path, model, "--epochs", "2", "--eval-steps", "2", "--early-stopping-patience", "2", capsys=capsys
+    )
     assert code == 0, err

@@ -25,8 +25,24 @@ def run(tmp_path: Path, model: Path, rows_train, rows_dev, *args: str) -> tuple[
     train = write_csv(tmp_path / "train.csv", ["text", "label"], rows_train)
     dev = write_csv(tmp_path / "dev.csv", ["text", "label"], rows_dev)
     out = tmp_path / "out"
-    code = main(["--recipe", "text-classification", "--model", str(model), "--train-file", str(train),
-                 "--validation-file", str(dev), "--batch-size", "4", "--output-dir", str(out), "--no-progress", *args])
+    code = main(
+        [
+            "--recipe",
+            "text-classification",
+            "--model",
+            str(model),
+            "--train-file",
+            str(train),
+            "--validation-file",
+            str(dev),
+            "--batch-size",
+            "4",
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *args,
+        ]
+    )
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 
@@ -36,8 +52,18 @@ def regression_rows(constant: bool):
 
 
 def test_early_stopping_on_a_correlation_of_constant_labels_keeps_the_results(tmp_path, model, capsys):
-    code, doc = run(tmp_path, model, regression_rows(False) * 2, regression_rows(True),
-                    "--epochs", "3", "--eval-steps", "2", "--early-stopping-patience", "2")
+    code, doc = run(
+        tmp_path,
+        model,
+        regression_rows(False) * 2,
+        regression_rows(True),
+        "--epochs",
+        "3",
+        "--eval-steps",
+        "2",
+        "--early-stopping-patience",
+        "2",
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "Traceback" not in captured.err
@@ -52,8 +78,9 @@ def test_a_timing_as_metric_for_best_is_refused_before_any_work(tmp_path, model,
     code, doc = run(tmp_path, model, rows * 2, rows, "--epochs", "2", "--eval-steps", "2", "--metric-for-best", timing)
     err = capsys.readouterr().err.strip()
     assert code == 2 and not doc
-    assert err.endswith(f"error: --metric-for-best {timing} is a timing, not a measure of the model; "
-                   "choose from: accuracy, f1, loss"), err
+    assert err.endswith(
+        f"error: --metric-for-best {timing} is a timing, not a measure of the model; choose from: accuracy, f1, loss"
+    ), err
 
 
 def test_an_unknown_metric_lists_only_rankable_names(tmp_path, model, capsys):
@@ -66,8 +93,21 @@ def test_an_unknown_metric_lists_only_rankable_names(tmp_path, model, capsys):
 def test_evaluations_tied_with_the_best_are_said(tmp_path, model, capsys):
     rows = [(t, ("neg", "pos")[c == 2]) for t, c, _ in TOY_ROWS]
     # A learning rate too small to change a prediction: every evaluation ties the first.
-    code, doc = run(tmp_path, model, rows * 2, rows, "--epochs", "2", "--eval-steps", "2", "--lr", "1e-12",
-                    "--metric-for-best", "accuracy", "--load-best")
+    code, doc = run(
+        tmp_path,
+        model,
+        rows * 2,
+        rows,
+        "--epochs",
+        "2",
+        "--eval-steps",
+        "2",
+        "--lr",
+        "1e-12",
+        "--metric-for-best",
+        "accuracy",
+        "--load-best",
+    )
     out = capsys.readouterr().out
     assert code == 0
     (r,) = doc["runs"]
@@ -76,9 +116,23 @@ def test_evaluations_tied_with_the_best_are_said(tmp_path, model, capsys):
 
 
 def test_an_explicit_correlation_undefined_on_the_data_is_refused_before_any_work(tmp_path, model, capsys):
-    code, doc = run(tmp_path, model, regression_rows(False) * 2, regression_rows(True), "--epochs", "3",
-                    "--eval-steps", "2", "--metric-for-best", "pearsonr", "--early-stopping-patience", "2")
+    code, doc = run(
+        tmp_path,
+        model,
+        regression_rows(False) * 2,
+        regression_rows(True),
+        "--epochs",
+        "3",
+        "--eval-steps",
+        "2",
+        "--metric-for-best",
+        "pearsonr",
+        "--early-stopping-patience",
+        "2",
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and not doc and "\n" not in err, err
-    assert err.endswith("--metric-for-best pearsonr is undefined on this data: the validation labels are constant "
-                        "(all 2.5); use --metric-for-best loss"), err
+    assert err.endswith(
+        "--metric-for-best pearsonr is undefined on this data: the validation labels are constant "
+        "(all 2.5); use --metric-for-best loss"
+    ), err

@@ -23,16 +23,35 @@ import torch
 import mixft.atomic
 import mixft.train.checkpoint
 from mixft.atomic import WriteFailed, atomic_path
-from mixft.train.checkpoint import load_checkpoint
 from mixft.cli.main import EXIT_WRITE_FAILED, main
+from mixft.train.checkpoint import load_checkpoint
 
 EARLIER = b'{"runs": [], "note": "an earlier run\'s results: must survive a failed write"}\n'
 
 
 def args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    return ["--recipe", "bert-sst2", "--model", str(model), "--data-dir", str(data), "--max-train-samples", "16",
-            "--max-eval-samples", "8", "--batch-size", "4", "--epochs", "1", "--checkpoint-every", "1",
-            "--output-dir", str(out), "--no-progress", *extra]
+    return [
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(model),
+        "--data-dir",
+        str(data),
+        "--max-train-samples",
+        "16",
+        "--max-eval-samples",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "1",
+        "--checkpoint-every",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -87,8 +106,10 @@ def _fail_third_save_like_torch(monkeypatch, out):
         calls["n"] += 1
         if calls["n"] == 3:
             f.write(b"PK\x03\x04 half a checkpoint")
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
-                               "data/3: file write failed")
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                "data/3: file write failed"
+            )
         return real_save(obj, f, *a, **k)
 
     def statvfs(path):  # the output directory's file system is full: no blocks available
@@ -101,8 +122,9 @@ def _fail_third_save_like_torch(monkeypatch, out):
     monkeypatch.setattr(os, "statvfs", statvfs)
 
 
-@pytest.mark.parametrize("fail", [_fail_third_save_with_dev_full, _fail_third_save_like_torch],
-                         ids=["kernel-enospc", "torch-runtime-error"])
+@pytest.mark.parametrize(
+    "fail", [_fail_third_save_with_dev_full, _fail_third_save_like_torch], ids=["kernel-enospc", "torch-runtime-error"]
+)
 def test_a_checkpoint_write_on_a_full_disk(fail, tmp_path, out, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys):
     fail(monkeypatch, out)
     code = main(args(tiny_bert_dir, tiny_data_dir, out))
@@ -123,8 +145,10 @@ def test_a_write_error_that_is_not_a_full_disk_keeps_torchs_reason(tmp_path):
             tmp.write_bytes(b"partial")
             raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
     assert e.value.errno == errno.EIO and e.value.filename == str(target)
-    assert str(e.value) == (f"cannot write {target}: write failed (PytorchStreamWriter failed writing file data/0: "
-                            "file write failed) (errno EIO)")
+    assert str(e.value) == (
+        f"cannot write {target}: write failed (PytorchStreamWriter failed writing file data/0: "
+        "file write failed) (errno EIO)"
+    )
     assert target.read_bytes() == b"previous" and temporaries(tmp_path) == []
 
 
@@ -146,6 +170,7 @@ def _replace_fails(code):
             return real(src, dst, *a, **k)
 
         monkeypatch.setattr(os, "replace", replace)
+
     return patch
 
 
@@ -161,6 +186,7 @@ def _fsync_fails(code):
         if not Path("/proc/self/fd").is_dir():
             pytest.skip("needs /proc to tell which file an fd is")
         monkeypatch.setattr(os, "fsync", fsync)
+
     return patch
 
 
@@ -174,6 +200,7 @@ def _mkstemp_fails(code):
             return real(*a, prefix=prefix, **k)
 
         monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
     return patch
 
 
@@ -219,8 +246,9 @@ def test_report_md_that_cannot_be_written_keeps_the_results(out, tiny_bert_dir, 
     assert not (out / "report.md").exists() and temporaries(out) == []
 
 
-def test_a_saved_model_that_cannot_be_written_keeps_the_previous_one(out, tiny_bert_dir, tiny_data_dir,
-                                                                       monkeypatch, capsys):
+def test_a_saved_model_that_cannot_be_written_keeps_the_previous_one(
+    out, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys
+):
     (out / "model").mkdir()
     (out / "model" / "marker").write_text("the previous model")
     real = os.replace

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import without_timings
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from conftest import without_timings
-from mixft.train.hooks import Callback, StopTraining
 from mixft.callbacks.checkpointer import Checkpointer
-from mixft.train.checkpoint import CheckpointError, load_checkpoint, resume, save_checkpoint
 from mixft.cli.main import main
 from mixft.rng import capture_rng_state, restore_rng_state
+from mixft.train.checkpoint import CheckpointError, load_checkpoint, resume, save_checkpoint
+from mixft.train.hooks import Callback, StopTraining
 from mixft.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,9 +43,16 @@ def make_trainer(precision="fp32", callbacks=(), epochs=2, grad_accum=2, workers
     loader = dict(num_workers=workers, persistent_workers=workers > 0)
     train = DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True, **loader)  # RandomSampler: global RNG
     return Trainer(
-        model, lambda p: torch.optim.AdamW(p, lr=1e-2), nn.MSELoss(), train,
+        model,
+        lambda p: torch.optim.AdamW(p, lr=1e-2),
+        nn.MSELoss(),
+        train,
         eval_loader=DataLoader(TensorDataset(X, Y), batch_size=16, **loader),
-        precision=precision, epochs=epochs, grad_accum=grad_accum, seed=0, callbacks=list(callbacks),
+        precision=precision,
+        epochs=epochs,
+        grad_accum=grad_accum,
+        seed=0,
+        callbacks=list(callbacks),
         lr_scheduler=lambda opt, n: torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.1, n),
     )
 
@@ -73,9 +80,18 @@ def stopped_then_resumed(tmp_path, precision, stop_step):
 
 
 # 12 batches per epoch, 2 per window: 6 steps per epoch, 12 in all.
-@pytest.mark.parametrize("precision,stop_step", [
-    ("fp32", 3), ("fp32", 6), ("fp32", 8), ("bf16", 3), ("bf16", 6), ("fp16", 8),
-], ids=["fp32-mid-epoch", "fp32-epoch-end", "fp32-2nd-epoch", "bf16-mid-epoch", "bf16-epoch-end", "fp16-2nd-epoch"])
+@pytest.mark.parametrize(
+    "precision,stop_step",
+    [
+        ("fp32", 3),
+        ("fp32", 6),
+        ("fp32", 8),
+        ("bf16", 3),
+        ("bf16", 6),
+        ("fp16", 8),
+    ],
+    ids=["fp32-mid-epoch", "fp32-epoch-end", "fp32-2nd-epoch", "bf16-mid-epoch", "bf16-epoch-end", "fp16-2nd-epoch"],
+)
 def test_resumed_run_ends_bit_identical(tmp_path, precision, stop_step):
     reference = make_trainer(precision)
     ref = reference.fit()
@@ -158,7 +174,12 @@ def test_damaged_checkpoint_is_refused_with_one_line(tmp_path, damage):
         with zipfile.ZipFile(path) as z:
             info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
         off = info.header_offset  # local header: 30 bytes, then name and extra field, then data
-        start = off + 30 + int.from_bytes(data[off + 26:off + 28], "little") + int.from_bytes(data[off + 28:off + 30], "little")
+        start = (
+            off
+            + 30
+            + int.from_bytes(data[off + 26 : off + 28], "little")
+            + int.from_bytes(data[off + 28 : off + 30], "little")
+        )
         data[start + 5] ^= 0xFF
         path.write_bytes(bytes(data))
         torch.load(path, weights_only=True)  # loads "fine"...
@@ -253,9 +274,25 @@ for line in sys.stdin:
 
 def _cli_args(model_dir, data_dir, out):
     return [
-        "--recipe", "bert-sst2", "--model", str(model_dir), "--data-dir", str(data_dir),
-        "--max-train-samples", "48", "--max-eval-samples", "8", "--batch-size", "4", "--epochs", "2",
-        "--checkpoint-every", "1", "--output-dir", str(out), "--no-progress",
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(model_dir),
+        "--data-dir",
+        str(data_dir),
+        "--max-train-samples",
+        "48",
+        "--max-eval-samples",
+        "8",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
     ]
 
 
@@ -275,6 +312,7 @@ def _step(path: Path) -> int:
 
 def _wait_for_step(path: Path, target: int, timeout: float = 120.0) -> float:
     """Wait until the checkpoint at ``path`` reaches ``target``; returns the last step's duration."""
+
     def stamp():
         try:
             st = path.stat()
@@ -301,8 +339,14 @@ def test_sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run(tmp_
     figures (times aside) as a run that was never killed.
     """
     ref_out, out = tmp_path / "ref", tmp_path / "killed"
-    zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    zygote = subprocess.Popen(
+        [sys.executable, "-c", ZYGOTE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     steps_at_kill = []
     try:
         # The uninterrupted reference, in this process while the zygote imports.

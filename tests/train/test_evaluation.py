@@ -27,7 +27,9 @@ def test_regression_without_a_metric_reports_nothing_and_metric_values_become_pl
             return {"mae": np.float64(sum(abs(p - r) for p, r in zip(predictions, references)) / len(predictions))}
 
     metric = NumpyMetric()
-    out = evaluation.compute_metrics([torch.tensor([0.5, 1.5], dtype=torch.bfloat16)], [torch.tensor([1.0, 1.0])], metric)
+    out = evaluation.compute_metrics(
+        [torch.tensor([0.5, 1.5], dtype=torch.bfloat16)], [torch.tensor([1.0, 1.0])], metric
+    )
     assert out == {"mae": 0.5} and type(out["mae"]) is float
     assert metric.seen == ([0.5, 1.5], [1.0, 1.0])  # fp32 Python floats, not truncated
 

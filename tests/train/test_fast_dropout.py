@@ -16,10 +16,18 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.train.fast_dropout import FastDropout, FastDropoutHandle, drop_probability, fast_dropout, keep_mask, use_fast_dropout
-from mixft.train.fast_dropout import FAST_SDPA, attention_math
 from mixft.errors import UsageError
 from mixft.rng import capture_rng_state, restore_rng_state
+from mixft.train.fast_dropout import (
+    FAST_SDPA,
+    FastDropout,
+    FastDropoutHandle,
+    attention_math,
+    drop_probability,
+    fast_dropout,
+    keep_mask,
+    use_fast_dropout,
+)
 
 N = 4_000_000  # elements per keep-rate check: binomial sd <= 2.5e-4
 
@@ -163,8 +171,15 @@ def test_inplace_dropout_keeps_torch_kernel_semantics():
 def tiny_bert(seed: int = 0, **overrides):
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=37, max_position_embeddings=64, **overrides)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        **overrides,
+    )
     torch.manual_seed(seed)
     return BertModel(config)
 
@@ -192,12 +207,24 @@ def test_swap_restores_the_exact_module_objects_and_leaves_subclasses_alone():
     model = nn.Sequential(nn.Dropout(0.1), MyDropout(0.1), nn.Sequential(nn.Dropout(0.2)), nn.Linear(2, 2))
     before = list(model.modules())
     with use_fast_dropout(model) as handle:
-        assert [type(m) for m in model.modules()] == [nn.Sequential, FastDropout, MyDropout, nn.Sequential,
-                                                      FastDropout, nn.Linear]
+        assert [type(m) for m in model.modules()] == [
+            nn.Sequential,
+            FastDropout,
+            MyDropout,
+            nn.Sequential,
+            FastDropout,
+            nn.Linear,
+        ]
         assert handle.modules == [before[1], before[4]] and handle.active
     assert list(model.modules()) == before
-    assert [type(m) for m in model.modules()] == [nn.Sequential, nn.Dropout, MyDropout, nn.Sequential,
-                                                  nn.Dropout, nn.Linear]
+    assert [type(m) for m in model.modules()] == [
+        nn.Sequential,
+        nn.Dropout,
+        MyDropout,
+        nn.Sequential,
+        nn.Dropout,
+        nn.Linear,
+    ]
     handle.remove()  # idempotent
     assert not handle.active
 
@@ -289,7 +316,9 @@ def torch_dropout(x, p, training=True):
     return nn.functional.dropout(x, p, training)
 
 
-@pytest.mark.parametrize("autocast", [None, torch.bfloat16, torch.float16], ids=["fp32", "bf16-autocast", "fp16-autocast"])
+@pytest.mark.parametrize(
+    "autocast", [None, torch.bfloat16, torch.float16], ids=["fp32", "bf16-autocast", "fp16-autocast"]
+)
 @pytest.mark.parametrize("masking", ["bool", "float", "causal"])
 def test_attention_with_torch_masks_is_bitwise_torch_sdpa_forward_and_backward(monkeypatch, autocast, masking):
     # The same computation as torch's CPU math kernel, op for op: with torch's own dropout
@@ -313,8 +342,11 @@ def test_attention_with_torch_masks_is_bitwise_torch_sdpa_forward_and_backward(m
 
     causal = masking == "causal"
     ours = run(lambda a, b, c: attention_math(a, b, c, mask, 0.2, None, causal))
-    theirs = run(lambda a, b, c: nn.functional.scaled_dot_product_attention(a, b, c, attn_mask=mask, dropout_p=0.2,
-                                                                            is_causal=causal))
+    theirs = run(
+        lambda a, b, c: nn.functional.scaled_dot_product_attention(
+            a, b, c, attn_mask=mask, dropout_p=0.2, is_causal=causal
+        )
+    )
     assert ours[0].dtype == theirs[0].dtype == (autocast or torch.float32)
     for mine, torchs in zip(ours, theirs):
         assert torch.equal(mine, torchs)

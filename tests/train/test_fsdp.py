@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
-
 from conftest import free_port
+from torch import nn
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -21,8 +20,18 @@ import fsdp_worker  # noqa: E402
 
 def torchrun(*args, timeout=300, check=True):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXFT_DIST_BACKEND": "gloo", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        *args,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert proc.returncode == 0, proc.stderr[-12000:]
@@ -55,13 +64,16 @@ def test_fsdp_fp32_equals_one_process(sharded, name):
     ranks = sharded[name]
     trainer, result = one_process(name)
     for rank in ranks:
-        assert rank["sharded"] and rank["shard_dtypes"] == ["torch.float32"] and rank["grad_dtypes"] == ["torch.float32"]
+        assert (
+            rank["sharded"] and rank["shard_dtypes"] == ["torch.float32"] and rank["grad_dtypes"] == ["torch.float32"]
+        )
         # Every rank holds only its shards (plus FSDP's padding of a dim 0 that does not divide).
         assert rank["local_numel"] < 0.6 * rank["numel"]
         assert rank["samples"] == trainer.state.samples == 32  # the global count
         assert [s["lr"] for s in rank["steps"]] == [s for s in trainer.state.history["lr"]]
-        torch.testing.assert_close(rank["grad_norms"], [float(g) for g in trainer.state.history["grad_norm"]],
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            rank["grad_norms"], [float(g) for g in trainer.state.history["grad_norm"]], rtol=1e-5, atol=1e-6
+        )
     assert sum(r["local_numel"] for r in ranks) >= ranks[0]["numel"]
     single = fsdp_worker.whole_parameters(trainer.module)
     torch.testing.assert_close(ranks[0]["weights"], ranks[1]["weights"], rtol=0, atol=0)
@@ -84,10 +96,10 @@ def test_fsdp_bf16_policy_gathers_bf16_keeps_fp32_shards_and_trains(sharded, nam
             assert ("LayerNorm", "torch.bfloat16") not in rank["gathered"]
         assert rank["skipped"] == 0
     single, _ = one_process(name)  # the same bf16 run in one process (autocast over whole fp32 weights)
-    torch.testing.assert_close(ranks[0]["weights"], fsdp_worker.whole_parameters(single.module),
-                               rtol=2e-2, atol=2e-3)
-    assert ranks[0]["weights"].ne(fsdp_worker.whole_parameters(fsdp_worker.classifier(
-        *fsdp_worker.RUNS[name][:2]))).any()  # it trained
+    torch.testing.assert_close(ranks[0]["weights"], fsdp_worker.whole_parameters(single.module), rtol=2e-2, atol=2e-3)
+    assert (
+        ranks[0]["weights"].ne(fsdp_worker.whole_parameters(fsdp_worker.classifier(*fsdp_worker.RUNS[name][:2]))).any()
+    )  # it trained
 
 
 def test_fsdp_fp16_inf_on_one_rank_skips_on_every_rank(sharded):
@@ -104,8 +116,9 @@ def test_fsdp_fp16_inf_on_one_rank_skips_on_every_rank(sharded):
 
 def test_fast_dropout_under_fsdp_draws_what_it_draws_under_ddp(sharded):
     # Dropout acts on activations, which FSDP leaves whole in each process: the same masks as DDP's.
-    fast, ddp, torch_dropout = (sharded[n][0]["weights"] for n in ("bert_dropout_fast", "bert_dropout_fast_ddp",
-                                                                   "bert_dropout_torch"))
+    fast, ddp, torch_dropout = (
+        sharded[n][0]["weights"] for n in ("bert_dropout_fast", "bert_dropout_fast_ddp", "bert_dropout_torch")
+    )
     torch.testing.assert_close(fast, ddp, rtol=0, atol=1e-6)
     assert (fast - torch_dropout).abs().max() > 1e-4  # control: other masks move the weights visibly
 
@@ -132,9 +145,17 @@ def test_a_damaged_sharded_checkpoint_is_refused_in_one_line(tmp_path):
     (directory / "__0_0.distcp").write_bytes(b"shard bytes")
     import zlib
 
-    (directory / MANIFEST).write_text(json.dumps({"format": "mixft-sharded-checkpoint", "version": 1, "world_size": 2,
-                                                  "meta": {}, "files": {"__0_0.distcp": {
-                                                      "bytes": 11, "crc32": zlib.crc32(b"shard bytes")}}}))
+    (directory / MANIFEST).write_text(
+        json.dumps(
+            {
+                "format": "mixft-sharded-checkpoint",
+                "version": 1,
+                "world_size": 2,
+                "meta": {},
+                "files": {"__0_0.distcp": {"bytes": 11, "crc32": zlib.crc32(b"shard bytes")}},
+            }
+        )
+    )
     assert verify_sharded_checkpoint(directory, world_size=2)["world_size"] == 2
     with pytest.raises(CheckpointError, match="written by 2 processes, this run has 4"):
         verify_sharded_checkpoint(directory, world_size=4)
@@ -175,12 +196,28 @@ def test_transformer_blocks_found_in_every_tiny_architecture_and_lora():
 
 
 def finetune_args(model, data, out, *extra):
-    return ["scripts/finetune.py", "--recipe", "bert-sst2", "--model", str(model), "--data-dir", str(data),
-            "--batch-size", "2", "--epochs", "1", "--output-dir", str(out), "--no-progress", *extra]
+    return [
+        "scripts/finetune.py",
+        "--recipe",
+        "bert-sst2",
+        "--model",
+        str(model),
+        "--data-dir",
+        str(data),
+        "--batch-size",
+        "2",
+        "--epochs",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
-def test_cli_fsdp_trains_and_saves_a_whole_model_that_one_process_evaluates_alike(tmp_path, tiny_bert_dir,
-                                                                                  tiny_data_dir, capsys):
+def test_cli_fsdp_trains_and_saves_a_whole_model_that_one_process_evaluates_alike(
+    tmp_path, tiny_bert_dir, tiny_data_dir, capsys
+):
     import json
 
     from mixft.cli.main import main
@@ -210,8 +247,9 @@ def test_cli_fsdp_trains_and_saves_a_whole_model_that_one_process_evaluates_alik
 
 
 @pytest.mark.parametrize("world", [None, "1"])
-def test_cli_fsdp_without_two_processes_exits_2_in_one_line(tmp_path, tiny_bert_dir, tiny_data_dir, monkeypatch,
-                                                           capsys, world):
+def test_cli_fsdp_without_two_processes_exits_2_in_one_line(
+    tmp_path, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys, world
+):
     from mixft.cli.main import main
 
     if world is None:
@@ -221,17 +259,23 @@ def test_cli_fsdp_without_two_processes_exits_2_in_one_line(tmp_path, tiny_bert_
     out = tmp_path / "out"
     assert main(finetune_args(tiny_bert_dir, tiny_data_dir, out, "--fsdp")[1:]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert ("launch it with torchrun --nproc-per-node N" if world is None else "--fsdp with 1 process shards nothing") in line
+    assert (
+        "launch it with torchrun --nproc-per-node N" if world is None else "--fsdp with 1 process shards nothing"
+    ) in line
     assert not out.exists()
 
 
-@pytest.mark.parametrize("extra,words", [
-    (["--resume"], "--resume with --fsdp: resuming a sharded run from the command line is not supported yet"),
-    (["--precision", "bf16", "--fp32-modules", "encoder.layer.0.output"], "--fp32-modules with --fsdp at bf16"),
-    (["--precision", "bf16-pure"], "--fsdp with bf16-pure: the sharded run keeps fp32 shards"),
-])
-def test_cli_fsdp_refuses_what_it_does_not_do_before_joining_a_group(tmp_path, tiny_bert_dir, tiny_data_dir,
-                                                                    monkeypatch, capsys, extra, words):
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        (["--resume"], "--resume with --fsdp: resuming a sharded run from the command line is not supported yet"),
+        (["--precision", "bf16", "--fp32-modules", "encoder.layer.0.output"], "--fp32-modules with --fsdp at bf16"),
+        (["--precision", "bf16-pure"], "--fsdp with bf16-pure: the sharded run keeps fp32 shards"),
+    ],
+)
+def test_cli_fsdp_refuses_what_it_does_not_do_before_joining_a_group(
+    tmp_path, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys, extra, words
+):
     from mixft.cli.main import main
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; refused before any process group is joined
@@ -243,8 +287,16 @@ def test_cli_fsdp_refuses_what_it_does_not_do_before_joining_a_group(tmp_path, t
 
 def test_cli_fsdp_on_a_model_without_transformer_blocks_exits_2_before_any_work(tmp_path):
     out = tmp_path / "out"
-    proc = torchrun("scripts/finetune.py", "--recipe", "mlp-synthetic", "--fsdp", "--output-dir", str(out),
-                    "--no-progress", check=False)
+    proc = torchrun(
+        "scripts/finetune.py",
+        "--recipe",
+        "mlp-synthetic",
+        "--fsdp",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        check=False,
+    )
     assert proc.returncode != 0 and "exitcode  : 2" in proc.stderr
     # One line from each process (the traceback after them is torchrun's own, reporting the exit code).
     assert proc.stderr.count("finetune.py: error: --fsdp found no transformer blocks to shard in Sequential") == 2
@@ -254,24 +306,44 @@ def test_cli_fsdp_on_a_model_without_transformer_blocks_exits_2_before_any_work(
 def test_cli_fsdp_decoder_with_lora_saves_adapters_that_one_process_evaluates_alike(tmp_path, capsys):
     import json
 
-    from mixft.cli.main import main
     from tiny_models import TOY_ROWS, make_tiny_model_dir
+
+    from mixft.cli.main import main
 
     model = make_tiny_model_dir("qwen2", tmp_path / "qwen2", num_hidden_layers=2)
     body = "".join(f"{t},{['neg', 'mid', 'pos'][c]}\n" for t, c, _ in TOY_ROWS)
     (tmp_path / "train.csv").write_text("text,label\n" + body * 2)
     (tmp_path / "dev.csv").write_text("text,label\n" + body)
-    data = ["--recipe", "text-classification", "--train-file", str(tmp_path / "train.csv"),
-            "--validation-file", str(tmp_path / "dev.csv"), "--batch-size", "3", "--no-progress"]
+    data = [
+        "--recipe",
+        "text-classification",
+        "--train-file",
+        str(tmp_path / "train.csv"),
+        "--validation-file",
+        str(tmp_path / "dev.csv"),
+        "--batch-size",
+        "3",
+        "--no-progress",
+    ]
     out = tmp_path / "out"
-    proc = torchrun("scripts/finetune.py", *data, "--model", str(model), "--epochs", "1", "--lora",
-                    "--fsdp", "--save-model", "--output-dir", str(out))
+    proc = torchrun(
+        "scripts/finetune.py",
+        *data,
+        "--model",
+        str(model),
+        "--epochs",
+        "1",
+        "--lora",
+        "--fsdp",
+        "--save-model",
+        "--output-dir",
+        str(out),
+    )
     assert "sharding   FSDP2 over 2 processes" in proc.stdout and "fp32 weights gathered per block" in proc.stdout
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["steps"] == 4 and run["lora"]  # 24 examples / (3 per rank x 2 ranks)
     capsys.readouterr()
-    assert main([*data, "--model", str(out / "model"), "--eval-only",
-                 "--output-dir", str(tmp_path / "alone")]) == 0
+    assert main([*data, "--model", str(out / "model"), "--eval-only", "--output-dir", str(tmp_path / "alone")]) == 0
     (alone,) = json.loads((tmp_path / "alone" / "results.json").read_text())["runs"]
     # The consolidated adapters and head, loaded on the frozen base in one process: the sharded run's evaluation.
     assert alone["eval"]["accuracy"] == run["eval"]["accuracy"]

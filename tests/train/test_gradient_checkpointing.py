@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from mixft.errors import UsageError
 from mixft.amp.memory import measure_step_memory
+from mixft.errors import UsageError
 from mixft.models.classifiers import BertClassifier, enable_gradient_checkpointing, load_classifier, task_loss
 from recipes.bert_sst2 import loss_fn as bce_loss
 from tests.tiny_models import make_tiny_model_dir, make_tokenizer, toy_batch

@@ -8,9 +8,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import mixft
-from mixft.train import hooks as callbacks, trainer
-from mixft.train.hooks import STOP_KINDS, Callback, StopTraining, stop_kind_of
 from mixft.results import RunResult
+from mixft.train import hooks as callbacks
+from mixft.train import trainer
+from mixft.train.hooks import STOP_KINDS, Callback, StopTraining, stop_kind_of
 from mixft.train.trainer import Trainer
 
 
@@ -20,8 +21,16 @@ def tiny_run(callbacks_, epochs=3, eval_steps=0):
     y = x.sum(1, keepdim=True)
     data = DataLoader(TensorDataset(x, y), batch_size=8)
     torch.manual_seed(0)
-    return Trainer(nn.Linear(4, 1), lambda p: torch.optim.SGD(p, lr=0.01), nn.MSELoss(), data, eval_loader=data,
-                   epochs=epochs, eval_steps=eval_steps, callbacks=callbacks_).fit()
+    return Trainer(
+        nn.Linear(4, 1),
+        lambda p: torch.optim.SGD(p, lr=0.01),
+        nn.MSELoss(),
+        data,
+        eval_loader=data,
+        epochs=epochs,
+        eval_steps=eval_steps,
+        callbacks=callbacks_,
+    ).fit()
 
 
 def test_every_stop_kind_is_accepted_and_early_stopping_is_one():

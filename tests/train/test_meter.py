@@ -44,8 +44,16 @@ def test_untimed_stretches_are_left_out_and_so_far_includes_the_open_block():
 
 def test_the_run_result_reports_the_meters_figures():
     x, y = torch.randn(12, 4), torch.randn(12, 1)
-    trainer = Trainer(nn.Linear(4, 1), lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), [(x[:6], y[:6]), (x[6:], y[6:])],
-                      eval_loader=[(x, y)], epochs=2, seed=4, run_info={"model": "linear", "dataset": "toy"})
+    trainer = Trainer(
+        nn.Linear(4, 1),
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        nn.MSELoss(),
+        [(x[:6], y[:6]), (x[6:], y[6:])],
+        eval_loader=[(x, y)],
+        epochs=2,
+        seed=4,
+        run_info={"model": "linear", "dataset": "toy"},
+    )
     result = trainer.fit()
     assert (result.steps, result.seed, result.model, result.dataset) == (4, 4, "linear", "toy")
     assert trainer.state.samples == 24

@@ -20,19 +20,19 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from mixft.amp.memory import optimizer_state_bytes
+from mixft.amp.precision import PRECISIONS, Precision, choose_precision, resolve_precision
 from mixft.callbacks.checkpointer import Checkpointer
-from mixft.train.checkpoint import load_checkpoint, resume
 from mixft.cli.main import main
 from mixft.errors import UsageError
-from mixft.amp.memory import optimizer_state_bytes
+from mixft.train.checkpoint import load_checkpoint, resume
 from mixft.train.optim import adamw_factory
-from mixft.amp.precision import PRECISIONS, Precision, choose_precision, resolve_precision
 from mixft.train.pure_bf16 import BF16_TRUE_NOTICE, _warned, is_compensated
 from mixft.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
-BF16_SPACING_BELOW_1 = 2.0 ** -8
+BF16_SPACING_BELOW_1 = 2.0**-8
 
 
 def _twenty_steps(precision_name: str, factory=None) -> tuple[torch.Tensor, torch.optim.Optimizer]:
@@ -86,9 +86,17 @@ def make_trainer(precision="bf16-pure", callbacks=(), epochs=2, grad_accum=2):
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
     train = DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True)
     return Trainer(
-        model, adamw_factory(1e-2, CPU, precision=PRECISIONS[precision]), nn.MSELoss(), train,
-        eval_loader=DataLoader(TensorDataset(X, Y), batch_size=16), precision=precision, epochs=epochs,
-        grad_accum=grad_accum, seed=0, callbacks=list(callbacks), max_grad_norm=1.0,
+        model,
+        adamw_factory(1e-2, CPU, precision=PRECISIONS[precision]),
+        nn.MSELoss(),
+        train,
+        eval_loader=DataLoader(TensorDataset(X, Y), batch_size=16),
+        precision=precision,
+        epochs=epochs,
+        grad_accum=grad_accum,
+        seed=0,
+        callbacks=list(callbacks),
+        max_grad_norm=1.0,
         lr_scheduler=lambda opt, n: torch.optim.lr_scheduler.LinearLR(opt, 1.0, 0.1, n),
     )
 
@@ -97,7 +105,8 @@ def test_the_loop_holds_weights_gradients_and_optimizer_state_in_bf16():
     trainer = make_trainer(epochs=1)
     grad_dtypes = set()
     trainer.optimizer.register_step_pre_hook(
-        lambda opt, args, kwargs: grad_dtypes.update(p.grad.dtype for g in opt.param_groups for p in g["params"]))
+        lambda opt, args, kwargs: grad_dtypes.update(p.grad.dtype for g in opt.param_groups for p in g["params"])
+    )
     result = trainer.fit()
     params = list(trainer.model.parameters())
     n = sum(p.numel() for p in params)
@@ -107,7 +116,11 @@ def test_the_loop_holds_weights_gradients_and_optimizer_state_in_bf16():
     # 2 moments + compensation, 2 bytes each, plus optimi's int32 step counter per param group.
     assert optimizer_state_bytes(trainer.optimizers) == 6 * n + 4 * len(trainer.optimizer.param_groups)
     assert (result.precision, result.param_dtype, result.autocast_dtype, result.grad_scaler) == (
-        "bf16-pure", "bfloat16", "bfloat16", False)
+        "bf16-pure",
+        "bfloat16",
+        "bfloat16",
+        False,
+    )
     assert result.optimizer == "optimi.AdamW(kahan_sum=True)"
     losses = trainer.state.history["loss"]
     assert all(math.isfinite(x) for x in losses) and len(losses) == 6
@@ -147,14 +160,21 @@ def _stopped_then_resumed(tmp_path, precision, stop_step, damage=None):
 
 def _same(a: Trainer, b: Trainer) -> bool:
     weights = all(torch.equal(x, y) for x, y in zip(a.model.parameters(), b.model.parameters()))
-    states = all(torch.equal(x[k], y[k]) for x, y in zip(a.optimizer.state.values(), b.optimizer.state.values())
-                 for k in x if isinstance(x[k], torch.Tensor))
+    states = all(
+        torch.equal(x[k], y[k])
+        for x, y in zip(a.optimizer.state.values(), b.optimizer.state.values())
+        for k in x
+        if isinstance(x[k], torch.Tensor)
+    )
     return weights and states
 
 
 # 12 batches per epoch, 2 per window: 6 steps per epoch, 12 in all.
-@pytest.mark.parametrize("precision,stop_step", [("bf16-pure", 3), ("bf16-pure", 6), ("bf16-true", 8)],
-                         ids=["pure-mid-epoch", "pure-epoch-end", "true-2nd-epoch"])
+@pytest.mark.parametrize(
+    "precision,stop_step",
+    [("bf16-pure", 3), ("bf16-pure", 6), ("bf16-true", 8)],
+    ids=["pure-mid-epoch", "pure-epoch-end", "true-2nd-epoch"],
+)
 def test_resumed_run_ends_bit_identical_with_the_compensation_state(tmp_path, precision, stop_step):
     reference = make_trainer(precision)
     reference.fit()
@@ -204,8 +224,14 @@ def test_an_uncompensated_optimizer_under_bf16_pure_is_refused_naming_bf16_true(
 
 def test_scaler_kwargs_under_a_pure_precision_are_refused():
     with pytest.raises(UsageError, match="has no GradScaler"):
-        Trainer(nn.Linear(4, 1), adamw_factory(1e-3, CPU, precision=PRECISIONS["bf16-pure"]), nn.MSELoss(), [],
-                precision="bf16-pure", scaler_kwargs={"init_scale": 128.0})
+        Trainer(
+            nn.Linear(4, 1),
+            adamw_factory(1e-3, CPU, precision=PRECISIONS["bf16-pure"]),
+            nn.MSELoss(),
+            [],
+            precision="bf16-pure",
+            scaler_kwargs={"init_scale": 128.0},
+        )
 
 
 def test_a_gpu_without_bf16_refuses_the_pure_precisions(monkeypatch):
@@ -215,25 +241,47 @@ def test_a_gpu_without_bf16_refuses_the_pure_precisions(monkeypatch):
     for name in ("bf16-pure", "bf16-true"):
         with pytest.raises(UsageError) as info:
             resolve_precision(name, torch.device("cuda"))
-        assert str(info.value) == (f"precision {name} needs a GPU with native bf16 (Ampere or newer); "
-                                   "use fp16 (with loss scaling) or fp32 here")
+        assert str(info.value) == (
+            f"precision {name} needs a GPU with native bf16 (Ampere or newer); "
+            "use fp16 (with loss scaling) or fp32 here"
+        )
 
 
 def _cli(tiny_bert_dir, tiny_data_dir, out, *flags):
-    return main(["--recipe", "bert-sst2", "--model", str(tiny_bert_dir), "--data-dir", str(tiny_data_dir),
-                 "--output-dir", str(out), "--no-progress", *flags])
+    return main(
+        [
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(tiny_bert_dir),
+            "--data-dir",
+            str(tiny_data_dir),
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            *flags,
+        ]
+    )
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--precision", "bf16-pure", "--init-loss-scale", "128"],
-     "--init-loss-scale: only fp16 uses a loss scale; bf16-pure has no GradScaler (bf16 needs no loss scaling)"),
-    (["--precision", "bf16-pure", "--fp32-modules", "classifier"],
-     "--fp32-modules keeps modules in fp32 on fp32 master weights; bf16-pure holds the weights in bf16: drop "
-     "--fp32-modules or train bf16-pure in a command of its own"),
-    (["--compare", "fp32,bf16-true", "--fp32-modules", "classifier"], "--fp32-modules keeps modules in fp32"),
-])
-def test_bad_combinations_exit_2_with_one_line_and_write_nothing(tiny_bert_dir, tiny_data_dir, tmp_path, capsys,
-                                                                 flags, message):
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (
+            ["--precision", "bf16-pure", "--init-loss-scale", "128"],
+            "--init-loss-scale: only fp16 uses a loss scale; bf16-pure has no GradScaler (bf16 needs no loss scaling)",
+        ),
+        (
+            ["--precision", "bf16-pure", "--fp32-modules", "classifier"],
+            "--fp32-modules keeps modules in fp32 on fp32 master weights; bf16-pure holds the weights in bf16: drop "
+            "--fp32-modules or train bf16-pure in a command of its own",
+        ),
+        (["--compare", "fp32,bf16-true", "--fp32-modules", "classifier"], "--fp32-modules keeps modules in fp32"),
+    ],
+)
+def test_bad_combinations_exit_2_with_one_line_and_write_nothing(
+    tiny_bert_dir, tiny_data_dir, tmp_path, capsys, flags, message
+):
     out = tmp_path / "r"
     assert _cli(tiny_bert_dir, tiny_data_dir, out, *flags) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -254,22 +302,49 @@ def test_bf16_pure_on_a_cpu_without_native_bf16_gets_the_emulation_notice():
     avx2 = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
     choice = choose_precision("bf16-pure", "cpu", avx2)
     assert choice.precision == "bf16-pure"
-    assert choice.notice == ("notice: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no bf16 "
-                             "here): --precision bf16-pure runs it emulated, as asked; the estimate after the first "
-                             "steps says how long it takes")
+    assert choice.notice == (
+        "notice: this CPU has no native bf16 (torch: CPU capability AVX2, oneDNN has no bf16 "
+        "here): --precision bf16-pure runs it emulated, as asked; the estimate after the first "
+        "steps says how long it takes"
+    )
     assert choose_precision("amp", "cpu", avx2).precision == "fp32"  # --amp never means bf16-pure
 
 
 def test_bf16_pure_runs_emulated_where_the_cpu_has_no_native_bf16(tiny_bert_dir, tiny_data_dir, tmp_path):
     # The real emulation: torch's AVX2 kernels and oneDNN without bf16, in a fresh process.
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1",
-           "MIXFT_CACHE": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OMP_NUM_THREADS": "1",
+        "MIXFT_CACHE": str(tmp_path / "cache"),
+    }
     out = tmp_path / "r"
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "finetune.py"), "--recipe", "bert-sst2", "--model", str(tiny_bert_dir),
-         "--data-dir", str(tiny_data_dir), "--output-dir", str(out), "--no-progress", "--precision", "bf16-pure",
-         "--max-steps", "2", "--batch-size", "4"],
-        env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            str(REPO / "scripts" / "finetune.py"),
+            "--recipe",
+            "bert-sst2",
+            "--model",
+            str(tiny_bert_dir),
+            "--data-dir",
+            str(tiny_data_dir),
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            "--precision",
+            "bf16-pure",
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "4",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "this CPU has no native bf16 (torch: CPU capability AVX2" in done.stderr
     (run,) = json.loads((out / "results.json").read_text())["runs"]
@@ -291,19 +366,27 @@ def model_dirs(tmp_path_factory):
 
 
 def _train_tiny(path, lora: bool = False):
+    from tiny_models import toy_batch
     from transformers import AutoConfig, AutoTokenizer
 
     from mixft.models.classifiers import load_classifier, pad_for_classification
     from mixft.models.lora import LoraOptions, apply_lora
-    from tiny_models import toy_batch
 
     tokenizer = pad_for_classification(AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path))
     model = load_classifier(str(path), seed=0, labels=["bad", "so-so", "good"], tokenizer=tokenizer)
     if lora:
         model = apply_lora(model, LoraOptions())
     batch = toy_batch(tokenizer, "3-class")
-    trainer = Trainer(model, adamw_factory(1e-2, CPU, weight_decay=0.0, precision=PRECISIONS["bf16-pure"]),
-                      model.loss_fn, [batch] * 6, precision="bf16-pure", device="cpu", epochs=1, seed=0)
+    trainer = Trainer(
+        model,
+        adamw_factory(1e-2, CPU, weight_decay=0.0, precision=PRECISIONS["bf16-pure"]),
+        model.loss_fn,
+        [batch] * 6,
+        precision="bf16-pure",
+        device="cpu",
+        epochs=1,
+        seed=0,
+    )
     trainer.fit()
     return trainer
 
@@ -326,12 +409,25 @@ def test_a_decoder_trains_in_bf16_pure_with_its_loss_in_fp32(model_dirs):
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
 
 
-def test_compare_fp32_bf16_bf16_pure_reports_memory_held_and_agreement(tiny_bert_dir, tiny_data_dir, tmp_path,
-                                                                       monkeypatch):
+def test_compare_fp32_bf16_bf16_pure_reports_memory_held_and_agreement(
+    tiny_bert_dir, tiny_data_dir, tmp_path, monkeypatch
+):
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "c"
-    assert _cli(tiny_bert_dir, tiny_data_dir, out, "--compare", "fp32,bf16,bf16-pure", "--max-steps", "2",
-                "--batch-size", "4") == 0
+    assert (
+        _cli(
+            tiny_bert_dir,
+            tiny_data_dir,
+            out,
+            "--compare",
+            "fp32,bf16,bf16-pure",
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "4",
+        )
+        == 0
+    )
     runs = {r["precision"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
     assert list(runs) == ["fp32", "bf16", "bf16-pure"]
     fp32, amp, pure = runs["fp32"]["memory"], runs["bf16"]["memory"], runs["bf16-pure"]["memory"]
@@ -343,25 +439,57 @@ def test_compare_fp32_bf16_bf16_pure_reports_memory_held_and_agreement(tiny_bert
     report = (out / "report.md").read_text()
     held = sum(pure[k] for k in ("parameters", "gradients", "optimizer_state"))
     base = sum(fp32[k] for k in ("parameters", "gradients", "optimizer_state"))
-    assert (f"**Held?** bf16-pure holds {held / 2**20:.1f} MiB in parameters, gradients and optimizer state against "
-            f"fp32's {base / 2**20:.1f} MiB ({held / base:.2f}x)") in report
+    assert (
+        f"**Held?** bf16-pure holds {held / 2**20:.1f} MiB in parameters, gradients and optimizer state against "
+        f"fp32's {base / 2**20:.1f} MiB ({held / base:.2f}x)"
+    ) in report
     assert "bf16 holds" not in report  # AMP holds what fp32 holds: no words for it
 
 
 def test_mlp_recipe_trains_in_bf16_pure_with_a_compensated_sgd(tmp_path, monkeypatch):
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "m"
-    assert main(["--recipe", "mlp-synthetic", "--output-dir", str(out), "--no-progress", "--precision", "bf16-pure",
-                 "--max-steps", "3"]) == 0
+    assert (
+        main(
+            [
+                "--recipe",
+                "mlp-synthetic",
+                "--output-dir",
+                str(out),
+                "--no-progress",
+                "--precision",
+                "bf16-pure",
+                "--max-steps",
+                "3",
+            ]
+        )
+        == 0
+    )
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["optimizer"] == "optimi.SGD(kahan_sum=True)" and run["param_dtype"] == "bfloat16"
 
 
-def test_init_loss_scale_goes_to_fp16_only_when_a_compare_also_trains_bf16_pure(tiny_bert_dir, tiny_data_dir,
-                                                                                 tmp_path, monkeypatch):
+def test_init_loss_scale_goes_to_fp16_only_when_a_compare_also_trains_bf16_pure(
+    tiny_bert_dir, tiny_data_dir, tmp_path, monkeypatch
+):
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "c"
-    assert _cli(tiny_bert_dir, tiny_data_dir, out, "--compare", "fp16,bf16-pure", "--init-loss-scale", "128",
-                "--no-preflight", "--max-steps", "1", "--batch-size", "4") == 0
+    assert (
+        _cli(
+            tiny_bert_dir,
+            tiny_data_dir,
+            out,
+            "--compare",
+            "fp16,bf16-pure",
+            "--init-loss-scale",
+            "128",
+            "--no-preflight",
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "4",
+        )
+        == 0
+    )
     runs = {r["precision"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
     assert runs["fp16"]["history"]["loss_scale"][0] == 128.0 and runs["bf16-pure"]["final_loss_scale"] is None

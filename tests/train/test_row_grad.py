@@ -111,8 +111,14 @@ def _tiny_bert_classifier(seed=0):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=32)
+    config = BertConfig(
+        vocab_size=200,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
 
     class Classifier(nn.Module):
         def __init__(self):
@@ -131,36 +137,62 @@ def test_a_bert_trained_by_the_trainer_ends_with_the_same_weights(precision):
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(1, 200, (24, 10), generator=gen)
     ids[:, 7:] = 0  # padding
-    batches = [{"input_ids": ids[i:i + 8], "attention_mask": (ids[i:i + 8] != 0).long(),
-                "labels": torch.randint(0, 2, (8,), generator=gen).float()} for i in range(0, 24, 8)]
+    batches = [
+        {
+            "input_ids": ids[i : i + 8],
+            "attention_mask": (ids[i : i + 8] != 0).long(),
+            "labels": torch.randint(0, 2, (8,), generator=gen).float(),
+        }
+        for i in range(0, 24, 8)
+    ]
     weights = []
     for rows in (False, True):
         model = _tiny_bert_classifier()
         if rows:
             assert use_row_embedding_grad(model).active
-        trainer = Trainer(model, lambda p: torch.optim.AdamW(p, lr=1e-3), nn.BCEWithLogitsLoss(), batches,
-                          precision=precision, device="cpu", grad_accum=2, epochs=2, seed=0)
+        trainer = Trainer(
+            model,
+            lambda p: torch.optim.AdamW(p, lr=1e-3),
+            nn.BCEWithLogitsLoss(),
+            batches,
+            precision=precision,
+            device="cpu",
+            grad_accum=2,
+            epochs=2,
+            seed=0,
+        )
         trainer.fit()
         weights.append([p.detach().clone() for p in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*weights))
 
 
 def test_the_run_layer_gives_cpu_runs_row_gradients(tiny_bert_dir, tmp_path):
-    from mixft.config.run_config import RunConfig
     from mixft.amp.precision import resolve_precision
+    from mixft.config.run_config import RunConfig
     from mixft.recipe import get_recipe
     from mixft.runs.build import build_trainer
 
     recipe = get_recipe("bert-sst2")
-    cfg = RunConfig(recipe="bert-sst2", model=str(tiny_bert_dir), max_train_samples=16, max_eval_samples=8,
-                    device="cpu", output_dir=str(tmp_path)).with_defaults(recipe.DEFAULTS).validate()
+    cfg = (
+        RunConfig(
+            recipe="bert-sst2",
+            model=str(tiny_bert_dir),
+            max_train_samples=16,
+            max_eval_samples=8,
+            device="cpu",
+            output_dir=str(tmp_path),
+        )
+        .with_defaults(recipe.DEFAULTS)
+        .validate()
+    )
     device = torch.device("cpu")
     parts = recipe.build(cfg, recipe.prepare(cfg), resolve_precision("fp32", device), device, 0)
     trainer = build_trainer(parts, cfg, precision="fp32", device=device, seed=0)
     kinds = {type(m) for m in trainer.module.modules() if isinstance(m, nn.Embedding)}
     assert kinds == {RowGradEmbedding}
     assert trainer.cpu_swaps["row_embedding_grad"].modules == [
-        m for m in trainer.module.modules() if isinstance(m, nn.Embedding)]
+        m for m in trainer.module.modules() if isinstance(m, nn.Embedding)
+    ]
 
 
 def test_a_weight_also_used_densely_gets_the_dense_gradients():
@@ -222,8 +254,14 @@ class WriteEveryStep(Callback):
 def _batches(steps: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     # ids 1-9 only: rows 10-49 of the table are never used by a batch
-    return [{"a": torch.randint(1, 10, (4, 7), generator=gen), "b": torch.randint(1, 10, (4, 5), generator=gen),
-             "labels": torch.randn(4, 1, generator=gen)} for _ in range(steps)]
+    return [
+        {
+            "a": torch.randint(1, 10, (4, 7), generator=gen),
+            "b": torch.randint(1, 10, (4, 5), generator=gen),
+            "labels": torch.randn(4, 1, generator=gen),
+        }
+        for _ in range(steps)
+    ]
 
 
 def _train_dense_and_rows(make_callbacks, precision="fp32", steps=12, seed=0, model_seed=0, max_grad_norm=1.0):
@@ -233,9 +271,17 @@ def _train_dense_and_rows(make_callbacks, precision="fp32", steps=12, seed=0, mo
         torch.manual_seed(model_seed)
         model = TwoLookups()
         callbacks = make_callbacks()
-        trainer = Trainer(model, lambda p: torch.optim.AdamW(p, lr=1e-2), nn.MSELoss(), _batches(steps, seed),
-                          precision=precision, device="cpu", seed=seed, callbacks=callbacks,
-                          max_grad_norm=max_grad_norm)
+        trainer = Trainer(
+            model,
+            lambda p: torch.optim.AdamW(p, lr=1e-2),
+            nn.MSELoss(),
+            _batches(steps, seed),
+            precision=precision,
+            device="cpu",
+            seed=seed,
+            callbacks=callbacks,
+            max_grad_norm=max_grad_norm,
+        )
         if rows:
             assert use_row_embedding_grad(model).active
         result = trainer.fit()
@@ -262,8 +308,9 @@ def test_fp16_loss_scale_after_an_inf_in_an_unused_row_follows_the_dense_path():
         if step == 4:
             grad[40, 0] = float("inf")
 
-    (dense, w_dense, _), (rows, w_rows, _) = _train_dense_and_rows(lambda: [WriteEveryStep(inf_at_step_4)],
-                                                                   precision="fp16")
+    (dense, w_dense, _), (rows, w_rows, _) = _train_dense_and_rows(
+        lambda: [WriteEveryStep(inf_at_step_4)], precision="fp16"
+    )
     # (the first steps overflow fp16 at the initial scale in both; step 4 is the inf's own)
     assert rows.history["skipped"] == dense.history["skipped"] and dense.history["skipped"][3:5] == [True, False]
     assert rows.history["loss_scale"] == dense.history["loss_scale"]  # was: halved every step from step 4 on
@@ -279,8 +326,11 @@ def test_injected_nonfinite_gradients_and_collapse_detection_follow_the_dense_pa
 
     (dense, w_dense, cb_dense), (rows, w_rows, cb_rows) = _train_dense_and_rows(callbacks, steps=30, seed=seed)
     assert cb_dense[0].injected_steps == cb_rows[0].injected_steps and cb_rows[0].injected_steps
-    assert (rows.stopped_early, rows.steps, rows.skipped_steps) == (dense.stopped_early, dense.steps,
-                                                                    dense.skipped_steps)
+    assert (rows.stopped_early, rows.steps, rows.skipped_steps) == (
+        dense.stopped_early,
+        dense.steps,
+        dense.skipped_steps,
+    )
     assert dense.stopped_early is None  # the dense path trains all 30 steps
     assert _same_weights(w_dense, w_rows)
 
@@ -294,8 +344,9 @@ def test_gradient_noise_in_unused_rows_does_not_accumulate(through, max_grad_nor
         target = grad.data if through == "data" else grad
         target.add_(torch.randn(grad.shape, generator=gen) * 1e-3)
 
-    (_, w_dense, _), (_, w_rows, _) = _train_dense_and_rows(lambda: [WriteEveryStep(noise)],
-                                                            max_grad_norm=max_grad_norm)
+    (_, w_dense, _), (_, w_rows, _) = _train_dense_and_rows(
+        lambda: [WriteEveryStep(noise)], max_grad_norm=max_grad_norm
+    )
     assert _same_weights(w_dense, w_rows)
 
 

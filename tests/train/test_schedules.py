@@ -48,13 +48,16 @@ def test_every_name_builds(name):
     assert len(lrs(build_scheduler_factory(name), 10)) == 10
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"name": "exponential"}, "--lr-scheduler must be one of: linear, cosine"),
-    ({"warmup_ratio": 0.1, "warmup_steps": 3}, "not both"),
-    ({"warmup_ratio": 1.5}, "--warmup-ratio must be a probability between 0 and 1, got 1.5"),
-    ({"warmup_steps": -1}, "--warmup-steps must be an integer >= 0, got -1"),
-    ({"name": "constant", "warmup_steps": 3}, "use constant_with_warmup"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"name": "exponential"}, "--lr-scheduler must be one of: linear, cosine"),
+        ({"warmup_ratio": 0.1, "warmup_steps": 3}, "not both"),
+        ({"warmup_ratio": 1.5}, "--warmup-ratio must be a probability between 0 and 1, got 1.5"),
+        ({"warmup_steps": -1}, "--warmup-steps must be an integer >= 0, got -1"),
+        ({"name": "constant", "warmup_steps": 3}, "use constant_with_warmup"),
+    ],
+)
 def test_bad_options_are_refused_before_training(kwargs, message):
     with pytest.raises(UsageError, match=message):
         build_scheduler_factory(**kwargs)
@@ -70,12 +73,15 @@ def test_balanced_weights_by_hand():
     assert class_weights_balanced(torch.tensor([1.0, 0.0, 1.0, 1.0]), 2).tolist() == pytest.approx([2.0, 2 / 3])
 
 
-@pytest.mark.parametrize("labels, message", [
-    ([0, 0, 2], r"class\(es\) 1 have no training example"),
-    ([0, 3], r"labels must be 0..2, got 0..3"),
-    ([0.5, 1.0], "non-integer"),
-    ([], "no labels"),
-])
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([0, 0, 2], r"class\(es\) 1 have no training example"),
+        ([0, 3], r"labels must be 0..2, got 0..3"),
+        ([0.5, 1.0], "non-integer"),
+        ([], "no labels"),
+    ],
+)
 def test_balanced_weights_refuse_unusable_labels(labels, message):
     with pytest.raises(UsageError, match=message):
         class_weights_balanced(labels, 3)

@@ -85,8 +85,17 @@ def test_fp16_accumulation_unscales_clips_and_updates_once_per_window():
     x, y = regression_data(32)
     unscale_calls = []
     # init_scale 1024: the default 65536 overflows fp16 on this toy data and skips step 1.
-    trainer = Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 4), precision="fp16", device="cpu",
-                      grad_accum=4, max_grad_norm=1.0, scaler_kwargs={"init_scale": 1024.0})
+    trainer = Trainer(
+        make_mlp(),
+        sgd(),
+        nn.MSELoss(),
+        loader(x, y, 4),
+        precision="fp16",
+        device="cpu",
+        grad_accum=4,
+        max_grad_norm=1.0,
+        scaler_kwargs={"init_scale": 1024.0},
+    )
     original = trainer.scaler.unscale_
     trainer.scaler.unscale_ = lambda opt: (unscale_calls.append(1), original(opt))[1]
     result = trainer.fit()
@@ -103,8 +112,16 @@ def test_fp16_accumulation_unscales_clips_and_updates_once_per_window():
 def test_clipping_sees_unscaled_gradients():
     x, y = regression_data(16)
     max_norm = 0.05  # far below the real norm, so clipping is active
-    trainer = Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 16), precision="fp16", device="cpu",
-                      max_grad_norm=max_norm, scaler_kwargs={"init_scale": 1024.0})
+    trainer = Trainer(
+        make_mlp(),
+        sgd(),
+        nn.MSELoss(),
+        loader(x, y, 16),
+        precision="fp16",
+        device="cpu",
+        max_grad_norm=max_norm,
+        scaler_kwargs={"init_scale": 1024.0},
+    )
     result = trainer.fit()
 
     ref = make_mlp()
@@ -129,7 +146,6 @@ def test_clipping_disabled_with_none():
     torch.testing.assert_close(flat(trainer.model), flat(ref))
 
 
-
 @pytest.mark.parametrize("max_norm", [1e6, 0.05])  # never clips / clips every step
 def test_clip_matches_torch_bitwise(max_norm):
     # The weights must be the same bits as torch's clip-every-step loop, under the limit and over it.
@@ -142,8 +158,14 @@ def test_clip_matches_torch_bitwise(max_norm):
         torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
         opt.step()
 
-    trainer = Trainer(make_mlp(), lambda p: torch.optim.AdamW(p, lr=1e-2), nn.MSELoss(), loader(x, y, 8),
-                      max_grad_norm=max_norm, device="cpu")
+    trainer = Trainer(
+        make_mlp(),
+        lambda p: torch.optim.AdamW(p, lr=1e-2),
+        nn.MSELoss(),
+        loader(x, y, 8),
+        max_grad_norm=max_norm,
+        device="cpu",
+    )
     trainer.fit()
     assert torch.equal(flat(trainer.model), flat(ref))
 
@@ -161,8 +183,17 @@ def test_injected_nonfinite_gradient_skips_exactly_that_step(fused, value):
     def schedule(opt, total):
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
 
-    trainer = Trainer(make_mlp(), adamw, nn.MSELoss(), loader(x, y, 8), precision="fp16", device="cpu",
-                      lr_scheduler=schedule, scaler_kwargs={"init_scale": 1024.0}, callbacks=[inject])
+    trainer = Trainer(
+        make_mlp(),
+        adamw,
+        nn.MSELoss(),
+        loader(x, y, 8),
+        precision="fp16",
+        device="cpu",
+        lr_scheduler=schedule,
+        scaler_kwargs={"init_scale": 1024.0},
+        callbacks=[inject],
+    )
     result = trainer.fit()
 
     assert result.steps == 4
@@ -183,8 +214,9 @@ def test_injected_nonfinite_gradient_skips_exactly_that_step(fused, value):
 def test_nonfinite_gradient_without_scaler_is_skipped_in_bf16():
     x, y = regression_data(32)
     inject = InjectAt({1}, float("nan"))
-    trainer = Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 8), precision="bf16", device="cpu",
-                      callbacks=[inject])
+    trainer = Trainer(
+        make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 8), precision="bf16", device="cpu", callbacks=[inject]
+    )
     result = trainer.fit()
     assert result.history["skipped"] == [True, False, False, False]
     assert result.final_loss_scale is None
@@ -194,8 +226,16 @@ def test_nonfinite_gradient_without_scaler_is_skipped_in_bf16():
 # ----------------------------------------------------------------------- precisions
 def test_fp16_with_cpu_grad_scaler_trains():
     x, y = regression_data(64)
-    trainer = Trainer(make_mlp(), sgd(0.05), nn.MSELoss(), loader(x, y, 16), precision="fp16", device="cpu",
-                      epochs=8, eval_loader=loader(x, y, 64))
+    trainer = Trainer(
+        make_mlp(),
+        sgd(0.05),
+        nn.MSELoss(),
+        loader(x, y, 16),
+        precision="fp16",
+        device="cpu",
+        epochs=8,
+        eval_loader=loader(x, y, 64),
+    )
     before = trainer.evaluate()["loss"]
     result = trainer.fit()
     assert result.grad_scaler and result.final_loss_scale is not None
@@ -246,8 +286,15 @@ def test_eval_history_per_epoch_and_accuracy_with_predict_fn():
     x = torch.randn(64, 8, generator=g)
     y = (x[:, 0] > 0).float()
     model = nn.Sequential(nn.Linear(8, 1), nn.Flatten(0))
-    trainer = Trainer(model, sgd(0.5), nn.BCEWithLogitsLoss(), loader(x, y, 16), eval_loader=loader(x, y, 32),
-                      epochs=3, predict_fn=lambda logits: (logits > 0).long())
+    trainer = Trainer(
+        model,
+        sgd(0.5),
+        nn.BCEWithLogitsLoss(),
+        loader(x, y, 16),
+        eval_loader=loader(x, y, 32),
+        epochs=3,
+        predict_fn=lambda logits: (logits > 0).long(),
+    )
     result = trainer.fit()
     assert [e["epoch"] for e in result.eval_history] == [1, 2, 3]
     assert result.eval["accuracy"] == result.eval_history[-1]["accuracy"] > 0.8
@@ -291,8 +338,16 @@ def test_several_optimizers_share_one_scaler():
     ref = copy.deepcopy(model)
     opt_a = torch.optim.SGD(model[0].parameters(), lr=0.1)
     opt_b = torch.optim.SGD(model[2].parameters(), lr=0.05)
-    trainer = Trainer(model, [opt_a, opt_b], nn.MSELoss(), loader(x, y, 32), precision="fp16", device="cpu",
-                      max_grad_norm=None, scaler_kwargs={"init_scale": 1024.0})
+    trainer = Trainer(
+        model,
+        [opt_a, opt_b],
+        nn.MSELoss(),
+        loader(x, y, 32),
+        precision="fp16",
+        device="cpu",
+        max_grad_norm=None,
+        scaler_kwargs={"init_scale": 1024.0},
+    )
     result = trainer.fit()
     assert result.steps == 1 and result.skipped_steps == 0
     ref_a = torch.optim.SGD(ref[0].parameters(), lr=0.1)
@@ -331,9 +386,14 @@ def test_trainer_matches_a_plain_hand_written_loop_on_a_fixed_seed():
         opt.step()
         sched.step()
 
-    trainer = Trainer(make_mlp(), lambda p: torch.optim.AdamW(p, lr=1e-2), nn.MSELoss(), loader(x, y, 8),
-                      max_grad_norm=0.5,
-                      lr_scheduler=lambda o, total: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, total_iters=total))
+    trainer = Trainer(
+        make_mlp(),
+        lambda p: torch.optim.AdamW(p, lr=1e-2),
+        nn.MSELoss(),
+        loader(x, y, 8),
+        max_grad_norm=0.5,
+        lr_scheduler=lambda o, total: torch.optim.lr_scheduler.LinearLR(o, 1.0, 0.1, total_iters=total),
+    )
     trainer.fit()
     assert trainer.total_steps == 6
     torch.testing.assert_close(flat(trainer.model), flat(ref), rtol=1e-6, atol=1e-7)
@@ -369,8 +429,14 @@ def test_fused_adamw_with_clipping_matches_clip_then_step():
     max_norm = 0.3  # well below the gradient norms here: every step clips
     ref, ref_norms = _fused_reference(x, y, max_norm)
     assert min(ref_norms) > 2 * max_norm
-    trainer = Trainer(make_mlp(), lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True), nn.MSELoss(),
-                      loader(x, y, 8), max_grad_norm=max_norm, device="cpu")
+    trainer = Trainer(
+        make_mlp(),
+        lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True),
+        nn.MSELoss(),
+        loader(x, y, 8),
+        max_grad_norm=max_norm,
+        device="cpu",
+    )
     result = trainer.fit()
     torch.testing.assert_close(flat(trainer.model), flat(ref), rtol=1e-6, atol=1e-7)
     assert result.history["grad_norm"] == pytest.approx(ref_norms, rel=1e-6)
@@ -391,7 +457,10 @@ def test_fused_and_plain_optimizers_side_by_side_are_clipped_by_one_global_norm(
         return model
 
     model = make_mlp()
-    opts = [torch.optim.AdamW(model[0].parameters(), lr=1e-2, fused=True), torch.optim.SGD(model[2].parameters(), lr=0.05)]
+    opts = [
+        torch.optim.AdamW(model[0].parameters(), lr=1e-2, fused=True),
+        torch.optim.SGD(model[2].parameters(), lr=0.05),
+    ]
     Trainer(model, opts, nn.MSELoss(), loader(x, y, 8), max_grad_norm=0.3, device="cpu").fit()
     torch.testing.assert_close(flat(model), flat(reference()), rtol=1e-6, atol=1e-7)
 
@@ -407,7 +476,9 @@ def test_grad_norms_come_from_one_foreach_call_and_match_the_per_parameter_refer
     idle = torch.optim.SGD([nn.Parameter(torch.ones(3))], lr=0.1)  # no gradient yet
     calls = []
     real = torch._foreach_norm
-    monkeypatch.setattr(torch, "_foreach_norm", lambda tensors, *a, **k: (calls.append(len(tensors)), real(tensors, *a, **k))[1])
+    monkeypatch.setattr(
+        torch, "_foreach_norm", lambda tensors, *a, **k: (calls.append(len(tensors)), real(tensors, *a, **k))[1]
+    )
     norms = grad_norms([opt_a, opt_b, idle], torch.device("cpu"))
     assert calls == [4]  # every gradient of every optimizer in one call
     for opt, norm in zip((opt_a, opt_b), norms):

@@ -56,7 +56,7 @@ class Batches(IterableDataset):
 
     def __iter__(self):
         for i in range(0, len(self.x), self.bs):
-            yield self.x[i:i + self.bs], self.y[i:i + self.bs]
+            yield self.x[i : i + self.bs], self.y[i : i + self.bs]
 
 
 # ---------------------------------------------------- (a) loaders without len()
@@ -109,10 +109,18 @@ def two_optimizer_trainer(precision, callbacks=(), max_grad_norm=None, n=32, bs=
     x, y = regression_data(n)
     model = make_mlp()
     opts = [torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.SGD(model[2].parameters(), lr=0.05)]
-    trainer = Trainer(model, opts, nn.MSELoss(), DataLoader(TensorDataset(x, y), batch_size=bs),
-                      precision=precision, device="cpu", max_grad_norm=max_grad_norm,
-                      lr_scheduler=lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
-                      scaler_kwargs={"init_scale": 1024.0}, callbacks=list(callbacks))
+    trainer = Trainer(
+        model,
+        opts,
+        nn.MSELoss(),
+        DataLoader(TensorDataset(x, y), batch_size=bs),
+        precision=precision,
+        device="cpu",
+        max_grad_norm=max_grad_norm,
+        lr_scheduler=lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
+        scaler_kwargs={"init_scale": 1024.0},
+        callbacks=list(callbacks),
+    )
     return trainer, (x, y)
 
 
@@ -129,8 +137,13 @@ def test_an_inf_in_one_optimizer_holds_back_only_its_own_step_and_schedule(preci
 
     trainer.callbacks.insert(0, Snapshot())
     after = {}
-    trainer.callbacks.append(type("After", (Callback,), {
-        "on_step_end": lambda self, t, info: after.__setitem__(info.step, (flat(t.model[0]), flat(t.model[2])))})())
+    trainer.callbacks.append(
+        type(
+            "After",
+            (Callback,),
+            {"on_step_end": lambda self, t, info: after.__setitem__(info.step, (flat(t.model[0]), flat(t.model[2])))},
+        )()
+    )
     result = trainer.fit()
 
     assert result.steps == 4 and result.history["skipped"] == [False, True, False, False]
@@ -184,8 +197,16 @@ def test_every_optimizer_is_unscaled_before_the_clip():
     model = make_mlp()
     ref = copy.deepcopy(model)
     opts = [torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.SGD(model[2].parameters(), lr=0.05)]
-    result = Trainer(model, opts, nn.MSELoss(), [(x, y)], precision="fp16", device="cpu",
-                     max_grad_norm=max_norm, scaler_kwargs={"init_scale": 1024.0}).fit()
+    result = Trainer(
+        model,
+        opts,
+        nn.MSELoss(),
+        [(x, y)],
+        precision="fp16",
+        device="cpu",
+        max_grad_norm=max_norm,
+        scaler_kwargs={"init_scale": 1024.0},
+    ).fit()
 
     nn.MSELoss()(ref(x), y).backward()
     ref_norm = float(torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm))
@@ -228,8 +249,16 @@ class SpyNet(nn.Module):
 def test_backward_runs_outside_autocast(precision):
     AutocastSpy.seen = {"forward": [], "backward": []}
     x, y = regression_data(16)
-    Trainer(SpyNet(), sgd(), nn.MSELoss(), DataLoader(TensorDataset(x, y), batch_size=4), precision=precision,
-            device="cpu", grad_accum=2, scaler_kwargs={"init_scale": 1024.0}).fit()
+    Trainer(
+        SpyNet(),
+        sgd(),
+        nn.MSELoss(),
+        DataLoader(TensorDataset(x, y), batch_size=4),
+        precision=precision,
+        device="cpu",
+        grad_accum=2,
+        scaler_kwargs={"init_scale": 1024.0},
+    ).fit()
     assert AutocastSpy.seen["forward"] == [True] * 4  # the spy is live: forwards ran under autocast
     assert AutocastSpy.seen["backward"] == [False] * 4
 
@@ -238,8 +267,15 @@ def test_backward_runs_outside_autocast(precision):
 def test_evaluation_and_prediction_run_under_autocast(precision, dtype):
     x, y = regression_data(16)
     model = SpyNet()
-    trainer = Trainer(model, sgd(), nn.MSELoss(), [], eval_loader=DataLoader(TensorDataset(x, y), batch_size=8),
-                      precision=precision, device="cpu")
+    trainer = Trainer(
+        model,
+        sgd(),
+        nn.MSELoss(),
+        [],
+        eval_loader=DataLoader(TensorDataset(x, y), batch_size=8),
+        precision=precision,
+        device="cpu",
+    )
     trainer.evaluate()
     trainer.evaluate_only()
     out = trainer.predict(DataLoader(TensorDataset(x, y), batch_size=8))
@@ -277,7 +313,9 @@ def test_fit_evaluate_and_predict_apply_the_precision_and_restore_the_process_se
     loader = DataLoader(TensorDataset(x, y), batch_size=8)
     trainer = Trainer(model, sgd(), nn.MSELoss(), loader, eval_loader=loader, callbacks=[Watch()])
     calls = {
-        "fit": trainer.fit, "evaluate": trainer.evaluate, "evaluate_only": trainer.evaluate_only,
+        "fit": trainer.fit,
+        "evaluate": trainer.evaluate,
+        "evaluate_only": trainer.evaluate_only,
         "predict": lambda: trainer.predict(loader),
     }
     for name, call in calls.items():

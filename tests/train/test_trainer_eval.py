@@ -10,10 +10,10 @@ import time
 
 import pytest
 import torch
+from conftest import without_timings
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from conftest import without_timings
 from mixft.train.hooks import Callback, StopTraining
 from mixft.train.trainer import Trainer
 
@@ -42,12 +42,22 @@ def regression_task(n=48):
 def test_regression_keeps_float_predictions_and_references():
     x, y = regression_task()
     torch.manual_seed(0)
-    metric = Seen(lambda p, r: {
-        "mse": sum((a - b) ** 2 for a, b in zip(p, r)) / len(p),
-        "pearson": float(torch.corrcoef(torch.tensor([p, r]))[0, 1]),
-    })
-    trainer = Trainer(nn.Linear(4, 1), lambda p: torch.optim.SGD(p, lr=0.05), nn.MSELoss(), loader(x, y),
-                      eval_loader=loader(x, y), epochs=3, predict_fn=lambda out: out, metric=metric)
+    metric = Seen(
+        lambda p, r: {
+            "mse": sum((a - b) ** 2 for a, b in zip(p, r)) / len(p),
+            "pearson": float(torch.corrcoef(torch.tensor([p, r]))[0, 1]),
+        }
+    )
+    trainer = Trainer(
+        nn.Linear(4, 1),
+        lambda p: torch.optim.SGD(p, lr=0.05),
+        nn.MSELoss(),
+        loader(x, y),
+        eval_loader=loader(x, y),
+        epochs=3,
+        predict_fn=lambda out: out,
+        metric=metric,
+    )
     result = trainer.fit()
     preds, refs = metric.calls[-1]
     assert all(isinstance(v, float) for v in preds + refs)  # not truncated to integers
@@ -63,8 +73,17 @@ def test_regression_keeps_float_predictions_and_references():
 def test_regression_under_bf16_hands_the_metric_fp32_values():
     x, y = regression_task(16)
     metric = Seen(lambda p, r: {"n": len(p)})
-    trainer = Trainer(nn.Linear(4, 1), lambda p: torch.optim.SGD(p, lr=0.05), nn.MSELoss(), [],
-                      eval_loader=loader(x, y), precision="bf16", device="cpu", predict_fn=lambda out: out, metric=metric)
+    trainer = Trainer(
+        nn.Linear(4, 1),
+        lambda p: torch.optim.SGD(p, lr=0.05),
+        nn.MSELoss(),
+        [],
+        eval_loader=loader(x, y),
+        precision="bf16",
+        device="cpu",
+        predict_fn=lambda out: out,
+        metric=metric,
+    )
     metrics = trainer.evaluate()
     preds, _ = metric.calls[-1]
     assert metrics["n"] == 16
@@ -81,8 +100,15 @@ def test_three_classes_with_cross_entropy_and_argmax_report_accuracy():
     x, y = three_class_task()
     assert set(y.tolist()) == {0, 1, 2}
     torch.manual_seed(0)
-    trainer = Trainer(nn.Linear(6, 3), lambda p: torch.optim.SGD(p, lr=0.5), nn.CrossEntropyLoss(), loader(x, y),
-                      eval_loader=loader(x, y, 32), epochs=5, predict_fn=lambda logits: logits.argmax(-1))
+    trainer = Trainer(
+        nn.Linear(6, 3),
+        lambda p: torch.optim.SGD(p, lr=0.5),
+        nn.CrossEntropyLoss(),
+        loader(x, y),
+        eval_loader=loader(x, y, 32),
+        epochs=5,
+        predict_fn=lambda logits: logits.argmax(-1),
+    )
     result = trainer.fit()
     expected = float((trainer.predict(loader(x, y)).argmax(-1) == y).double().mean())
     assert result.eval["accuracy"] == pytest.approx(expected)
@@ -97,8 +123,15 @@ def test_every_value_of_a_combined_metric_reaches_the_eval_dict():
         return {"accuracy": sum(a == b for a, b in zip(p, r)) / len(r), **per_class}
 
     metric = Seen(combined)
-    trainer = Trainer(nn.Linear(6, 3), lambda p: torch.optim.SGD(p, lr=0.5), nn.CrossEntropyLoss(), [],
-                      eval_loader=loader(x, y, 32), predict_fn=lambda logits: logits.argmax(-1), metric=metric)
+    trainer = Trainer(
+        nn.Linear(6, 3),
+        lambda p: torch.optim.SGD(p, lr=0.5),
+        nn.CrossEntropyLoss(),
+        [],
+        eval_loader=loader(x, y, 32),
+        predict_fn=lambda logits: logits.argmax(-1),
+        metric=metric,
+    )
     metrics = trainer.evaluate()
     preds, refs = metric.calls[-1]
     assert all(isinstance(v, int) for v in preds + refs)  # labels stay integers
@@ -130,8 +163,15 @@ def eval_steps_trainer(eval_steps, n=40, bs=4, **kwargs):
     """n / bs windows per epoch (grad_accum 1): 10 optimizer steps per epoch by default."""
     x, y = regression_task(n)
     torch.manual_seed(0)
-    return Trainer(nn.Linear(4, 1), lambda p: torch.optim.SGD(p, lr=0.01), nn.MSELoss(), loader(x, y, bs),
-                   eval_loader=loader(x, y), eval_steps=eval_steps, **kwargs)
+    return Trainer(
+        nn.Linear(4, 1),
+        lambda p: torch.optim.SGD(p, lr=0.01),
+        nn.MSELoss(),
+        loader(x, y, bs),
+        eval_loader=loader(x, y),
+        eval_steps=eval_steps,
+        **kwargs,
+    )
 
 
 def test_eval_steps_evaluates_every_n_steps_and_at_epoch_ends_never_twice_at_one_step():
@@ -139,7 +179,9 @@ def test_eval_steps_evaluates_every_n_steps_and_at_epoch_ends_never_twice_at_one
     trainer = eval_steps_trainer(3, epochs=2, callbacks=[seen])  # 10 steps per epoch
     result = trainer.fit()
     steps = [3, 6, 9, 10, 12, 15, 18, 20]  # every 3rd step, plus each epoch's end (10, 20)
-    assert [(e["epoch"], e["step"]) for e in result.eval_history] == [(1, s) for s in steps[:4]] + [(2, s) for s in steps[4:]]
+    assert [(e["epoch"], e["step"]) for e in result.eval_history] == [(1, s) for s in steps[:4]] + [
+        (2, s) for s in steps[4:]
+    ]
     assert [s for kind, s in seen.events if kind == "evaluate"] == steps
     # on_evaluate gets exactly what the history keeps, and the last evaluation is the result's eval.
     assert seen.metrics == [{k: v for k, v in e.items() if k not in ("epoch", "step")} for e in result.eval_history]
@@ -154,7 +196,7 @@ def test_an_epoch_end_on_an_evaluated_step_reuses_that_evaluation():
     result = eval_steps_trainer(5, epochs=2, callbacks=[seen]).fit()  # steps 5, 10 (epoch end), 15, 20
     assert [(e["epoch"], e["step"]) for e in result.eval_history] == [(1, 5), (1, 10), (2, 15), (2, 20)]
     assert seen.events.count(("evaluate", 10)) == 1
-    assert seen.events[seen.events.index(("evaluate", 10)):][:3] == [("evaluate", 10), ("step", 10), ("epoch_end", 10)]
+    assert seen.events[seen.events.index(("evaluate", 10)) :][:3] == [("evaluate", 10), ("step", 10), ("epoch_end", 10)]
 
 
 def test_max_steps_on_an_evaluated_step_evaluates_once():
@@ -184,8 +226,14 @@ def test_evaluation_during_training_is_not_training_time():
             return iter(self.batches)
 
     x, y = regression_task(16)
-    trainer = Trainer(nn.Linear(4, 1), lambda p: torch.optim.SGD(p, lr=0.01), nn.MSELoss(), loader(x, y, 4),
-                      eval_loader=SlowEval(list(loader(x, y))), eval_steps=1)
+    trainer = Trainer(
+        nn.Linear(4, 1),
+        lambda p: torch.optim.SGD(p, lr=0.01),
+        nn.MSELoss(),
+        loader(x, y, 4),
+        eval_loader=SlowEval(list(loader(x, y))),
+        eval_steps=1,
+    )
     result = trainer.fit()
     assert len(result.eval_history) == 4 and all(e["time_s"] >= 0.3 for e in result.eval_history)
     assert result.train_time_s < 0.6  # 4 tiny steps; the 1.2 s of evaluation is not in it
@@ -209,5 +257,12 @@ def test_a_resumed_run_keeps_its_step_evaluations():
     resumed = eval_steps_trainer(4, epochs=2)
     resumed.load_state_dict(torch.load(io.BytesIO(stopper.saved), weights_only=True))
     result = resumed.fit()
-    assert [(e["epoch"], e["step"]) for e in result.eval_history] == [(1, 4), (1, 8), (1, 10), (2, 12), (2, 16), (2, 20)]
+    assert [(e["epoch"], e["step"]) for e in result.eval_history] == [
+        (1, 4),
+        (1, 8),
+        (1, 10),
+        (2, 12),
+        (2, 16),
+        (2, 20),
+    ]
     assert without_timings(result.eval_history) == without_timings(reference.eval_history)

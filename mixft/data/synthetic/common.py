@@ -36,8 +36,14 @@ def split_rng(dataset_name: str, split: str, seed: int) -> random.Random:
     return random.Random(f"{dataset_name}/{split}/{seed}")
 
 
-def distinct_rows(labels: Iterable[int], draw: Callable[[int], tuple[dict, str, tuple[str, ...]]], *,
-                  exclude: frozenset | set = frozenset(), tries: int = 100, what: str = "texts") -> list[dict]:
+def distinct_rows(
+    labels: Iterable[int],
+    draw: Callable[[int], tuple[dict, str, tuple[str, ...]]],
+    *,
+    exclude: frozenset | set = frozenset(),
+    tries: int = 100,
+    what: str = "texts",
+) -> list[dict]:
     """One row per label: ``draw(label) -> (row, key, texts)``, redrawn until ``key`` is new and no text is excluded.
 
     The text spaces are huge, so a redraw is rare; ``tries`` only stops a runaway size from
@@ -59,8 +65,16 @@ def distinct_rows(labels: Iterable[int], draw: Callable[[int], tuple[dict, str, 
     return rows
 
 
-def disjoint_splits(generate: Callable, dataset_name: str, train_size: int, eval_size: int, seed: int, *,
-                    texts: Callable[[dict], Iterable[str]], train_rng: random.Random | None = None):
+def disjoint_splits(
+    generate: Callable,
+    dataset_name: str,
+    train_size: int,
+    eval_size: int,
+    seed: int,
+    *,
+    texts: Callable[[dict], Iterable[str]],
+    train_rng: random.Random | None = None,
+):
     """``(train, eval)`` where no eval text appears anywhere in train.
 
     ``generate(n, rng, exclude)`` makes rows; train uses ``train_rng`` (default: the

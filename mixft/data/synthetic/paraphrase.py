@@ -29,10 +29,18 @@ LABEL_NAMES = ("not_equivalent", "equivalent")
 
 # (short name, long name): either one names the company.
 COMPANIES = (
-    ("Acme", "Acme Corp"), ("Globex", "Globex Corporation"), ("Initech", "Initech Inc"),
-    ("Hooli", "Hooli Inc"), ("Soylent", "Soylent Group"), ("Vandelay", "Vandelay Industries"),
-    ("Umbrella", "Umbrella Holdings"), ("Cyberdyne", "Cyberdyne Systems"), ("Wonka", "Wonka Industries"),
-    ("Tyrell", "Tyrell Corp"), ("Massive Dynamic", "Massive Dynamic Inc"), ("Oscorp", "Oscorp Industries"),
+    ("Acme", "Acme Corp"),
+    ("Globex", "Globex Corporation"),
+    ("Initech", "Initech Inc"),
+    ("Hooli", "Hooli Inc"),
+    ("Soylent", "Soylent Group"),
+    ("Vandelay", "Vandelay Industries"),
+    ("Umbrella", "Umbrella Holdings"),
+    ("Cyberdyne", "Cyberdyne Systems"),
+    ("Wonka", "Wonka Industries"),
+    ("Tyrell", "Tyrell Corp"),
+    ("Massive Dynamic", "Massive Dynamic Inc"),
+    ("Oscorp", "Oscorp Industries"),
 )
 # Per event: synonymous (active, passive-with-agent, negated active, negated passive) forms.
 # The passive form is followed by the agent: "B was acquired by A" means "A acquired B".
@@ -44,10 +52,18 @@ VERBS = {
     ),
     "sue": (
         ("sued", "was sued by", "did not sue", "was not sued by"),
-        ("filed a lawsuit against", "faced a lawsuit from", "did not file a lawsuit against",
-         "did not face a lawsuit from"),
-        ("took legal action against", "was taken to court by", "did not take legal action against",
-         "was not taken to court by"),
+        (
+            "filed a lawsuit against",
+            "faced a lawsuit from",
+            "did not file a lawsuit against",
+            "did not face a lawsuit from",
+        ),
+        (
+            "took legal action against",
+            "was taken to court by",
+            "did not take legal action against",
+            "was not taken to court by",
+        ),
     ),
     "overtake": (
         ("overtook", "was overtaken by", "did not overtake", "was not overtaken by"),
@@ -180,5 +196,6 @@ def paraphrase_splits(train_size: int = 2000, eval_size: int = 872, seed: int = 
 
     Usage: ``train, dev = paraphrase_splits(2000, 872, seed=0)``
     """
-    return disjoint_splits(_generate, DATASET_NAME, train_size, eval_size, seed,
-                           texts=lambda row: (row["sentence1"], row["sentence2"]))
+    return disjoint_splits(
+        _generate, DATASET_NAME, train_size, eval_size, seed, texts=lambda row: (row["sentence1"], row["sentence2"])
+    )

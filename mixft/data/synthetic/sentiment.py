@@ -29,74 +29,222 @@ DATASET_NAME = "mixft-generated-sentiment"
 # --- lexicon -----------------------------------------------------------------------
 # Single words so a keyword baseline (and the tests) can count them directly.
 POSITIVE_ADJECTIVES = (
-    "superb", "wonderful", "brilliant", "moving", "gripping", "charming", "delightful",
-    "clever", "lovely", "engaging", "stunning", "funny", "heartfelt", "powerful",
-    "thoughtful", "witty", "memorable", "beautiful", "compelling", "inventive",
-    "touching", "sharp", "elegant", "fresh", "haunting", "exhilarating", "masterful",
-    "warm", "riveting", "tender", "smart", "satisfying", "graceful", "vivid", "good",
-    "great", "excellent", "terrific",
+    "superb",
+    "wonderful",
+    "brilliant",
+    "moving",
+    "gripping",
+    "charming",
+    "delightful",
+    "clever",
+    "lovely",
+    "engaging",
+    "stunning",
+    "funny",
+    "heartfelt",
+    "powerful",
+    "thoughtful",
+    "witty",
+    "memorable",
+    "beautiful",
+    "compelling",
+    "inventive",
+    "touching",
+    "sharp",
+    "elegant",
+    "fresh",
+    "haunting",
+    "exhilarating",
+    "masterful",
+    "warm",
+    "riveting",
+    "tender",
+    "smart",
+    "satisfying",
+    "graceful",
+    "vivid",
+    "good",
+    "great",
+    "excellent",
+    "terrific",
 )
 NEGATIVE_ADJECTIVES = (
-    "dull", "boring", "tedious", "clumsy", "bland", "awful", "dreadful", "lifeless",
-    "predictable", "messy", "shallow", "forgettable", "pointless", "tiresome", "flat",
-    "hollow", "stale", "incoherent", "sloppy", "lazy", "ugly", "grating", "overlong",
-    "contrived", "muddled", "insipid", "wooden", "painful", "mediocre", "trite",
-    "unfunny", "cheap", "bloated", "bad", "terrible", "weak", "annoying",
+    "dull",
+    "boring",
+    "tedious",
+    "clumsy",
+    "bland",
+    "awful",
+    "dreadful",
+    "lifeless",
+    "predictable",
+    "messy",
+    "shallow",
+    "forgettable",
+    "pointless",
+    "tiresome",
+    "flat",
+    "hollow",
+    "stale",
+    "incoherent",
+    "sloppy",
+    "lazy",
+    "ugly",
+    "grating",
+    "overlong",
+    "contrived",
+    "muddled",
+    "insipid",
+    "wooden",
+    "painful",
+    "mediocre",
+    "trite",
+    "unfunny",
+    "cheap",
+    "bloated",
+    "bad",
+    "terrible",
+    "weak",
+    "annoying",
 )
 # (past tense, base form) for "i loved the cast" / "i did not love the cast".
 POSITIVE_VERBS = (
-    ("loved", "love"), ("enjoyed", "enjoy"), ("adored", "adore"), ("admired", "admire"),
-    ("appreciated", "appreciate"), ("relished", "relish"), ("treasured", "treasure"),
+    ("loved", "love"),
+    ("enjoyed", "enjoy"),
+    ("adored", "adore"),
+    ("admired", "admire"),
+    ("appreciated", "appreciate"),
+    ("relished", "relish"),
+    ("treasured", "treasure"),
 )
 NEGATIVE_VERBS = (
-    ("hated", "hate"), ("disliked", "dislike"), ("loathed", "loathe"),
-    ("resented", "resent"), ("despised", "despise"), ("detested", "detest"),
+    ("hated", "hate"),
+    ("disliked", "dislike"),
+    ("loathed", "loathe"),
+    ("resented", "resent"),
+    ("despised", "despise"),
+    ("detested", "detest"),
 )
 # Bare nouns; the article is chosen at generation time ("a triumph", "an embarrassment").
 POSITIVE_NOUNS = (
-    "triumph", "joy", "delight", "gem", "treat", "masterpiece", "pleasure", "revelation",
-    "knockout", "marvel",
+    "triumph",
+    "joy",
+    "delight",
+    "gem",
+    "treat",
+    "masterpiece",
+    "pleasure",
+    "revelation",
+    "knockout",
+    "marvel",
 )
 NEGATIVE_NOUNS = (
-    "mess", "disaster", "chore", "slog", "failure", "letdown", "bore", "embarrassment",
-    "misfire", "dud",
+    "mess",
+    "disaster",
+    "chore",
+    "slog",
+    "failure",
+    "letdown",
+    "bore",
+    "embarrassment",
+    "misfire",
+    "dud",
 )
 
-POSITIVE_WORDS = frozenset(
-    POSITIVE_ADJECTIVES + POSITIVE_NOUNS + tuple(w for pair in POSITIVE_VERBS for w in pair)
-)
-NEGATIVE_WORDS = frozenset(
-    NEGATIVE_ADJECTIVES + NEGATIVE_NOUNS + tuple(w for pair in NEGATIVE_VERBS for w in pair)
-)
+POSITIVE_WORDS = frozenset(POSITIVE_ADJECTIVES + POSITIVE_NOUNS + tuple(w for pair in POSITIVE_VERBS for w in pair))
+NEGATIVE_WORDS = frozenset(NEGATIVE_ADJECTIVES + NEGATIVE_NOUNS + tuple(w for pair in NEGATIVE_VERBS for w in pair))
 
 # --- neutral vocabulary (must contain no sentiment words and no negators) ------------
 SUBJECTS = (
-    "the film", "the movie", "the plot", "the cast", "the script", "the soundtrack",
-    "the director", "the acting", "the dialogue", "the cinematography", "the pacing",
-    "the ending", "the lead performance", "the screenplay", "the story", "the score",
-    "the editing", "the camera work", "the humor", "the visual effects", "the final act",
-    "the premise", "this picture", "the opening", "the villain", "the production design",
-    "the central romance", "the supporting cast", "the third act", "the sequel",
-    "the documentary", "the animation", "it",
+    "the film",
+    "the movie",
+    "the plot",
+    "the cast",
+    "the script",
+    "the soundtrack",
+    "the director",
+    "the acting",
+    "the dialogue",
+    "the cinematography",
+    "the pacing",
+    "the ending",
+    "the lead performance",
+    "the screenplay",
+    "the story",
+    "the score",
+    "the editing",
+    "the camera work",
+    "the humor",
+    "the visual effects",
+    "the final act",
+    "the premise",
+    "this picture",
+    "the opening",
+    "the villain",
+    "the production design",
+    "the central romance",
+    "the supporting cast",
+    "the third act",
+    "the sequel",
+    "the documentary",
+    "the animation",
+    "it",
 )
 # Countable nouns for "a thoroughly charming thriller".
 KINDS = (
-    "film", "movie", "picture", "thriller", "comedy", "drama", "romance", "documentary",
-    "western", "musical", "sequel", "debut", "story",
+    "film",
+    "movie",
+    "picture",
+    "thriller",
+    "comedy",
+    "drama",
+    "romance",
+    "documentary",
+    "western",
+    "musical",
+    "sequel",
+    "debut",
+    "story",
 )
 INTENSIFIERS = (
-    "absolutely", "remarkably", "truly", "really", "incredibly", "thoroughly", "utterly",
-    "genuinely", "deeply", "surprisingly", "consistently", "very",
+    "absolutely",
+    "remarkably",
+    "truly",
+    "really",
+    "incredibly",
+    "thoroughly",
+    "utterly",
+    "genuinely",
+    "deeply",
+    "surprisingly",
+    "consistently",
+    "very",
 )
-DOWNTONERS = ("somewhat", "rather", "fairly", "slightly", "a bit", "a little", "mildly",
-              "mostly", "quite", "occasionally")
+DOWNTONERS = (
+    "somewhat",
+    "rather",
+    "fairly",
+    "slightly",
+    "a bit",
+    "a little",
+    "mildly",
+    "mostly",
+    "quite",
+    "occasionally",
+)
 # Adverbs that read naturally after a negator ("not particularly funny").
 NEGATED_ADVERBS = ("very", "particularly", "especially", "all that", "remotely", "terribly")
-PREFIXES = ("honestly, ", "frankly, ", "overall, ", "in the end, ", "to be fair, ",
-            "for what it is worth, ")
-SUFFIXES = (" from start to finish", " for the most part", " in my opinion",
-            " if you ask me", " at times", " throughout", " by the end",
-            " for most of its running time")
+PREFIXES = ("honestly, ", "frankly, ", "overall, ", "in the end, ", "to be fair, ", "for what it is worth, ")
+SUFFIXES = (
+    " from start to finish",
+    " for the most part",
+    " in my opinion",
+    " if you ask me",
+    " at times",
+    " throughout",
+    " by the end",
+    " for most of its running time",
+)
 ENDINGS = ("", "", " .", " .", ".", "!", " !")
 
 _VOWELS = "aeiou"
@@ -155,8 +303,19 @@ def _negated_clause(rng: random.Random, pol: int) -> str:
     subj = rng.choice(SUBJECTS)
     t = rng.randrange(7)
     if t == 0:
-        neg = rng.choice(("is not", "was not", "isn't", "wasn't", "never feels",
-                          "is never", "is hardly", "is far from", "never seemed"))
+        neg = rng.choice(
+            (
+                "is not",
+                "was not",
+                "isn't",
+                "wasn't",
+                "never feels",
+                "is never",
+                "is hardly",
+                "is far from",
+                "never seemed",
+            )
+        )
         # "not particularly funny" reads naturally; "far from all that funny" does not.
         adv = ""
         if neg in ("is not", "was not", "isn't", "wasn't") and rng.random() < 0.4:
@@ -247,9 +406,7 @@ def generate_sentiment(n: int, seed: int = 0) -> list[dict]:
     return _generate(n, random.Random(seed))
 
 
-def generated_splits(
-    train_size: int = 4000, eval_size: int = 872, seed: int = 0
-) -> tuple[list[dict], list[dict]]:
+def generated_splits(train_size: int = 4000, eval_size: int = 872, seed: int = 0) -> tuple[list[dict], list[dict]]:
     """Train and eval splits with no sentence in both. 872 matches SST-2's dev size.
 
     Usage: ``train, dev = generated_splits(train_size=4000, eval_size=872, seed=0)``
@@ -260,5 +417,12 @@ def generated_splits(
     """
     # The train split's rng is random.Random(seed), older than the shared per-split naming:
     # kept so the generated set (and every figure measured on it) stays the same.
-    return disjoint_splits(_generate, DATASET_NAME, train_size, eval_size, seed,
-                           texts=lambda row: (row["sentence"],), train_rng=random.Random(seed))
+    return disjoint_splits(
+        _generate,
+        DATASET_NAME,
+        train_size,
+        eval_size,
+        seed,
+        texts=lambda row: (row["sentence"],),
+        train_rng=random.Random(seed),
+    )

@@ -16,15 +16,17 @@ run may use is the recipe's decision: the user-data path only receives it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from mixft.data.glue import GLUE_REPO
 from mixft.data.hubdata import canonical_name
 from mixft.data.synthetic.common import MAX_SIZE
 
-GENERIC_NOTICE = ("notice: {label} is not reachable or cached; using {name}, mixft's generated stand-in in its schema "
-                  "({train} train / {eval} eval, seed {seed})")
+GENERIC_NOTICE = (
+    "notice: {label} is not reachable or cached; using {name}, mixft's generated stand-in in its schema "
+    "({train} train / {eval} eval, seed {seed})"
+)
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,12 @@ class StandIn:
 
         train, dev = self.rows(train_size, eval_size, seed)
         features = self.features()
-        return datasets.DatasetDict({
-            "train": datasets.Dataset.from_list(train, features=features),
-            self.eval_split: datasets.Dataset.from_list(dev, features=features),
-        })
+        return datasets.DatasetDict(
+            {
+                "train": datasets.Dataset.from_list(train, features=features),
+                self.eval_split: datasets.Dataset.from_list(dev, features=features),
+            }
+        )
 
 
 def _sst2_rows(train_size, eval_size, seed):
@@ -75,11 +79,13 @@ def _sst2_rows(train_size, eval_size, seed):
 def _sst2_features():
     import datasets
 
-    return datasets.Features({
-        "sentence": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=["negative", "positive"]),
-        "idx": datasets.Value("int32"),
-    })
+    return datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["negative", "positive"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
 
 
 def _mrpc_rows(train_size, eval_size, seed):
@@ -93,12 +99,14 @@ def _mrpc_features():
 
     from mixft.data.synthetic.paraphrase import LABEL_NAMES
 
-    return datasets.Features({
-        "sentence1": datasets.Value("string"),
-        "sentence2": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=list(LABEL_NAMES)),
-        "idx": datasets.Value("int32"),
-    })
+    return datasets.Features(
+        {
+            "sentence1": datasets.Value("string"),
+            "sentence2": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=list(LABEL_NAMES)),
+            "idx": datasets.Value("int32"),
+        }
+    )
 
 
 def _ag_news_rows(train_size, eval_size, seed):
@@ -115,8 +123,13 @@ def _ag_news_features():
     return datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=list(TOPIC_NAMES))})
 
 
-SST2 = StandIn("mixft-generated-sentiment", _sst2_rows, _sst2_features, described="mixft's generated sentiment set",
-               unit="sentences")
+SST2 = StandIn(
+    "mixft-generated-sentiment",
+    _sst2_rows,
+    _sst2_features,
+    described="mixft's generated sentiment set",
+    unit="sentences",
+)
 MRPC = StandIn("mixft-generated-paraphrase", _mrpc_rows, _mrpc_features, unit="sentence pairs")
 AG_NEWS = StandIn("mixft-generated-topics", _ag_news_rows, _ag_news_features, unit="texts", eval_split="test")
 

@@ -17,9 +17,7 @@ class Accuracy(evaluate.Metric):
             description=_DESCRIPTION,
             citation="",
             inputs_description=_INPUTS,
-            features=datasets.Features(
-                {"predictions": datasets.Value("int32"), "references": datasets.Value("int32")}
-            ),
+            features=datasets.Features({"predictions": datasets.Value("int32"), "references": datasets.Value("int32")}),
         )
 
     def _compute(self, predictions, references):

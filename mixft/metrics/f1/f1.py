@@ -32,9 +32,7 @@ class F1(evaluate.Metric):
             description=_DESCRIPTION,
             citation="",
             inputs_description=_INPUTS,
-            features=datasets.Features(
-                {"predictions": datasets.Value("int32"), "references": datasets.Value("int32")}
-            ),
+            features=datasets.Features({"predictions": datasets.Value("int32"), "references": datasets.Value("int32")}),
         )
 
     def _compute(self, predictions, references, average="binary", pos_label=1, labels=None):
@@ -49,9 +47,7 @@ class F1(evaluate.Metric):
         if average == "binary":
             present = set(predicted) | set(actual)
             if not present <= {0, 1, pos_label}:
-                raise ValueError(
-                    f"average='binary' needs two classes, got {sorted(present)}; use average='macro'"
-                )
+                raise ValueError(f"average='binary' needs two classes, got {sorted(present)}; use average='macro'")
             classes = [pos_label]
         else:
             classes = sorted(set(labels) if labels is not None else set(predicted) | set(actual))

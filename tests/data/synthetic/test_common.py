@@ -35,8 +35,9 @@ def test_distinct_rows_redraws_repeats_and_refuses_excluded_texts():
 
 def test_disjoint_splits_keep_every_train_text_out_of_eval():
     def generate(n, rng, exclude):
-        return distinct_rows(range(n), lambda label: ({"t": (t := str(rng.randrange(40)))}, t, (t,)),
-                             exclude=exclude, tries=1000)
+        return distinct_rows(
+            range(n), lambda label: ({"t": (t := str(rng.randrange(40)))}, t, (t,)), exclude=exclude, tries=1000
+        )
 
     train, dev = disjoint_splits(generate, "toy", 20, 10, seed=0, texts=lambda row: (row["t"],))
     assert (len(train), len(dev)) == (20, 10)

@@ -35,7 +35,7 @@ def _main_clause_topics(text: str) -> tuple[int, int]:
     main = s.split(", ", 1)[1] if lead else s
     actor = [k for k in range(4) if any(main.startswith(a + " ") for a in topics.ACTORS[k])]
     assert len(actor) == 1, (text, actor)
-    clause = next(main[len(a) + 1:] for a in topics.ACTORS[actor[0]] if main.startswith(a + " "))
+    clause = next(main[len(a) + 1 :] for a in topics.ACTORS[actor[0]] if main.startswith(a + " "))
     found = [k for k in range(4) if any(clause.startswith(action) for action in topics.ACTIONS[k])]
     assert len(found) == 1, (text, found)
     return actor[0], found[0]
@@ -71,8 +71,9 @@ def test_topics_labels_follow_the_main_clause_and_beat_a_keyword_vote():
     crossed = sum(_main_clause_topics(r["text"])[0] != r["label"] for r in rows) / len(rows)
     assert 0.25 < crossed < 0.35, crossed
     # Most texts carry a distractor: a clause whose actor belongs to another topic.
-    distracted = sum(any(a in r["text"].lower() for k in range(4) if k != r["label"] for a in topics.ACTORS[k])
-                     for r in rows)
+    distracted = sum(
+        any(a in r["text"].lower() for k in range(4) if k != r["label"] for a in topics.ACTORS[k]) for r in rows
+    )
     assert distracted > len(rows) // 2, distracted
     assert TOPIC_NAMES == ("World", "Sports", "Business", "Sci/Tech")  # AG News's label order
 
@@ -82,8 +83,12 @@ def test_topics_labels_follow_the_main_clause_and_beat_a_keyword_vote():
 _NAMES = {name: i for i, pair in enumerate(COMPANIES) for name in pair}
 # every verb form -> (event, passive, negated), longest first so "did not take over" beats "took over"
 _FORMS = sorted(
-    ((form, (event, index % 2 == 1, index >= 2)) for event, groups in VERBS.items()
-     for group in groups for index, form in enumerate(group)),
+    (
+        (form, (event, index % 2 == 1, index >= 2))
+        for event, groups in VERBS.items()
+        for group in groups
+        for index, form in enumerate(group)
+    ),
     key=lambda item: -len(item[0]),
 )
 _WORD_NUMBERS = {word: n for n, word in paraphrase.NUMBER_WORDS.items()}
@@ -96,12 +101,14 @@ def _reference_event(sentence: str) -> tuple:
     m = re.match(r"On (\w+day), ", s) or re.search(r" on (\w+day)$", s)
     if m:
         day = m.group(1)
-        s = s[len(m.group(0)):] if m.start() == 0 else s[: m.start()]
+        s = s[len(m.group(0)) :] if m.start() == 0 else s[: m.start()]
     s = s.removesuffix(" in annual sales")
     amount = None
     m = re.search(r" for (?:\$(\d) (million|billion)|(\w+) (million|billion) dollars)( in damages)?$", s)
     if m:
-        number = int(m.group(1)) if m.group(1) else (int(m.group(3)) if m.group(3).isdigit() else _WORD_NUMBERS[m.group(3)])
+        number = (
+            int(m.group(1)) if m.group(1) else (int(m.group(3)) if m.group(3).isdigit() else _WORD_NUMBERS[m.group(3)])
+        )
         amount = (number, m.group(2) or m.group(4))
         s = s[: m.start()]
     form, (event, passive, negated) = next((f, meaning) for f, meaning in _FORMS if f" {f} " in s)
@@ -130,7 +137,9 @@ def test_paraphrase_label_is_equality_of_meaning_and_beats_word_overlap():
         a, b = (set(re.findall(r"\w+", r[k].lower())) for k in ("sentence1", "sentence2"))
         return len(a & b) / len(a | b)
 
-    best = max(sum((overlap(r) >= t) == bool(r["label"]) for r in rows) / len(rows) for t in [i / 50 for i in range(51)])
+    best = max(
+        sum((overlap(r) >= t) == bool(r["label"]) for r in rows) / len(rows) for t in [i / 50 for i in range(51)]
+    )
     assert best < 0.75, best
     # Same words, other meaning: role swaps are in the set.
     assert any(r["label"] == 0 and sorted(r["sentence1"].split()) == sorted(r["sentence2"].split()) for r in rows)
@@ -141,9 +150,19 @@ def test_paraphrase_label_is_equality_of_meaning_and_beats_word_overlap():
 
 def test_demo_files_and_script(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_demo_data.py"), "--out", str(tmp_path / "demo"),
-         "--train-size", "40", "--eval-size", "12"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "make_demo_data.py"),
+            "--out",
+            str(tmp_path / "demo"),
+            "--train-size",
+            "40",
+            "--eval-size",
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(tmp_path / "demo" / name) for name in DEMO_FILES]
@@ -166,7 +185,8 @@ def test_demo_files_load_as_user_data(tmp_path):
     data = load_text_data(train_file=tmp_path / "topics_train.csv", validation_file=tmp_path / "topics_validation.csv")
     assert (data.task.kind, data.task.text_columns) == ("classification", ("text",))
     assert data.task.id2label == {0: "Business", 1: "Sci/Tech", 2: "Sports", 3: "World"}  # sorted string labels
-    pairs = load_text_data(train_file=tmp_path / "paraphrase_train.jsonl",
-                           validation_file=tmp_path / "paraphrase_validation.jsonl")
+    pairs = load_text_data(
+        train_file=tmp_path / "paraphrase_train.jsonl", validation_file=tmp_path / "paraphrase_validation.jsonl"
+    )
     assert (pairs.task.text_columns, pairs.task.num_labels) == (("sentence1", "sentence2"), 2)
     assert (len(pairs.train), len(pairs.eval)) == (60, 20)

@@ -39,9 +39,7 @@ def _clause_polarity(clause):
     sentiment = [w for w in ws if w in POSITIVE_WORDS or w in NEGATIVE_WORDS]
     assert len(sentiment) == 1, (clause, sentiment)
     pol = 1 if sentiment[0] in POSITIVE_WORDS else 0
-    negators = [w for w in ws if w in _NEGATORS or w.endswith("n't")] + (
-        ["far from"] if "far from" in clause else []
-    )
+    negators = [w for w in ws if w in _NEGATORS or w.endswith("n't")] + (["far from"] if "far from" in clause else [])
     assert len(negators) <= 1, (clause, negators)
     return 1 - pol if negators else pol
 
@@ -51,11 +49,11 @@ def _reference_label(sentence):
     s = sentence
     m = re.search(r" (but|yet) ", s)
     if m:
-        return _clause_polarity(s[m.end():])
+        return _clause_polarity(s[m.end() :])
     m = re.search(r"(^|, )(although|even though|while) ", s)
     if m and m.start() == 0:
         # "although A, B": the main clause B decides.
-        return _clause_polarity(s[s.index(", ", m.end()) + 2:])
+        return _clause_polarity(s[s.index(", ", m.end()) + 2 :])
     if m:
         # "B, although A": B still decides.
         return _clause_polarity(s[: m.start()])
@@ -122,8 +120,13 @@ def test_word_lists_large_and_disjoint():
     assert not POSITIVE_WORDS & NEGATIVE_WORDS
     # Neutral vocabulary must carry no sentiment, or the labels would be ambiguous.
     neutral = " ".join(
-        generated.SUBJECTS + generated.KINDS + generated.INTENSIFIERS + generated.DOWNTONERS
-        + generated.NEGATED_ADVERBS + generated.PREFIXES + generated.SUFFIXES
+        generated.SUBJECTS
+        + generated.KINDS
+        + generated.INTENSIFIERS
+        + generated.DOWNTONERS
+        + generated.NEGATED_ADVERBS
+        + generated.PREFIXES
+        + generated.SUFFIXES
     )
     assert not set(_words(neutral)) & (POSITIVE_WORDS | NEGATIVE_WORDS)
 
@@ -162,10 +165,12 @@ def test_specific_phenomena_labelled_correctly():
     rows = generate_sentiment(3000, seed=11)
     single = [r for r in rows if not _is_contrast(r["sentence"])]
     # "the plot was not good": negation over a positive word is negative, and vice versa.
-    neg_pos = [r for r in single if " not " in r["sentence"]
-               and any(w in POSITIVE_WORDS for w in _words(r["sentence"]))]
-    neg_neg = [r for r in single if " never " in r["sentence"]
-               and any(w in NEGATIVE_WORDS for w in _words(r["sentence"]))]
+    neg_pos = [
+        r for r in single if " not " in r["sentence"] and any(w in POSITIVE_WORDS for w in _words(r["sentence"]))
+    ]
+    neg_neg = [
+        r for r in single if " never " in r["sentence"] and any(w in NEGATIVE_WORDS for w in _words(r["sentence"]))
+    ]
     assert neg_pos and all(r["label"] == 0 for r in neg_pos)
     assert neg_neg and all(r["label"] == 1 for r in neg_neg)
     # "the score is lovely, but the story is a mess": the clause after "but" decides.
