@@ -447,26 +447,27 @@ def test_compare_fp32_bf16_bf16_pure_reports_memory_held_and_agreement(
 
 
 def test_mlp_recipe_trains_in_bf16_pure_with_a_compensated_sgd(tmp_path, monkeypatch):
+    # A tiny MLP through the run layer: at the seed's width (4096, batch 512) an emulated-bf16 CPU
+    # (no native bf16) spent over ten minutes on this one test.
+    from mixft import run
+    from mixft.config.run_config import RunConfig
+    from recipes import mlp_synthetic
+
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "m"
-    assert (
-        main(
-            [
-                "--recipe",
-                "mlp-synthetic",
-                "--output-dir",
-                str(out),
-                "--no-progress",
-                "--precision",
-                "bf16-pure",
-                "--max-steps",
-                "3",
-            ]
-        )
-        == 0
+    cfg = RunConfig(
+        recipe="mlp-synthetic",
+        device="cpu",
+        batch_size=16,
+        max_steps=3,
+        precisions=["bf16-pure"],
+        extra={"width": 64, "batches": 4, "eval_batches": 1},
+        output_dir=str(out),
     )
-    (run,) = json.loads((out / "results.json").read_text())["runs"]
-    assert run["optimizer"] == "optimi.SGD(kahan_sum=True)" and run["param_dtype"] == "bfloat16"
+    (result,) = run(cfg.with_defaults(mlp_synthetic.DEFAULTS).validate())
+    assert result.steps == 3 and result.skipped_steps == 0
+    (saved,) = json.loads((out / "results.json").read_text())["runs"]
+    assert saved["optimizer"] == "optimi.SGD(kahan_sum=True)" and saved["param_dtype"] == "bfloat16"
 
 
 def test_init_loss_scale_goes_to_fp16_only_when_a_compare_also_trains_bf16_pure(
