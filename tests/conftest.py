@@ -135,3 +135,14 @@ def isolated_hf(monkeypatch, tmp_path):
     hub.hub_reachable.cache_clear()
     yield
     hub.hub_reachable.cache_clear()
+
+
+@pytest.fixture
+def native_bf16_cpu(monkeypatch):
+    """This process answers as a CPU with native bf16 (AMX/AVX-512 BF16): a test about something else
+    reads alike on every CPU kind, without the one-line "no native bf16" notice of an AVX2-only CPU
+    (tests/runs/test_amp_run.py checks that notice on simulated machines of each kind)."""
+    import mixft.amp.hardware
+
+    facts = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: dict(facts))

@@ -91,7 +91,11 @@ def test_notebook_runs_end_to_end(kernel_python3, tiny_budget):
     assert "16 train / 8 eval" in text
     assert "BCEWithLogitsLoss" in text  # the trap cell ran
     markdown = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
-    amp = "fp16" if torch.cuda.is_available() else "bf16"  # what "amp" means on this device
+    # What "amp" means here: fp16 on CUDA; on a CPU, bf16 where torch runs it natively, else fp32 (the --amp policy).
+    from mixft.amp.hardware import native_precisions
+
+    native_bf16 = native_precisions(torch.device("cpu"))["bf16"]
+    amp = "fp16" if torch.cuda.is_available() else ("bf16" if native_bf16 else "fp32")
     assert any("| fp32 |" in m and f"| {amp} |" in m for m in markdown)  # the comparison table
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert any("skipped_steps" in h for h in html)  # the results_frame DataFrame

@@ -21,7 +21,9 @@ def _args(tiny_bert_dir, tiny_data_dir, out):
     ]
 
 
-def test_probe_writes_hardware_and_later_amp_runs_are_told(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch):
+def test_probe_writes_hardware_and_later_amp_runs_are_told(
+    tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch, native_bf16_cpu
+):
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
     code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "p") + ["--probe"])
     printed = capsys.readouterr().out

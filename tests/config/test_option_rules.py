@@ -112,7 +112,7 @@ def assert_refused(code: int, err: str, out: Path, expected: str) -> None:
         ),
     ],
 )
-def test_combinations_refused_on_the_command_line(tmp_path, model, capsys, args, expected):
+def test_combinations_refused_on_the_command_line(tmp_path, model, capsys, args, expected, native_bf16_cpu):
     code, err, out = run_cli(tmp_path, model, *args, capsys=capsys)
     assert_refused(code, err, out, expected)
 

@@ -236,7 +236,9 @@ def test_once_space_is_back_resume_writes_the_results(out, tiny_bert_dir, tiny_d
 
 
 # ------------------------------------------------------------- report.md, the model
-def test_report_md_that_cannot_be_written_keeps_the_results(out, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys):
+def test_report_md_that_cannot_be_written_keeps_the_results(
+    out, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys, native_bf16_cpu
+):
     _replace_fails(errno.EDQUOT)(monkeypatch, "report.md")
     code = main(args(tiny_bert_dir, tiny_data_dir, out, "--compare", "fp32,bf16", "--max-steps", "1"))
     line = one_error_line(capsys)
