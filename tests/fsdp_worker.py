@@ -203,6 +203,29 @@ def stopped_and_resumed(name: str, directory: str):
     return train(name, fsdp=True, before_fit=lambda trainer: load_sharded_checkpoint(trainer, directory))
 
 
+class SignalAt(Callback):
+    """Process ``rank`` sees SIGTERM at the end of step ``step``: the launcher's signal reaching one process first."""
+
+    def __init__(self, handler, rank: int, step: int):
+        self.handler, self.rank, self.step = handler, rank, step
+
+    def on_step_end(self, trainer, info):
+        import signal
+
+        if info.step == self.step and distributed.rank() == self.rank:
+            self.handler.signum = signal.SIGTERM
+
+
+def signalled(name: str, directory: str):
+    """RUNS[name] under FSDP with the CLI's stop-on-signal and a sharded Checkpointer; process 1 alone is signalled."""
+    from mixft.callbacks.checkpointer import Checkpointer
+    from mixft.callbacks.interrupt import SignalHandler, StopOnSignal
+
+    handler = SignalHandler()  # not entered: no handler of the OS's is installed
+    saves = Checkpointer(directory, every=0, minutes=0, sharded=True)  # saves only when told to
+    return train(name, fsdp=True, callbacks=[SignalAt(handler, rank=1, step=2), StopOnSignal(handler), saves])
+
+
 def whole_parameters(module) -> torch.Tensor:
     from mixft.train.fsdp import whole
 
@@ -218,6 +241,11 @@ if __name__ == "__main__":
     for name in checks:
         if name.startswith("resume:"):
             trainer, result, record = stopped_and_resumed(name.removeprefix("resume:"), f"{out}.{name[7:]}.dcp")
+        elif name.startswith("signal:"):
+            trainer, result, record = signalled(name.removeprefix("signal:"), f"{out}.signal.dcp")
+            from mixft.train.sharded_checkpoint import verify_sharded_checkpoint
+
+            result.eval["checkpoint_step"] = verify_sharded_checkpoint(f"{out}.signal.dcp", 2)["meta"]["step"]
         else:
             trainer, result, record = train(name, fsdp=True)
         seen[name] = {
@@ -233,6 +261,8 @@ if __name__ == "__main__":
             "eval": result.eval,
             "skipped": result.skipped_steps,
             "final_loss_scale": result.final_loss_scale,
+            "stop_kind": result.stop_kind,
+            "step": trainer.state.step,
             "samples": trainer.state.samples,
             "grad_norms": [float(x) for x in trainer.state.history["grad_norm"]],
         }

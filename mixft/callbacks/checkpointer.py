@@ -47,6 +47,12 @@ class Checkpointer(Callback):
     saved with the trainer (``save_checkpoint``). ``write_time_s`` adds up the seconds
     spent writing (left out of the training time; the run reports it beside it).
 
+    ``sharded`` (an FSDP trainer): the checkpoint is a directory every process writes its
+    shards into (``mixft.train.sharded_checkpoint``), so this callback runs in every process,
+    and the processes agree on each save before making it (one all-reduce per step): a save
+    that one process skips (its own loss was inf, its clock ran past ``minutes`` first) and
+    another makes would leave the other waiting in the collective.
+
     Usage: ``Trainer(..., callbacks=[Checkpointer("out/checkpoint.pt", every=20)])``
     """
 
@@ -60,6 +66,7 @@ class Checkpointer(Callback):
         keep: int | None = None,
         step_name: str = "checkpoint-step{step}.pt",
         states: Mapping[str, Any] | None = None,
+        sharded: bool = False,
     ):
         NON_NEGATIVE_INT.validate("every", every)  # the options' rule (a UsageError is a ValueError)
         NON_NEGATIVE_FLOAT.validate("minutes", minutes)
@@ -74,18 +81,25 @@ class Checkpointer(Callback):
         self.step_name = step_name
         self.meta = dict(meta or {})
         self.states = dict(states or {})
+        self.sharded = sharded
         self.saved_step: int | None = None  # optimizer step of the latest save
         self.write_time_s = 0.0  # seconds spent writing checkpoints (a resumed run starts from the checkpoint's)
         self._last_save = time.monotonic()
 
     def save(self, trainer: Trainer) -> Path:
-        if self.saved_step is None:
+        if self.saved_step is None and not self.sharded:  # a sharded save clears its own temporary
             _remove_stale_temporaries(self.path)
         start = time.perf_counter()
         with trainer.untimed():  # disk writes are not training speed
             # The time so far goes into the file: a resumed run goes on counting from it.
-            save_checkpoint(trainer, self.path, {**self.meta, "checkpoint_time_s": self.write_time_s}, self.states)
-            if self.keep:
+            meta = {**self.meta, "checkpoint_time_s": self.write_time_s}
+            if self.sharded:
+                from mixft.train.sharded_checkpoint import save_sharded_checkpoint
+
+                save_sharded_checkpoint(trainer, self.path, meta, self.states)  # every process: a collective
+            else:
+                save_checkpoint(trainer, self.path, meta, self.states)
+            if self.keep and _is_writer(self.sharded):
                 self._keep_step_copy(trainer.state.step)
         self.write_time_s += time.perf_counter() - start
         self.saved_step = trainer.state.step
@@ -96,15 +110,30 @@ class Checkpointer(Callback):
         self._last_save = time.monotonic()  # the time cadence counts from the start of this fit
 
     def on_step_end(self, trainer: Trainer, info: StepInfo) -> None:
-        by_steps = self.every and info.step % self.every == 0
-        by_time = self.minutes and time.monotonic() - self._last_save >= self.minutes * 60
-        if (by_steps or by_time) and _loss_is_finite(info.loss):
+        by_steps = bool(self.every and info.step % self.every == 0)  # the same in every process
+        by_time = bool(self.minutes and time.monotonic() - self._last_save >= self.minutes * 60)
+        if not (by_steps or by_time or (self.sharded and self.minutes)):  # no process can be due
+            return
+        due, finite = self._agreed(by_steps or by_time, _loss_is_finite(info.loss))
+        if due and finite:
             self.save(trainer)
 
     def on_epoch_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
         losses = trainer.state.history["loss"]
-        if not losses or _loss_is_finite(losses[-1]):
+        _, finite = self._agreed(True, not losses or _loss_is_finite(losses[-1]))
+        if finite:
             self.save(trainer)
+
+    def _agreed(self, due: bool, finite: bool) -> tuple[bool, bool]:
+        """(due in any process, finite in every process) for a sharded save; this process's own otherwise."""
+        if not self.sharded:
+            return due, finite
+        import torch
+        import torch.distributed as dist
+
+        flags = torch.tensor([int(due), int(not finite)])  # MAX of both: any process due, any process not finite
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        return bool(flags[0]), not bool(flags[1])
 
     def step_checkpoints(self) -> list[Path]:
         """The kept step checkpoints beside ``path``, oldest first.
@@ -121,13 +150,36 @@ class Checkpointer(Callback):
 
     def _keep_step_copy(self, step: int) -> None:
         target = self.path.parent / self.step_name.format(step=step)
-        target.unlink(missing_ok=True)  # a resumed run saving the same step again
-        try:
-            os.link(self.path, target)  # the same bytes under a second name: no second write
-        except OSError:
-            shutil.copyfile(self.path, target)  # a file system without hard links
+        _remove(target)  # a resumed run saving the same step again
+        if self.path.is_dir():  # a sharded checkpoint: a directory of hard links to its files
+            shutil.copytree(self.path, target, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(self.path, target)
         for old in self.step_checkpoints()[: -self.keep]:
-            old.unlink(missing_ok=True)
+            _remove(old)
+
+
+def _is_writer(sharded: bool) -> bool:
+    # A sharded checkpoint is written by every process, its kept copies by process 0 alone.
+    if not sharded:
+        return True
+    import torch.distributed as dist
+
+    return dist.get_rank() == 0
+
+
+def _link_or_copy(source, target) -> None:
+    try:
+        os.link(source, target)  # the same bytes under a second name: no second write
+    except OSError:
+        shutil.copyfile(source, target)  # a file system without hard links
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _remove_stale_temporaries(path: Path) -> None:

@@ -128,9 +128,27 @@ class StopOnSignal(Callback):
         self.handler.armed = False
 
     def _maybe_stop(self, trainer: Trainer) -> None:
-        if self.handler.signum is None:
+        if not _any_process_signalled(trainer, self.handler.signum is not None):
             return
         for cb in trainer.callbacks:
             if isinstance(cb, SavesCheckpoints):
                 self.checkpoint = cb.save(trainer)
-        raise StopTraining(f"{INTERRUPTED} ({self.handler.signal_name})", kind="interrupt")
+        name = self.handler.signal_name or "a signal to another process"  # under FSDP all stop together
+        raise StopTraining(f"{INTERRUPTED} ({name})", kind="interrupt")
+
+
+def _any_process_signalled(trainer: Trainer, here: bool) -> bool:
+    """Whether this process, or under FSDP any process, saw a signal.
+
+    A sharded checkpoint is a collective: every process must stop at the same step and save
+    together, though the launcher's signal reaches each at its own moment. One all-reduce per
+    step decides (FSDP already makes dozens per step); one-process and DDP runs decide alone.
+    """
+    if not getattr(trainer, "fsdp", False):
+        return here
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([int(here)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag[0])

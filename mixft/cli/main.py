@@ -300,7 +300,14 @@ def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
     if device.type == "cpu":
         dropout = "fast dropout on" if cfg.fast_dropout else "torch's dropout"
         lines.append(f"  paths      {dropout}; row-gradient embeddings off (FSDP needs dense gradients)")
-    lines.append("  checkpoint none under --fsdp yet (no --resume); --save-model writes the whole model at the end")
+    if cfg.eval_only:
+        return lines  # nothing trains: no checkpoint
+    single = len(precisions) * len(cfg.seeds) == 1
+    where = f"{cfg.output_dir}/checkpoint.dcp" if single else f"{cfg.output_dir}/checkpoint-<precision>-seed<k>.dcp"
+    lines.append(
+        f"  checkpoint sharded: each process writes its shards into {where}/; --resume continues it with "
+        f"--nproc-per-node {processes}; --save-model writes the whole model at the end"
+    )
     return lines
 
 

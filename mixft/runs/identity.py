@@ -33,6 +33,7 @@ from mixft.options import flag_of
 from mixft.results import RunResult
 from mixft.runs.outdir import RESULTS_NAME, checkpoint_name, recorded_runs
 from mixft.train.checkpoint import CheckpointError, load_checkpoint
+from mixft.train.sharded_checkpoint import is_sharded_checkpoint, settled, verify_sharded_checkpoint
 
 # The options a checkpoint must share with the run that resumes it: each one changes the
 # trajectory (data, model, schedule, injected faults) or the evaluation being reported.
@@ -285,7 +286,11 @@ def plan_resume(cfg: RunConfig, precisions: Sequence[str]) -> ResumePlan:
         return ResumePlan()
     out = Path(cfg.output_dir)
     single = len(precisions) * len(cfg.seeds) == 1
-    checkpoints = {(name, seed): out / checkpoint_name(name, seed, single) for seed in cfg.seeds for name in precisions}
+    checkpoints = {
+        (name, seed): out / checkpoint_name(name, seed, single, sharded=cfg.fsdp)
+        for seed in cfg.seeds
+        for name in precisions
+    }
     return _resume_plan(cfg, checkpoints, {key: run_meta(cfg, *key) for key in checkpoints})
 
 
@@ -312,10 +317,10 @@ def _resume_plan(
             if cfg.save_model and not finished[(name, seed)].stopped_early:
                 _check_final_checkpoint(cfg, path, finished[(name, seed)])
             continue
-        if not path.exists():
+        if not _checkpoint_exists(path):
+            _refuse_other_format(path)
             continue
-        ckpt = load_checkpoint(path, mmap=True)  # CRC-checked; tensors stay on disk
-        check_meta(ckpt, metas[(name, seed)], path, cfg=cfg)
+        check_meta(_read_checkpoint(path), metas[(name, seed)], path, cfg=cfg)
         continued.add((name, seed))
     if not continued and not finished:
         first = next(iter(checkpoints.values()))
@@ -324,6 +329,53 @@ def _resume_plan(
             f"--resume: no checkpoint in {out} (looked for {first.name}); run without --resume to start"
         )
     return ResumePlan(finished=finished, continued=frozenset(continued))
+
+
+def _checkpoint_exists(path: Path) -> bool:
+    # A sharded save killed between its two renames left its previous version aside (settled finds it).
+    return settled(path).exists() if is_sharded_checkpoint(path) else path.exists()
+
+
+def _read_checkpoint(path: Path) -> Mapping[str, Any]:
+    """The checkpoint's ``meta`` (in a dict, as ``check_meta`` reads it), every file's CRC checked first.
+
+    One file: its zip records (tensors stay on disk). A sharded directory: every shard's size and
+    CRC-32 against its manifest, and the number of processes it was written by against this run's.
+    """
+    if not is_sharded_checkpoint(path):
+        return load_checkpoint(path, mmap=True)
+    from mixft import distributed
+
+    try:
+        return verify_sharded_checkpoint(path, world_size=distributed.world_size())
+    except CheckpointError as e:
+        raise CheckpointError(f"--resume: {e}") from None
+
+
+def _refuse_other_format(path: Path) -> None:
+    """A checkpoint in the other format where this run looks: the other launch mode's, refused by name.
+
+    A one-process (or DDP) run's ``checkpoint.pt`` holds whole tensors, an ``--fsdp`` run's
+    ``checkpoint.dcp/`` each process's shards: neither run can continue the other's.
+    """
+    if is_sharded_checkpoint(path):
+        other = path.with_name(path.name.removesuffix(".dcp") + ".pt")
+        if other.exists():
+            raise CheckpointError(
+                f"--resume --fsdp: {other} is the checkpoint of a run without --fsdp (whole tensors, not shards); "
+                "resume it without --fsdp, or rerun without --resume to start over"
+            )
+        return
+    other = settled(path.with_suffix(".dcp"))
+    if other.exists():
+        try:
+            world = verify_sharded_checkpoint(other)["world_size"]
+        except CheckpointError:
+            world = "N"
+        raise CheckpointError(
+            f"--resume: {other} is the sharded checkpoint of an --fsdp run; resume it with torchrun "
+            f"--nproc-per-node {world} scripts/finetune.py ... --fsdp --resume, or rerun without --resume to start over"
+        )
 
 
 def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, RunResult]:
@@ -369,6 +421,12 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
     # it must be there, from these options, and from the run's last step.
     what = f"the {result.precision} seed {result.seed} run finished, but"
     fix = "rerun without --resume (and with --save-model) to train it again"
+    if is_sharded_checkpoint(path):
+        # Its weights are shards in a DCP directory: saving them needs the whole sharded run rebuilt.
+        raise CheckpointError(
+            f"--resume --save-model --fsdp: {what} a finished sharded run's model is not saved from its "
+            f"checkpoint; {fix}"
+        )
     if not path.is_file():
         raise CheckpointError(
             f"--resume --save-model: {what} its checkpoint {path} is gone, so there are no weights to save; {fix}"

@@ -7,6 +7,7 @@ This module is the one place that names what OUTPUT_DIR holds::
     checkpoint.pt                     a single run's checkpoint (mixft.train.checkpoint)
     checkpoint-<prec>-seed<k>.pt      one per run of a comparison or of several seeds
     checkpoint[-<prec>-seed<k>]-step<N>.pt   --save-total-limit's kept step checkpoints (hard links)
+    checkpoint[...].dcp/              the same under --fsdp: sharded directories (mixft.train.sharded_checkpoint)
     config.yaml                       the run's effective options (--config reproduces the run)
     predictions[-<prec>-seed<k>].csv|jsonl   --predict-file's labels, one row per input
     tensorboard/, mlruns/             --report-to's local trackers (mixft.callbacks.trackers)
@@ -46,14 +47,21 @@ PROBE_REPORT_NAME = "probe.md"
 PREVIOUS_PREFIX = "previous-"  # where a new run sets an earlier run aside (mixft.runs.set_aside)
 # Matches every checkpoint name below, single or one of a comparison.
 CHECKPOINT_PATTERN = "checkpoint*.pt"
+# A sharded (--fsdp) run's checkpoints: directories, the same names ending .dcp (mixft.train.sharded_checkpoint).
+SHARDED_SUFFIX = ".dcp"
+SHARDED_CHECKPOINT_PATTERN = "checkpoint*" + SHARDED_SUFFIX
+# A sharded save killed between its two renames leaves the previous checkpoint here (mixft.train.sharded_checkpoint).
+SHARDED_ASIDE_PATTERN = ".checkpoint*" + SHARDED_SUFFIX + ".old"
 
 
-def checkpoint_name(precision: str, seed: int, single: bool = True) -> str:
-    """``checkpoint.pt`` for a single run; ``checkpoint-<precision>-seed<k>.pt`` in a comparison.
+def checkpoint_name(precision: str, seed: int, single: bool = True, sharded: bool = False) -> str:
+    """``checkpoint.pt`` for a single run; ``checkpoint-<precision>-seed<k>.pt`` in a comparison;
+    ``sharded`` (``--fsdp``): the directory ``checkpoint[-<precision>-seed<k>].dcp``.
 
     Usage: ``out / checkpoint_name("bf16", 0, single=False)``
     """
-    return CHECKPOINT_NAME if single else f"checkpoint-{precision}-seed{seed}.pt"
+    name = CHECKPOINT_NAME if single else f"checkpoint-{precision}-seed{seed}.pt"
+    return name.removesuffix(".pt") + SHARDED_SUFFIX if sharded else name
 
 
 def saved_model_name(precision: str, seed: int, single: bool = True) -> str:
@@ -64,12 +72,17 @@ def saved_model_name(precision: str, seed: int, single: bool = True) -> str:
     return SAVED_MODEL_NAME if single else f"{SAVED_MODEL_NAME}-{precision}-seed{seed}"
 
 
-def step_checkpoint_pattern(precision: str, seed: int, single: bool = True) -> str:
-    """The kept step checkpoints' name with ``{step}`` to fill: ``checkpoint-step{step}.pt`` for a single run.
+def step_checkpoint_pattern(precision: str, seed: int, single: bool = True, sharded: bool = False) -> str:
+    """The kept step checkpoints' name with ``{step}`` to fill: ``checkpoint-step{step}.pt`` for a single run
+    (``.dcp`` directories when ``sharded``).
 
     Usage: ``step_checkpoint_pattern("bf16", 0, single=False).format(step=40)  # checkpoint-bf16-seed0-step40.pt``
     """
-    return checkpoint_name(precision, seed, single).removesuffix(".pt") + "-step{step}.pt"
+    return (
+        checkpoint_name(precision, seed, single).removesuffix(".pt")
+        + "-step{step}"
+        + (SHARDED_SUFFIX if sharded else ".pt")
+    )
 
 
 def predictions_name(input_file: str, precision: str, seed: int, single: bool = True) -> str:
@@ -92,17 +105,18 @@ class RunNames:
 
 
 def run_names(
-    precisions: Sequence[str], seeds: Sequence[int], predict_file: str | None = None
+    precisions: Sequence[str], seeds: Sequence[int], predict_file: str | None = None, sharded: bool = False
 ) -> dict[tuple[str, int], RunNames]:
-    """Every (precision, seed) run's file names, in one table (a single run gets the short names).
+    """Every (precision, seed) run's file names, in one table (a single run gets the short names;
+    ``sharded``: the checkpoints are ``.dcp`` directories).
 
     Usage: ``run_names(["fp32", "bf16"], [0])[("bf16", 0)].checkpoint  # checkpoint-bf16-seed0.pt``
     """
     single = len(precisions) * len(seeds) == 1
     return {
         (name, seed): RunNames(
-            checkpoint_name(name, seed, single),
-            step_checkpoint_pattern(name, seed, single),
+            checkpoint_name(name, seed, single, sharded),
+            step_checkpoint_pattern(name, seed, single, sharded),
             saved_model_name(name, seed, single),
             predictions_name(predict_file, name, seed, single) if predict_file else None,
         )
@@ -116,27 +130,27 @@ def has_checkpoint(out: Path) -> bool:
 
     Usage: ``has_checkpoint(Path("outputs/run"))``
     """
-    return any(Path(out).glob(CHECKPOINT_PATTERN))
+    return any(Path(out).glob(CHECKPOINT_PATTERN)) or any(Path(out).glob(SHARDED_CHECKPOINT_PATTERN))
 
 
 def planned_entries(
-    precisions: Sequence[str], seeds: Sequence[int], save_model: bool, predict_file: str | None = None
+    precisions: Sequence[str],
+    seeds: Sequence[int],
+    save_model: bool,
+    predict_file: str | None = None,
+    sharded: bool = False,
 ) -> tuple[list[str], list[str]]:
     """The files and the directories a run of ``precisions`` x ``seeds`` may write (``check_output_dir``'s arguments).
 
     Usage: ``files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=False)``
     """
     single = len(precisions) * len(seeds) == 1
-    files = [
-        RESULTS_NAME,
-        REPORT_NAME,
-        CONFIG_NAME,
-        *(checkpoint_name(n, s, single) for s in seeds for n in precisions),
-    ]
+    checkpoints = [checkpoint_name(n, s, single, sharded) for s in seeds for n in precisions]
+    files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *([] if sharded else checkpoints)]
     if predict_file:
         files += [predictions_name(predict_file, n, s, single) for s in seeds for n in precisions]
     dirs = [saved_model_name(n, s, single) for s in seeds for n in precisions] if save_model else []
-    return files, dirs
+    return files, dirs + (checkpoints if sharded else [])
 
 
 def recorded_runs(out: Path) -> list[Any]:

@@ -38,7 +38,7 @@ class RunFiles:
     ``predictions``: where ``--predict-file``'s labels go (None without one).
     """
 
-    checkpoint: Path
+    checkpoint: Path  # a .dcp directory under --fsdp
     step_checkpoints: str  # the kept step checkpoints' name, "{step}" to fill (beside ``checkpoint``)
     saved_model: Path
     predictions: Path | None
@@ -91,8 +91,9 @@ def make_plan(cfg: RunConfig, precisions: Sequence[str]) -> RunPlan:
     """
     out = Path(cfg.output_dir)
     names, seeds = tuple(precisions), tuple(cfg.seeds)
-    table = run_names(names, seeds, cfg.predict_file)  # every run's names, asked once
-    files, dirs = planned_entries(names, seeds, cfg.save_model, cfg.predict_file)
+    # --fsdp: every checkpoint is a sharded directory (mixft.train.sharded_checkpoint)
+    table = run_names(names, seeds, cfg.predict_file, sharded=cfg.fsdp)  # every run's names, asked once
+    files, dirs = planned_entries(names, seeds, cfg.save_model, cfg.predict_file, sharded=cfg.fsdp)
     if distributed.is_main_process():
         check_output_dir(out, files=files, dirs=dirs)
     # --resume: checkpoints intact and from these options. Read once, here, with each run's identity.

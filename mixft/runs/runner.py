@@ -131,14 +131,7 @@ def _check_fsdp(cfg: RunConfig) -> None:
     """``--fsdp``'s launcher and combinations, before any work (its blocks: ``check_before_training``)."""
     from ..train.fsdp import check_launch
 
-    check_launch()
-    if cfg.resume:
-        # A sharded run's checkpoints are a DCP directory per run (mixft.train.sharded_checkpoint, from Python);
-        # the run layer's --resume plan reads the one-file format only, so the CLI writes none under --fsdp.
-        raise UsageError(
-            "--resume with --fsdp: resuming a sharded run from the command line is not supported yet "
-            "(no checkpoints are written under --fsdp); rerun without --resume"
-        )
+    check_launch()  # --resume's checkpoint (a sharded directory, its world size) is make_plan's to check
     pure = [name for name in cfg.precisions if name in ("bf16-pure", "bf16-true")]
     if pure:
         # FSDP2's policy already keeps fp32 shards and gathers bf16: bf16 weights to shard is another design.
@@ -393,7 +386,7 @@ def _train_one(
     else:
         if run_plan.continues(precision.name, seed):
             # make_plan() has checked its CRCs and metadata; the best-model state comes back with it.
-            saved = resume(trainer, files.checkpoint, verify=False, states=watch.states())
+            saved = _resume(trainer, files.checkpoint, states=watch.states())
             if checkpointer is not None:
                 checkpointer.write_time_s = float(saved.get("checkpoint_time_s") or 0.0)
         memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=run_plan.total > 1)
@@ -419,6 +412,18 @@ def _train_one(
         result.predict = predict_and_write(trainer, predict_source, target, batch_size=cfg.batch_size * 2)
         logger.info("predictions for %s written to %s", predict_source.path, target)
     return result
+
+
+def _resume(trainer, checkpoint: Path, states) -> dict:
+    """Load the run's checkpoint (already checked by ``make_plan``) into ``trainer``: one file, or under
+    ``--fsdp`` every process its shards of the sharded directory (a collective)."""
+    if not trainer.fsdp:
+        return resume(trainer, checkpoint, verify=False, states=states)
+    from mixft.train.sharded_checkpoint import load_sharded_checkpoint
+
+    meta = load_sharded_checkpoint(trainer, checkpoint, verify=False, states=states)
+    logger.info("resuming from %s (step %s, epoch %s)", checkpoint, meta.get("step"), meta.get("epoch"))
+    return meta
 
 
 def _whole_model(recipe, cfg: RunConfig, prepared, precision: Precision, seed: int, trainer):
@@ -528,7 +533,8 @@ def reliability_callbacks(
         callbacks.append(InjectNonFinite(cfg.inject_nonfinite, seed=seed))
     if cfg.detect_collapse:
         callbacks.append(CollapseDetector(cfg.min_loss_scale, cfg.max_consecutive_skips))
-    if distributed.is_main_process() and not cfg.fsdp:  # one writer per file; --fsdp: none (see _check_fsdp)
+    # One writer per file; --fsdp: every process writes its shards of the sharded directory (a collective).
+    if distributed.is_main_process() or cfg.fsdp:
         callbacks.append(
             Checkpointer(
                 checkpoint,
@@ -538,6 +544,7 @@ def reliability_callbacks(
                 keep=cfg.save_total_limit,
                 step_name=step_name,
                 states=states,
+                sharded=cfg.fsdp,
             )
         )
     return callbacks

@@ -28,12 +28,21 @@ from mixft.runs.outdir import (
     REPORT_NAME,
     RESULTS_NAME,
     SAVED_MODEL_NAME,
+    SHARDED_ASIDE_PATTERN,
+    SHARDED_CHECKPOINT_PATTERN,
 )
 
 #: Files a run writes, by pattern (besides results.json, report.md and config.yaml).
 RUN_FILE_PATTERNS = ("*.png", "predictions*.csv", "predictions*.jsonl", CHECKPOINT_PATTERN)
 #: Folders a run writes: saved models, and the local trackers' stores (mixft.callbacks.tracker_prepare's names).
-RUN_DIR_PATTERNS = (f"{SAVED_MODEL_NAME}", f"{SAVED_MODEL_NAME}-*", "tensorboard", "mlruns")
+RUN_DIR_PATTERNS = (
+    f"{SAVED_MODEL_NAME}",
+    f"{SAVED_MODEL_NAME}-*",
+    "tensorboard",
+    "mlruns",
+    SHARDED_CHECKPOINT_PATTERN,  # an --fsdp run's checkpoints are directories
+    SHARDED_ASIDE_PATTERN,  # ... and one a kill left aside, which --resume would otherwise find
+)
 
 
 def run_entries(out: Path) -> list[Path]:
@@ -110,7 +119,8 @@ def _options_of(text: str) -> list[str]:
 
 def _describe(entries: list[Path]) -> str:
     names = [p.name for p in entries]
-    checkpoints = [n for n in names if Path(n).match(CHECKPOINT_PATTERN)]
+    patterns = (CHECKPOINT_PATTERN, SHARDED_CHECKPOINT_PATTERN, SHARDED_ASIDE_PATTERN)
+    checkpoints = [n for n in names if any(Path(n).match(pattern) for pattern in patterns)]
     shown = [n + ("/" if p.is_dir() else "") for n, p in zip(names, entries) if n not in checkpoints]
     if checkpoints:
         shown.append(f"{len(checkpoints)} checkpoint{'s' if len(checkpoints) != 1 else ''}")

@@ -180,12 +180,12 @@ def resume(
     for name, obj in (states or {}).items():
         if name in saved_states:
             obj.load_state_dict(saved_states[name])
-    _start_persistent_loaders(trainer)
+    start_persistent_loaders(trainer)
     logger.info("resuming from %s (step %s, epoch %s)", path, meta.get("step"), meta.get("epoch"))
     return meta
 
 
-def _start_persistent_loaders(trainer: Trainer) -> None:
+def start_persistent_loaders(trainer: Trainer) -> None:
     """Start the worker-backed loaders the interrupted process had started, without drawing.
 
     A DataLoader with ``persistent_workers`` draws its workers' base seed from the global

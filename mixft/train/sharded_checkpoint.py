@@ -18,8 +18,14 @@ renamed into place by process 0 once every process has written and the manifest 
 a kill at any moment leaves the previous checkpoint or the new one. Resuming needs the same
 number of processes (the data each reads and its RNG depend on it): another is refused.
 
-Not yet wired to the command line (``--fsdp`` writes no checkpoint and refuses ``--resume``):
-from Python, on every process (collectives inside)::
+``states`` (the run's best model and early stopping, as ``save_checkpoint`` takes them) go
+with it: their plain fields in each process's blob, and a mapping of tensors (the best
+model's weights: sharded DTensors, each process its own shards) through DCP beside the
+model, shaped like the model's state dict.
+
+The CLI's ``--fsdp`` writes one through the ``Checkpointer`` (``sharded=True``) and
+``--resume`` continues it (``mixft.runs.identity`` checks it first). From Python, on every
+process (collectives inside)::
 
     save_sharded_checkpoint(trainer, "out/checkpoint.dcp", meta={"recipe": "bert-sst2"})
     manifest = verify_sharded_checkpoint("out/checkpoint.dcp")   # CheckpointError if damaged
@@ -41,12 +47,35 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, start_persistent_loaders
 from .trainer import Trainer
 
 FORMAT = "mixft-sharded-checkpoint"
 VERSION = 1
 MANIFEST = "mixft-manifest.json"
+SUFFIX = ".dcp"  # a sharded checkpoint's directory name ends so (mixft.runs.outdir names them)
+IN_SHARDS = "mixft:in-shards"  # a state's field whose tensors went through DCP (its value in the blob)
+
+
+def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names a sharded checkpoint (a ``.dcp`` directory), written or not.
+
+    Usage: ``is_sharded_checkpoint("out/checkpoint.dcp")  # True``
+    """
+    return Path(path).name.endswith(SUFFIX)
+
+
+def settled(directory: str | os.PathLike) -> Path:
+    """Where the sharded checkpoint of ``directory`` is: itself, or its previous version when a kill
+    came between the two renames of a save (the previous one moved aside, the new one not yet in place).
+
+    Usage: ``settled("out/checkpoint.dcp").exists()``
+    """
+    directory = Path(directory)
+    previous = directory.with_name(f".{directory.name}.old")
+    if not directory.exists() and (previous / MANIFEST).is_file():
+        return previous
+    return directory
 
 
 def _crc32(path: Path) -> int:
@@ -61,17 +90,45 @@ def _rest_key(rank: int) -> str:
     return f"trainer/rank{rank}"
 
 
-def _state(trainer: Trainer, rest: bytes) -> dict[str, Any]:
+def _state(trainer: Trainer, rest: bytes, tensors: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model, optimizers = get_state_dict(trainer.module, trainer.optimizers)
-    return {"model": model, "optimizers": optimizers, _rest_key(dist.get_rank()): rest}
+    state = {"model": model, "optimizers": optimizers, _rest_key(dist.get_rank()): rest}
+    if tensors:
+        state["states"] = dict(tensors)
+    return state
+
+
+def _is_tensor_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
+
+
+def _split_states(states: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``states``' state dicts as (plain fields, for the blob; ``{"name/field": tensors}``, for DCP).
+
+    A field that maps names to tensors (the best model's weights) is sharded like the model:
+    pickled whole into the blob it would be one process's shards only, or a gathered copy.
+    """
+    plain: dict[str, Any] = {}
+    tensors: dict[str, Any] = {}
+    for name, obj in (states or {}).items():
+        state = dict(obj.state_dict())
+        for field, value in state.items():
+            if _is_tensor_map(value):
+                tensors[f"{name}/{field}"] = dict(value)
+                state[field] = IN_SHARDS
+        plain[name] = state
+    return plain, tensors
 
 
 def save_sharded_checkpoint(
-    trainer: Trainer, directory: str | os.PathLike, meta: Mapping[str, Any] | None = None
+    trainer: Trainer,
+    directory: str | os.PathLike,
+    meta: Mapping[str, Any] | None = None,
+    states: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``trainer``'s sharded state into ``directory`` (every process its shards), atomically.
+    """Write ``trainer``'s sharded state (and ``states``) into ``directory`` (every process its shards), atomically.
 
     Call on every process, between optimizer steps (``on_step_end``, ``on_epoch_end``).
     Usage: ``save_sharded_checkpoint(trainer, "out/checkpoint.dcp", {"recipe": "bert-sst2"})``
@@ -84,9 +141,11 @@ def save_sharded_checkpoint(
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)  # debris of a process killed while writing
     dist.barrier()
+    plain, tensors = _split_states(states)
     buffer = io.BytesIO()
-    torch.save(trainer.loop_state_dict(), buffer)  # plain objects and RNG tensors: loads with weights_only
-    dcp.save(_state(trainer, buffer.getvalue()), checkpoint_id=str(tmp))
+    # plain objects and RNG tensors: loads with weights_only
+    torch.save({"loop": trainer.loop_state_dict(), "states": plain}, buffer)
+    dcp.save(_state(trainer, buffer.getvalue(), tensors), checkpoint_id=str(tmp))
     dist.barrier()  # every process's files are complete
     if rank == 0:
         files = sorted(p for p in tmp.iterdir() if p.is_file())
@@ -94,6 +153,7 @@ def save_sharded_checkpoint(
             "format": FORMAT,
             "version": VERSION,
             "world_size": world,
+            "sharded_states": sorted(tensors),  # what a load must lay out before DCP fills it
             "meta": {
                 **dict(meta or {}),
                 "precision": trainer.precision.name,
@@ -104,9 +164,12 @@ def save_sharded_checkpoint(
             "files": {p.name: {"bytes": p.stat().st_size, "crc32": _crc32(p)} for p in files},
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        # A directory cannot be renamed over another: the previous one moves aside first, and a kill
+        # between the two renames leaves it there, where ``settled`` finds it. So ".old" is removed
+        # only while a checkpoint stands at ``directory``.
         old = directory.with_name(f".{directory.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
         if directory.exists():
+            shutil.rmtree(old, ignore_errors=True)
             os.replace(directory, old)
         os.replace(tmp, directory)  # the new checkpoint appears whole
         shutil.rmtree(old, ignore_errors=True)
@@ -120,7 +183,7 @@ def verify_sharded_checkpoint(directory: str | os.PathLike, world_size: int | No
 
     Usage: ``verify_sharded_checkpoint("out/checkpoint.dcp", world_size=2)["meta"]["step"]``
     """
-    directory = Path(directory)
+    directory = settled(directory)
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -145,16 +208,23 @@ def verify_sharded_checkpoint(directory: str | os.PathLike, world_size: int | No
     return manifest
 
 
-def load_sharded_checkpoint(trainer: Trainer, directory: str | os.PathLike, *, verify: bool = True) -> dict[str, Any]:
+def load_sharded_checkpoint(
+    trainer: Trainer,
+    directory: str | os.PathLike,
+    *,
+    verify: bool = True,
+    states: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Load a sharded checkpoint into ``trainer`` (built exactly as before); its next ``fit()`` continues the run.
 
-    Call on every process. Returns the checkpoint's meta.
+    Call on every process. ``states``: the objects saved with it, loaded back by name (one the
+    checkpoint lacks keeps its fresh state). Returns the checkpoint's meta.
     Usage: ``load_sharded_checkpoint(trainer, "out/checkpoint.dcp"); trainer.fit()``
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    directory = Path(directory)
+    directory = settled(directory)
     rank = dist.get_rank()
     manifest = (
         verify_sharded_checkpoint(directory, world_size=dist.get_world_size())
@@ -167,11 +237,33 @@ def load_sharded_checkpoint(trainer: Trainer, directory: str | os.PathLike, *, v
             f"sharded checkpoint {directory} was written at {meta.get('precision')}, this run "
             f"trains {trainer.precision.name}"
         )
-    state = _state(trainer, b"")
+    state = _state(trainer, b"", _tensor_layout(trainer, manifest.get("sharded_states", ())))
     dcp.load(state, checkpoint_id=str(directory))
     set_state_dict(
         trainer.module, trainer.optimizers, model_state_dict=state["model"], optim_state_dict=state["optimizers"]
     )
-    rest = state[_rest_key(rank)]
-    trainer.load_loop_state_dict(torch.load(io.BytesIO(rest), weights_only=True))
+    rest = torch.load(io.BytesIO(state[_rest_key(rank)]), weights_only=True)
+    trainer.load_loop_state_dict(rest["loop"])
+    _load_states(states, rest["states"], state.get("states", {}))
+    start_persistent_loaders(trainer)  # as the one-file resume does: DataLoader workers draw as before
     return meta
+
+
+def _tensor_layout(trainer: Trainer, names: Any) -> dict[str, Any]:
+    # The saved tensor maps are copies of the model's state dict (the best weights): fresh tensors
+    # of its shards' shapes and placements, for DCP to fill in place.
+    if not names:
+        return {}
+    layout = {k: v.detach().clone() for k, v in trainer.module.state_dict().items()}
+    return {name: {k: v.clone() for k, v in layout.items()} for name in names}
+
+
+def _load_states(states: Mapping[str, Any] | None, plain: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:
+    for name, obj in (states or {}).items():
+        if name not in plain:
+            continue
+        state = dict(plain[name])
+        for field, value in state.items():
+            if isinstance(value, str) and value == IN_SHARDS:
+                state[field] = tensors[f"{name}/{field}"]
+        obj.load_state_dict(state)

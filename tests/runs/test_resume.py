@@ -110,7 +110,7 @@ def test_resume_with_dataloader_workers_is_bit_identical(
 def test_without_starting_the_workers_loaders_the_resumed_run_diverges(tmp_path, tiny_bert_dir, data, monkeypatch):
     # Guards the test above: persistent workers really do change the random stream on resume.
     ref, snaps = reference_run(tmp_path, tiny_bert_dir, data, monkeypatch, "--num-workers", "2")
-    monkeypatch.setattr(mixft.train.checkpoint, "_start_persistent_loaders", lambda trainer: None)
+    monkeypatch.setattr(mixft.train.checkpoint, "start_persistent_loaders", lambda trainer: None)
     out = tmp_path / "resumed"
     assert resume_from(snaps[6], out, tiny_bert_dir, data, "--num-workers", "2") == 0
     reference, new = weights(ref), weights(out)

@@ -2,47 +2,25 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fsdp_worker  # noqa: E402
-
-
-def torchrun(*args, timeout=300, check=True):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXFT_DIST_BACKEND": "gloo", "PYTHONPATH": str(ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        *args,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-12000:]
-    return proc
+from launch import torchrun  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     """Every check of fsdp_worker.RUNS, trained once under torchrun: ``{name: [rank 0's, rank 1's]}``."""
     out = tmp_path_factory.mktemp("fsdp") / "runs"
-    checks = [*fsdp_worker.RUNS, *RESUMED]
+    checks = [*fsdp_worker.RUNS, *RESUMED, "signal:bert_fp32"]
     torchrun("tests/fsdp_worker.py", str(out), ",".join(checks))
     ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
@@ -132,6 +110,15 @@ def test_sharded_checkpoint_resume_equals_the_run_never_stopped(sharded, resumed
         torch.testing.assert_close(stopped["weights"], never["weights"], rtol=0, atol=0)
         assert stopped["skipped"] == never["skipped"] and stopped["final_loss_scale"] == never["final_loss_scale"]
         assert [s["lr"] for s in stopped["steps"]] == [s["lr"] for s in never["steps"]][2:]
+
+
+def test_a_signal_seen_by_one_process_stops_every_process_after_the_same_step_and_saves(sharded):
+    # torchrun forwards SIGTERM to every process, each at its own moment: here process 1 alone sees it
+    # after step 2. The processes agree at each step end, so both stop there and write the sharded
+    # checkpoint together (a save only one process entered would wait forever in its collectives).
+    for rank in sharded["signal:bert_fp32"]:
+        assert rank["stop_kind"] == "interrupt" and rank["step"] == 2
+        assert rank["eval"]["checkpoint_step"] == 2
 
 
 def test_a_damaged_sharded_checkpoint_is_refused_in_one_line(tmp_path):
@@ -229,7 +216,9 @@ def test_cli_fsdp_trains_and_saves_a_whole_model_that_one_process_evaluates_alik
     assert "fast dropout on; row-gradient embeddings off (FSDP needs dense gradients)" in proc.stdout
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["steps"] == 4  # 16 examples / (2 per rank x 2 ranks)
-    assert not list(out.glob("checkpoint*"))  # none under --fsdp yet (and no torn DTensor pickle)
+    # A sharded checkpoint directory (no torn DTensor pickle): every process's shards, the manifest last.
+    assert [p.name for p in out.glob("checkpoint*")] == ["checkpoint.dcp"]
+    assert json.loads((out / "checkpoint.dcp" / "mixft-manifest.json").read_text())["world_size"] == 2
     # Memory per process: its shards of the parameters, gradients and AdamW state, beside the whole model's.
     memory = run["memory"]
     assert memory["sharding"] == {"kind": "fsdp", "world_size": 2} and len(memory["ranks"]) == 2
@@ -268,7 +257,6 @@ def test_cli_fsdp_without_two_processes_exits_2_in_one_line(
 @pytest.mark.parametrize(
     "extra,words",
     [
-        (["--resume"], "--resume with --fsdp: resuming a sharded run from the command line is not supported yet"),
         (["--precision", "bf16", "--fp32-modules", "encoder.layer.0.output"], "--fp32-modules with --fsdp at bf16"),
         (["--precision", "bf16-pure"], "--fsdp with bf16-pure: the sharded run keeps fp32 shards"),
     ],
