@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmarks.bert import BertSetup, WorkCounter, evaluate_accuracy, prepare_bert
+from benchmarks.bert import BertSetup, WorkCounter, evaluate_accuracy, padding_collator, prepare_bert
 from benchmarks.timing import TimedRegion, markdown_table, rotated
 from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import resolve_device, resolve_precision
@@ -134,7 +134,7 @@ def train_hf_auto(bert, cfg: RunConfig, precision, device, seed: int):
     model = AutoModelForSequenceClassification.from_pretrained(
         bert.prepared.model_path, num_labels=2, dtype=torch.float32
     ).to(device)
-    collate = parts.train_loader.collate_fn
+    collate = padding_collator(parts.train_loader.collate_fn)  # Trainer's model takes padded batches
 
     def long_labels(rows):  # the recipe's labels are floats for its BCE; two logits want class ids
         batch = collate(rows)

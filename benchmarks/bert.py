@@ -23,6 +23,7 @@ import torch
 
 from mixft.amp.precision import Precision
 from mixft.config.run_config import RunConfig
+from mixft.data.packing import PackingCollator, samples_in
 from mixft.recipe import TrainerParts, get_recipe
 
 RECIPE = "bert-sst2"
@@ -112,10 +113,24 @@ def optimizer_groups(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -
     ]
 
 
-def pad_description(loader) -> str:
-    """How ``loader``'s collator pads: ``"x8"`` style multiples, or ``"longest"``."""
-    multiple = getattr(getattr(loader, "collate_fn", None), "pad_to_multiple_of", None)
+def pad_description(collate) -> str:
+    """How a collate function pads: ``"x8"`` style multiples, ``"longest"``, or ``"packed"`` (none computed)."""
+    multiple = getattr(collate, "pad_to_multiple_of", None)
+    if isinstance(collate, PackingCollator):
+        return f"packed rows x{multiple}" if multiple else "packed"
     return f"x{multiple}" if multiple else "longest"
+
+
+def padding_collator(collate):
+    """The padding collator under a ``PackingCollator`` (a peer's model takes padded batches); else ``collate``."""
+    return collate.padding_collator if isinstance(collate, PackingCollator) else collate
+
+
+def sampling_description(cfg: RunConfig) -> str:
+    """mixft's training batches in words: ``"random batches"`` or ``"length-grouped batches (50 per group)"``."""
+    if cfg.group_by_length:
+        return f"length-grouped batches ({cfg.length_group_size} per group)"
+    return "random batches"
 
 
 @torch.inference_mode()
@@ -175,7 +190,7 @@ class WorkCounter:
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         if ids is None:
             return
-        self._samples.append(int(ids.shape[0]))
+        self._samples.append(samples_in({"input_ids": ids, **kwargs}))  # packed rows hold several sentences
         self._padded.append(int(ids.numel()))
         if mask is not None:
             self._real.append(mask.sum())

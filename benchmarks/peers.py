@@ -75,7 +75,9 @@ from .bert import (
     make_scheduler,
     optimizer_groups,
     pad_description,
+    padding_collator,
     prepare_bert,
+    sampling_description,
 )
 from .timing import TimedRegion, markdown_table, mib, ratio, rotated
 
@@ -245,8 +247,8 @@ def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, devi
             "optimizer_groups": optimizer_groups(trainer.optimizer, parts.model),
         }
 
-    pad = pad_description(parts.train_loader)
-    return f"LengthGroupedBatchSampler, pad {pad}, {_optimizer_words(trainer.optimizer)}", train
+    pad = pad_description(parts.train_loader.collate_fn)
+    return f"{sampling_description(cfg)}, pad {pad}, {_optimizer_words(trainer.optimizer)}", train
 
 
 def _setup_hf(
@@ -287,7 +289,8 @@ def _setup_hf(
         model=LossOutputModel(model, parts.loss_fn),
         args=args,
         train_dataset=parts.train_loader.dataset,
-        data_collator=parts.train_loader.collate_fn,
+        # Trainer's own batches: padded (a packed batch is mixft's; Trainer's model takes no sequence_ids).
+        data_collator=padding_collator(parts.train_loader.collate_fn),
         optimizers=(optimizer, scheduler),
     )
     hf.remove_callback(PrinterCallback)  # it prints the final metrics; the library does not print
@@ -304,7 +307,7 @@ def _setup_hf(
         }
 
     flag = {torch.bfloat16: "bf16=True", torch.float16: "fp16=True"}.get(precision.autocast_dtype, "no AMP flag")
-    pad = pad_description(parts.train_loader)
+    pad = pad_description(padding_collator(parts.train_loader.collate_fn))
     return f"{flag}, {sampling}, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)", train
 
 
@@ -347,9 +350,9 @@ def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision,
         accelerator.unwrap_model(wrapped, keep_fp32_wrapper=False)  # evaluation applies its own autocast
         return {"steps": step, "optimizer_groups": optimizer_groups(opt, model)}
 
-    pad = pad_description(loader)
+    pad = pad_description(loader.collate_fn)
     return (
-        f'mixed_precision="{mixed}", LengthGroupedBatchSampler, pad {pad}, recipe\'s {_optimizer_words(optimizer)}'
+        f'mixed_precision="{mixed}", {sampling_description(cfg)}, pad {pad}, recipe\'s {_optimizer_words(optimizer)}'
     ), train
 
 

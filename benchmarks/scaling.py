@@ -37,7 +37,7 @@ from mixft.amp.precision import Precision, amp_precision_names, resolve_device, 
 from mixft.runs.build import build_trainer
 from mixft.train.measure import device_name
 
-from .bert import BertSetup, PreparedBert, WorkCounter, prepare_bert
+from .bert import BertSetup, PreparedBert, WorkCounter, padding_collator, prepare_bert
 from .timing import StepTimer, TimedRegion, markdown_table, mib
 
 PADDINGS = ("max_length", "dynamic")
@@ -116,7 +116,7 @@ def fixed_length_loader(loader: DataLoader, max_length: int) -> DataLoader:
     ``loader`` is a recipe's train loader whose collator is a Hugging Face padding collator
     (a dataclass with ``padding`` and ``max_length``, e.g. ``DataCollatorWithPadding``).
     """
-    collator = loader.collate_fn
+    collator = padding_collator(loader.collate_fn)  # fixed-length rows: the padded form of packed batches
     if not (
         dataclasses.is_dataclass(collator)
         and {"padding", "max_length"} <= {f.name for f in dataclasses.fields(collator)}

@@ -9,7 +9,9 @@ What is switched (all on is what ``scripts/finetune.py`` runs on a CPU; none is 
   instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
 * ``row_embedding_grad``: :mod:`mixft.train.row_grad`'s row gradients into a kept buffer,
   zeroed each step, instead of a freshly allocated vocabulary-sized zero tensor per step
-  (bit-identical gradients).
+  (bit-identical gradients);
+* ``packing``: :mod:`mixft.data.packing`'s packed rows (the batch's sentences end to end,
+  attention within each) instead of the same sentences padded to the longest.
 
 A change that did not beat the machine's noise here was removed (issue 28: cleaning the
 buffer by rows, the norm and clip of the written rows, skipping the clip's multiply by 1.0;
@@ -46,7 +48,8 @@ from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import resolve_device, resolve_precision
 from mixft.runs.build import build_trainer
 
-SWITCHES = ("fast_dropout", "row_embedding_grad")
+SWITCHES = ("fast_dropout", "row_embedding_grad", "packing")
+TRAINER_SWITCHES = ("fast_dropout", "row_embedding_grad")  # the trainer's CPU swaps; packing is the loader's
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -64,15 +67,16 @@ def timed_variant(
     """Seconds of each timed step of a fresh trainer with ``left_out`` switched off."""
     device = resolve_device("cpu")
     precision = resolve_precision(precision_name, device)
-    parts = bert.recipe.build(bert.cfg, bert.prepared, precision, device, seed=0)
-    batch = next(iter(parts.train_loader))
+    built = dataclasses.replace(bert.cfg, pack_sequences="packing" not in left_out)
+    parts = bert.recipe.build(built, bert.prepared, precision, device, seed=0)
+    batch = next(iter(parts.train_loader))  # the same sentences either way: the sampler does not change
     timer = StepTimer()
     parts = dataclasses.replace(parts, train_loader=SameBatch(batch, warmup + steps), eval_loader=None)
     cfg = dataclasses.replace(bert.cfg, epochs=1, max_steps=None, eval_steps=0)
     if max_grad_norm is not None:
         cfg = dataclasses.replace(cfg, max_grad_norm=max_grad_norm)
     trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=0, callbacks=[timer])
-    for name in SWITCHES:
+    for name in TRAINER_SWITCHES:
         if name in left_out and name in trainer.cpu_swaps:
             trainer.cpu_swaps.pop(name).remove()
     trainer.fit()
@@ -155,13 +159,16 @@ def main(argv=None) -> int:
         BertSetup(train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size, device="cpu")
     )
     hw = describe_hardware(resolve_device("cpu"))
-    shown = bert.recipe.build(
-        bert.cfg, bert.prepared, resolve_precision("fp32", resolve_device("cpu")), resolve_device("cpu"), seed=0
-    )
-    shape = tuple(next(iter(shown.train_loader))["input_ids"].shape)
+    cpu = resolve_device("cpu")
+    shapes = {}
+    for packed in (False, True):
+        cfg = dataclasses.replace(bert.cfg, pack_sequences=packed)
+        shown = bert.recipe.build(cfg, bert.prepared, resolve_precision("fp32", cpu), cpu, seed=0)
+        shapes[packed] = tuple(next(iter(shown.train_loader))["input_ids"].shape)
+    (n, width), (rows, capacity) = shapes[False], shapes[True]
     print(
-        f"Step ablation, {bert.cfg.recipe} ({shown.run_info.get('model', bert.cfg.model)}), batch {shape[0]} x "
-        f"{shape[1]} tokens, {args.rounds} rounds x "
+        f"Step ablation, {bert.cfg.recipe} ({shown.run_info.get('model', bert.cfg.model)}), batch {n} x "
+        f"{width} tokens padded, {rows} x {capacity} packed, {args.rounds} rounds x "
         f"({args.warmup} warm-up + {args.steps} timed steps) per variant"
     )
     print(
@@ -181,7 +188,8 @@ def main(argv=None) -> int:
         result = {
             "hardware": hw,
             "args": vars(args),
-            "batch_shape": shape,
+            "batch_shape": shapes[False],
+            "packed_shape": shapes[True],
             "switches": list(SWITCHES),
             "step_times_s": times,
         }

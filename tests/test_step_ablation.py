@@ -17,6 +17,7 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
         frozenset(): 0.10,
         frozenset({"fast_dropout"}): 0.12,
         frozenset({"row_embedding_grad"}): 0.11,
+        frozenset({"packing"}): 0.13,
         frozenset(SWITCHES): 0.15,
     }
 
@@ -25,8 +26,9 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
         return [seconds[left_out] * (2 if precision == "fp32" else 1)] * 3
 
     times = run_ablation(fake, ["fp32", "bf16"], rounds=3)
-    assert len(order) == 3 * 8
-    assert len({order[r * 8] for r in range(3)}) == 3  # a different variant first in each round
+    per_round = 2 * (len(SWITCHES) + 2)  # each precision: all, none, and each switch left out
+    assert len(order) == 3 * per_round
+    assert len({order[r * per_round] for r in range(3)}) == 3  # a different variant first in each round
     assert len(times["bf16/none"]["all"]) == 9 and len(times["bf16/none"]["rounds"]) == 3
     table = ablation_table(times, ["fp32", "bf16"])
     assert "| bf16 | all | 100.0 |" in table and "| fp32 | all | 200.0 |" in table

@@ -226,6 +226,14 @@ def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, process
     )
 
 
+def batch_order_text(cfg: RunConfig) -> str:
+    """Which sentences share a batch, and whether its padding is computed: ``"; random, packed (no padding)"``."""
+    order = f"length-grouped ({cfg.length_group_size} batches per group)" if cfg.group_by_length else "random"
+    if cfg.pack_sequences:
+        return f"; {order}, packed (no padding computed)"
+    return f"; {order}" if cfg.pack_sequences is not None or cfg.group_by_length else ""
+
+
 def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
     from mixft.amp.hardware import hardware_line, native_line
     from mixft.report.probe_result import ProbeResult, probe_line
@@ -263,7 +271,8 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
         say(f"  evaluate   --eval-only: no training; evaluation batches of {cfg.batch_size * 2}")
         say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
         return
-    say(f"  batch      {batch_text(cfg.batch_size, cfg.grad_accum, run_info.get('train_rows'), world_size())}")
+    batch = batch_text(cfg.batch_size, cfg.grad_accum, run_info.get("train_rows"), world_size())
+    say(f"  batch      {batch}{batch_order_text(cfg)}")
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
     steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
     say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")

@@ -229,6 +229,17 @@ class RunConfig:
         metavar="N",
         group=OPTIMISATION,
     )
+    # Packing (mixft.data.packing): random batches without their padding. Exact up to float rounding, but
+    # its dropout masks are drawn over other shapes, so it is part of a run's identity (mixft/runs/identity.py).
+    pack_sequences: bool | None = per_recipe(
+        None,
+        "lay each batch's sentences end to end in a few rows (attention stays within a sentence): "
+        "the same random batches and gradients as padding them, without computing the padding "
+        "(default: on where the recipe's model supports it: bert-sst2)",
+        check=BOOL,
+        negatable=True,
+        group=OPTIMISATION,
+    )
     gradient_checkpointing: bool = per_recipe(
         False,
         "recompute each layer's activations in backward instead of "
@@ -455,8 +466,13 @@ class RunConfig:
                 "(every batch is drawn at random): add --group-by-length or drop --length-group-size"
             )
         if self.eval_only:  # nothing trains: a training option would be silently ignored
+            filled = recipe_defaulted(self)  # the recipe's own training defaults (packing) are not the user's
             for f in fields(self):
-                if f.metadata.get("group") == OPTIMISATION and getattr(self, f.name) != f.default:
+                if (
+                    f.metadata.get("group") == OPTIMISATION
+                    and getattr(self, f.name) != f.default
+                    and f.name not in filled
+                ):
                     raise UsageError(f"--eval-only trains nothing: {flag_of(f)} cannot be combined with it")
 
     def _validate_real_run(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from torch.utils.data import DataLoader
 
 from mixft.data.batching import LengthGroupedBatchSampler
+from mixft.data.packing import PackingCollator
 
 
 def _is_arrow(examples) -> bool:
@@ -49,6 +50,7 @@ def make_loader(
     num_workers: int = 0,
     pin_memory: bool = False,
     group_size: int = 50,
+    pack: bool = False,
 ) -> DataLoader:
     """A DataLoader of length-grouped, dynamically padded batches (see LengthGroupedBatchSampler).
 
@@ -57,6 +59,8 @@ def make_loader(
     with ``input_ids``. From a Dataset the DataLoader fetches each batch with one Arrow read
     (``Dataset.__getitems__``), not one per example. ``group_size``: batches per length
     group when training (the sampler's ``group_factor``); 1 draws every batch at random.
+    ``pack``: each batch's sentences packed into rows without padding (``mixft.data.packing``;
+    the model must take ``sequence_ids``, as ``BertClassifier`` does).
 
     Usage: ``loader = make_loader(train, tokenizer, 32, shuffle=True, seed=0)``
     """
@@ -65,6 +69,8 @@ def make_loader(
     lengths, rows = _lengths_and_rows(examples)
     sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, group_factor=group_size, shuffle=shuffle)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+    if pack:
+        collator = PackingCollator(collator, tokenizer.pad_token_id)
     return DataLoader(
         rows,
         batch_sampler=sampler,

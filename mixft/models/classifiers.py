@@ -24,6 +24,7 @@ from torch import nn
 
 from mixft.errors import UsageError
 from mixft.log import logger
+from mixft.models.packed import block_diagonal_mask, first_tokens
 
 
 class BertClassifier(nn.Module):
@@ -43,12 +44,33 @@ class BertClassifier(nn.Module):
         # Sized from the encoder (the README hard-codes 512 on a 768-wide BERT).
         self.classifier = nn.Linear(encoder.config.hidden_size, 1)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    def forward(
+        self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, sequence_ids=None
+    ) -> torch.Tensor:
+        """Logits (B,) of a padded batch, or of a packed one (``sequence_ids`` given: ``mixft.data.packing``)."""
+        if sequence_ids is not None:
+            return self.classifier(
+                self.dropout(self._packed_pooled(input_ids, token_type_ids, position_ids, sequence_ids))
+            ).squeeze(-1)
+        out = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids
+        )
         # The pooled [CLS] representation (the README unpacks it as `_, pooled = ...`,
         # which no longer works: outputs are a ModelOutput, not a tuple).
         pooled = out.pooler_output if getattr(out, "pooler_output", None) is not None else out.last_hidden_state[:, 0]
         return self.classifier(self.dropout(pooled)).squeeze(-1)
+
+    def _packed_pooled(self, input_ids, token_type_ids, position_ids, sequence_ids) -> torch.Tensor:
+        """The pooled [CLS] of every sentence of packed rows: attention stays within each sentence."""
+        mask = block_diagonal_mask(sequence_ids, getattr(self.encoder.config, "_attn_implementation", None))
+        out = self.encoder(
+            input_ids=input_ids, attention_mask=mask, token_type_ids=token_type_ids, position_ids=position_ids
+        )
+        # out.pooler_output (the encoder's pooler on each row's first token) mixes sentences: not read.
+        # Its cost, rows x hidden x hidden, is under 0.2 % of the step's matmuls (tests/runs/test_probe.py).
+        cls = first_tokens(out.last_hidden_state, sequence_ids, position_ids)
+        pooler = getattr(self.encoder, "pooler", None)
+        return pooler(cls[:, None]) if pooler is not None else cls  # the pooler reads position 0
 
     @torch.no_grad()
     def predict_proba(self, **inputs) -> torch.Tensor:

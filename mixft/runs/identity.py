@@ -79,6 +79,7 @@ TRAJECTORY_OPTIONS = (
     "class_weights",
     "group_by_length",
     "length_group_size",  # which sentences share a batch
+    "pack_sequences",  # dropout masks drawn over packed rows, not padded ones
     # Each evaluation draws from the RNG, the best model and early stopping decide the final weights.
     "eval_steps",
     "metric_for_best",

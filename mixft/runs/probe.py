@@ -58,6 +58,7 @@ from mixft.amp.precision import (
     resolve_precision,
 )
 from mixft.config.run_config import RunConfig, replace_keeping_origin
+from mixft.data.packing import is_packed, samples_in
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.recipe import get_recipe
@@ -552,6 +553,8 @@ def _describe_batch(batch) -> dict[str, Any]:
     shape = list(main.shape) if isinstance(main, torch.Tensor) else []
     return {
         "shape": shape,
-        "samples": shape[0] if shape else None,
+        "samples": samples_in(batch)
+        if is_packed(batch)
+        else (shape[0] if shape else None),  # packed: rows hold several
         "tokens": int(mask.sum()) if isinstance(mask, torch.Tensor) else None,  # real, unpadded
     }

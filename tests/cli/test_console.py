@@ -105,6 +105,7 @@ def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, 
     assert "8000 effective" not in line
     assert line.endswith(
         "= 8000 asked, but the training data has 16 rows: each optimizer step sees all 16 (one step per epoch)"
+        "; random, packed (no padding computed)"  # bert-sst2's batch order, said after the size
     ), line
     assert json.loads((out / "results.json").read_text())["runs"][0]["steps"] == 2  # one per epoch, as said
     # A batch the data fills is said as before; under a launcher the global batch is what counts.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
 
 import pytest
@@ -115,4 +116,21 @@ def test_length_grouping_is_off_by_default_and_opt_in():
 def test_a_length_group_size_without_grouping_is_one_line():
     with pytest.raises(UsageError, match="--length-group-size .* add --group-by-length") as err:
         _parse("--length-group-size", "8").validate()
+    assert "\n" not in str(err.value)
+
+
+def test_bert_sst2_packs_by_default_and_the_other_recipes_refuse_packing():
+    from recipes import bert_sst2, text_classification
+
+    def for_recipe(recipe, module, *argv):
+        cfg = _parse(*argv)
+        cfg = dataclasses.replace(cfg, recipe=recipe)
+        cfg.check_recipe_options(recipe, module.USES, module.DEFAULTS)
+        return cfg.with_defaults(module.DEFAULTS)
+
+    assert for_recipe("bert-sst2", bert_sst2).pack_sequences is True
+    assert for_recipe("bert-sst2", bert_sst2, "--no-pack-sequences").pack_sequences is False
+    assert for_recipe("text-classification", text_classification).pack_sequences is None
+    with pytest.raises(UsageError, match="--pack-sequences") as err:
+        for_recipe("text-classification", text_classification, "--pack-sequences")
     assert "\n" not in str(err.value)

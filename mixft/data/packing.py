@@ -1,0 +1,121 @@
+"""Packed batches: a batch's sentences laid end to end in a few rows, so no compute goes to padding.
+
+A random batch of SST-2 sentences padded to its longest member is two-thirds padding (mean 13
+tokens, longest ~50). Grouping sentences by length pads less but changes which sentences share
+a batch, and that cost accuracy at small budgets (docs/benchmarks.md, "Accuracy at equal
+budget"). Packing keeps the random batch and drops its padding instead: the batch's sentences
+are placed first-fit-decreasing into rows as long as its longest sentence, each sentence's
+positions restart at 0, and the model attends only within a sentence (a block-diagonal mask,
+``mixft.models.packed``). The optimizer step sees the same sentences and, up to float rounding,
+the same gradient as the padded batch (tests/data/test_packing.py, tests/models/test_packed.py).
+
+A packed batch, from the padded one (``input_ids`` etc. of shape (B, L), ``labels`` (B,))::
+
+    input_ids, token_type_ids, ...   (R, C)  every (B, L) tensor, its tokens moved into rows
+    attention_mask                   (R, C)  1 on real tokens (what token counters sum)
+    position_ids                     (R, C)  0, 1, 2, ... within each sentence
+    sequence_ids                     (R, C)  which sentence of the batch a token belongs to; -1: padding
+    labels                           (B,)    unchanged, in the batch's order
+
+Usage::
+
+    collate = PackingCollator(DataCollatorWithPadding(tokenizer, return_tensors="pt"), tokenizer.pad_token_id)
+    loader = DataLoader(rows, batch_sampler=sampler, collate_fn=collate)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+PACKED_KEYS = ("position_ids", "sequence_ids")  # what a packed batch adds to the padded one
+
+
+def is_packed(inputs: Mapping[str, Any]) -> bool:
+    """True for a packed batch (or its inputs): it names each token's sentence."""
+    return isinstance(inputs, Mapping) and "sequence_ids" in inputs
+
+
+def samples_in(inputs: Mapping[str, Any]) -> int:
+    """Sentences in a batch's inputs: rows when padded, ``sequence_ids``' count when packed."""
+    if is_packed(inputs):
+        return int(inputs["sequence_ids"].max()) + 1
+    return int(inputs["input_ids"].shape[0])
+
+
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Sentence indices per row: longest first, each into the first row with room (no row over ``capacity``).
+
+    Usage: ``first_fit_decreasing([5, 3, 2, 4], 6) == [[0], [3, 2], [1]]``
+    """
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if lengths[i] > capacity:
+            raise ValueError(f"a sentence of {lengths[i]} tokens does not fit rows of {capacity}")
+        row = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
+        if row is None:
+            rows.append([])
+            room.append(capacity)
+            row = len(rows) - 1
+        rows[row].append(i)
+        room[row] -= lengths[i]
+    return rows
+
+
+def pack_batch(batch: Mapping[str, Any], pad_token_id: int = 0, pad_to_multiple_of: int | None = None) -> dict:
+    """The packed form of a padded batch (the module docstring's layout); its real tokens keep their order.
+
+    Row length: the longest sentence, rounded up to ``pad_to_multiple_of``. Real tokens are where
+    ``attention_mask`` is 1 (left or right padding alike).
+    """
+    mask = batch["attention_mask"].bool()
+    n, width = mask.shape
+    lengths = mask.sum(1)
+    capacity = int(lengths.max()) if n else 0
+    if pad_to_multiple_of:
+        capacity = -(-capacity // pad_to_multiple_of) * pad_to_multiple_of
+    rows = first_fit_decreasing(lengths.tolist(), capacity)
+    start = torch.zeros(n, dtype=torch.long)  # each sentence's first slot in the flattened rows
+    for r, members in enumerate(rows):
+        offset = r * capacity
+        for i in members:
+            start[i] = offset
+            offset += int(lengths[i])
+    sentence = torch.repeat_interleave(torch.arange(n), lengths)  # of each real token, in batch order
+    first_token = torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+    position = torch.arange(int(lengths.sum())) - first_token
+    target = start[sentence] + position  # where each real token goes
+    source = mask.flatten().nonzero().squeeze(1)  # where it is now
+
+    def scatter(values: torch.Tensor, fill: int) -> torch.Tensor:
+        out = torch.full((len(rows) * capacity,), fill, dtype=values.dtype)
+        out[target] = values.flatten()[source] if values.dim() == 2 else values  # (B, L) or one per real token
+        return out.view(len(rows), capacity)
+
+    packed: dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.shape == (n, width):
+            packed[key] = scatter(value, pad_token_id if key == "input_ids" else 0)
+        else:
+            packed[key] = value  # labels and anything else per sentence
+    packed["position_ids"] = scatter(position, 0)
+    packed["sequence_ids"] = scatter(sentence, -1)
+    return packed
+
+
+class PackingCollator:
+    """Wraps a padding collator (``padding_collator``) and packs what it returns (``pack_batch``).
+
+    Usage: ``PackingCollator(DataCollatorWithPadding(tok, return_tensors="pt"), tok.pad_token_id)``
+    """
+
+    def __init__(self, padding_collator: Callable[[list], Mapping], pad_token_id: int | None):
+        self.padding_collator = padding_collator
+        self.pad_token_id = pad_token_id if pad_token_id is not None else 0
+        self.pad_to_multiple_of = getattr(padding_collator, "pad_to_multiple_of", None)
+
+    def __call__(self, features: list) -> dict:
+        return pack_batch(self.padding_collator(features), self.pad_token_id, self.pad_to_multiple_of)
