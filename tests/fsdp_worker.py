@@ -226,6 +226,24 @@ def signalled(name: str, directory: str):
     return train(name, fsdp=True, callbacks=[SignalAt(handler, rank=1, step=2), StopOnSignal(handler), saves])
 
 
+class NanLossAt(Callback):
+    """Process ``rank``'s loss of step ``step`` reads NaN (its own batch went bad); the others' stay finite."""
+
+    def __init__(self, rank: int, step: int):
+        self.rank, self.step = rank, step
+
+    def on_step_end(self, trainer, info):
+        if info.step == self.step and distributed.rank() == self.rank:
+            trainer.state.history["loss"][-1] = torch.tensor(float("nan"))
+
+
+def collapsed(name: str):
+    """RUNS[name] under FSDP with the CLI's CollapseDetector; process 1 alone sees a NaN loss after step 2."""
+    from mixft.callbacks.faults import CollapseDetector
+
+    return train(name, fsdp=True, callbacks=[NanLossAt(rank=1, step=2), CollapseDetector(check_every=1)])
+
+
 def whole_parameters(module) -> torch.Tensor:
     from mixft.train.fsdp import whole
 
@@ -246,6 +264,8 @@ if __name__ == "__main__":
             from mixft.train.sharded_checkpoint import verify_sharded_checkpoint
 
             result.eval["checkpoint_step"] = verify_sharded_checkpoint(f"{out}.signal.dcp", 2)["meta"]["step"]
+        elif name.startswith("collapse:"):
+            trainer, result, record = collapsed(name.removeprefix("collapse:"))
         else:
             trainer, result, record = train(name, fsdp=True)
         seen[name] = {
@@ -262,6 +282,7 @@ if __name__ == "__main__":
             "skipped": result.skipped_steps,
             "final_loss_scale": result.final_loss_scale,
             "stop_kind": result.stop_kind,
+            "stopped_early": result.stopped_early,
             "step": trainer.state.step,
             "samples": trainer.state.samples,
             "grad_norms": [float(x) for x in trainer.state.history["grad_norm"]],

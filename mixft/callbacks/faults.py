@@ -149,6 +149,7 @@ class CollapseDetector(Callback):
             )
         elif info.step % self.check_every == 0:
             reason = self._check_losses(trainer)
+        reason = _agreed_reason(trainer, reason)
         if reason:
             self._stop(trainer, reason)
 
@@ -156,6 +157,7 @@ class CollapseDetector(Callback):
         reason = self._check_losses(trainer)
         if reason is None and "loss" in metrics and not math.isfinite(metrics["loss"]):
             reason = f"the evaluation loss is {metrics['loss']}"
+        reason = _agreed_reason(trainer, reason)
         if reason:
             self._stop(trainer, reason)
 
@@ -182,7 +184,11 @@ class CollapseDetector(Callback):
     def _stop(self, trainer: Trainer, reason: str) -> None:
         self.reason = reason
         message = f"{COLLAPSE}: {reason}"
-        if self.diagnose:
+        if self.diagnose and getattr(trainer, "fsdp", False):
+            # The diagnosis's forward passes are collectives under FSDP, and how many it runs depends on
+            # each process's own data: processes could wait on each other. Said rather than risked.
+            message += "; no diagnosis under --fsdp (its forward passes would have to run in every process alike)"
+        elif self.diagnose:
             from mixft.amp.diagnose import diagnose
 
             try:
@@ -191,3 +197,26 @@ class CollapseDetector(Callback):
             except Exception as e:  # a failed diagnosis must not hide the collapse itself
                 logger.warning("diagnosis failed: %s: %s", type(e).__name__, e)
         raise StopTraining(message, kind="collapse")
+
+
+def _agreed_reason(trainer: Trainer, reason: str | None) -> str | None:
+    """This process's reason to stop, or under FSDP the first process's that has one: every process stops at
+    the same step, with the same reason.
+
+    A loss can be inf/NaN in one process only (its own batch), and a process that stops alone leaves
+    the others waiting in the next collective (FSDP gathers weights in every forward). One all-reduce
+    per step decides; one-process and DDP runs decide alone (DDP's skips already agree through the
+    all-reduced gradients).
+    """
+    if not getattr(trainer, "fsdp", False):
+        return reason
+    import torch.distributed as dist
+
+    flag = torch.tensor([int(reason is not None)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if not bool(flag[0]):
+        return None
+    reasons: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(reasons, reason)  # only on a stop: every process reports the same reason
+    rank, first = next((r, text) for r, text in enumerate(reasons) if text is not None)
+    return first if len([t for t in reasons if t is not None]) == len(reasons) else f"{first} (in process {rank})"

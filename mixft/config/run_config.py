@@ -331,7 +331,7 @@ class RunConfig:
     )
     save_total_limit: int | None = option(
         None,
-        "also keep the newest K step checkpoints (checkpoint-step<N>.pt, "
+        "also keep the newest K step checkpoints (checkpoint-step<N>.pt, .dcp/ under --fsdp; "
         "hard links: no extra writes); default: only the latest",
         check=POSITIVE_INT,
         metavar="K",
@@ -339,7 +339,7 @@ class RunConfig:
     )
     checkpoint_minutes: float = option(
         10.0,
-        "save OUTPUT_DIR/checkpoint.pt every F minutes of the run and at epoch ends (0: not by time)",
+        "save the run's checkpoint (OUTPUT_DIR/checkpoint.pt; checkpoint.dcp/ under --fsdp) every F minutes of the run and at epoch ends (0: not by time)",
         check=NON_NEGATIVE_FLOAT,
         metavar="F",
         group=RELIABILITY,
@@ -347,7 +347,7 @@ class RunConfig:
     extra: dict[str, Any] = option(None, "recipe-specific options (Python API only)", cli=False, default_factory=dict)
     checkpoint_every: int = option(
         0,
-        "also save OUTPUT_DIR/checkpoint.pt every N optimizer steps (0: by time and at epoch ends only)",
+        "also save the run's checkpoint every N optimizer steps (0: by time and at epoch ends only)",
         check=NON_NEGATIVE_INT,
         metavar="N",
         group=RELIABILITY,

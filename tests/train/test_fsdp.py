@@ -20,7 +20,7 @@ from launch import torchrun  # noqa: E402
 def sharded(tmp_path_factory):
     """Every check of fsdp_worker.RUNS, trained once under torchrun: ``{name: [rank 0's, rank 1's]}``."""
     out = tmp_path_factory.mktemp("fsdp") / "runs"
-    checks = [*fsdp_worker.RUNS, *RESUMED, "signal:bert_fp32"]
+    checks = [*fsdp_worker.RUNS, *RESUMED, "signal:bert_fp32", "collapse:bert_fp32"]
     torchrun("tests/fsdp_worker.py", str(out), ",".join(checks))
     ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
@@ -119,6 +119,18 @@ def test_a_signal_seen_by_one_process_stops_every_process_after_the_same_step_an
     for rank in sharded["signal:bert_fp32"]:
         assert rank["stop_kind"] == "interrupt" and rank["step"] == 2
         assert rank["eval"]["checkpoint_step"] == 2
+
+
+def test_a_collapse_seen_by_one_process_stops_every_process_at_the_same_step_with_its_reason(sharded):
+    # Process 1's loss alone reads NaN after step 2: a process stopping alone would leave the other
+    # waiting in the next forward's weight gathering (the fixture's launch would time out).
+    ranks = sharded["collapse:bert_fp32"]
+    for rank in ranks:
+        assert rank["stop_kind"] == "collapse" and rank["step"] == 2
+        assert "the loss is nan at step 2" in rank["stopped_early"]
+        assert "no diagnosis under --fsdp" in rank["stopped_early"]
+    assert ranks[0]["stopped_early"] == ranks[1]["stopped_early"]  # one reason, said alike in every process
+    assert "(in process 1)" in ranks[0]["stopped_early"]
 
 
 def test_a_damaged_sharded_checkpoint_is_refused_in_one_line(tmp_path):
