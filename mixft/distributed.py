@@ -77,6 +77,19 @@ def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def any_process(*flags: bool) -> list[bool]:
+    """Each flag OR-ed over the processes (one all-reduce for all of them); the flags as given in one process.
+
+    What lets every process take the same branch before a collective (a save, a stop).
+    Usage: ``due, bad = any_process(due_here, bad_here)``
+    """
+    if not is_distributed():
+        return [bool(f) for f in flags]
+    values = torch.tensor([int(bool(f)) for f in flags])
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return [bool(v) for v in values]
+
+
 def all_gather_objects(obj: Any) -> list[Any]:
     if not is_distributed():
         return [obj]

@@ -2,39 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
+import launch
 import pytest
 import torch
-from conftest import free_port
 
 from mixft.data.batching import LengthGroupedBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def torchrun(*args, timeout=240, check=True):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MIXFT_DIST_BACKEND": "gloo", "PYTHONPATH": str(ROOT)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        *args,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-12000:]
-    return proc
+# tests/launch.py's launcher, with this file's own time limit.
+torchrun = functools.partial(launch.torchrun, timeout=240)
 
 
 def test_sharded_batches_cover_every_example_once_with_equal_counts():

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mixft.distributed import any_process
 from mixft.options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_INT
 from mixft.train.checkpoint import save_checkpoint
 from mixft.train.hooks import Callback, StepInfo
@@ -128,12 +129,8 @@ class Checkpointer(Callback):
         """(due in any process, finite in every process) for a sharded save; this process's own otherwise."""
         if not self.sharded:
             return due, finite
-        import torch
-        import torch.distributed as dist
-
-        flags = torch.tensor([int(due), int(not finite)])  # MAX of both: any process due, any process not finite
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        return bool(flags[0]), not bool(flags[1])
+        any_due, any_not_finite = any_process(due, not finite)
+        return any_due, not any_not_finite
 
     def step_checkpoints(self) -> list[Path]:
         """The kept step checkpoints beside ``path``, oldest first.

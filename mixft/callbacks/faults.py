@@ -22,6 +22,7 @@ import random
 
 import torch
 
+from mixft.distributed import all_gather_objects, any_process
 from mixft.log import logger
 from mixft.options import POSITIVE_INT
 from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
@@ -210,13 +211,9 @@ def _agreed_reason(trainer: Trainer, reason: str | None) -> str | None:
     """
     if not getattr(trainer, "fsdp", False):
         return reason
-    import torch.distributed as dist
-
-    flag = torch.tensor([int(reason is not None)])
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if not bool(flag[0]):
+    (anywhere,) = any_process(reason is not None)
+    if not anywhere:
         return None
-    reasons: list[str | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(reasons, reason)  # only on a stop: every process reports the same reason
+    reasons = all_gather_objects(reason)  # only on a stop: every process reports the same reason
     rank, first = next((r, text) for r, text in enumerate(reasons) if text is not None)
     return first if len([t for t in reasons if t is not None]) == len(reasons) else f"{first} (in process {rank})"

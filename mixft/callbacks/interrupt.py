@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from mixft.distributed import any_process
 from mixft.log import logger
 from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
 from mixft.train.trainer import Trainer
@@ -146,9 +147,5 @@ def _any_process_signalled(trainer: Trainer, here: bool) -> bool:
     """
     if not getattr(trainer, "fsdp", False):
         return here
-    import torch
-    import torch.distributed as dist
-
-    flag = torch.tensor([int(here)])
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag[0])
+    (anywhere,) = any_process(here)
+    return anywhere
