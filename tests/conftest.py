@@ -75,6 +75,56 @@ def tiny_data_dir(tmp_path) -> Path:
     return make_data_dir(tmp_path / "sst2", 16, 8)
 
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """The folder ``name`` that ``make(folder)`` fills once per test session, however many xdist
+    workers ask for it: for module fixtures that cost tens of seconds (a torchrun launch, runs
+    measured in fresh processes), which each worker would otherwise pay again. The first worker
+    makes it under a file lock while another asking waits; a failed attempt is made again.
+
+    Usage: ``folder = made_once(tmp_path_factory, "fsdp-runs", lambda folder: launch(folder))``
+    """
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this session's folder, shared by its workers (each has its own below it)
+    folder = base / name
+    with FileLock(str(base / f"{name}.lock")):
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _compared_runs_measure_memory_in_process(request, monkeypatch):
+    """A compared run's CPU peak RSS taken in the test's own process, unless the test is marked
+    ``fresh_memory``.
+
+    Each run of a ``--compare`` / ``--seeds`` on the CPU otherwise starts a fresh Python that
+    imports torch and transformers to train three steps (mixft.runs.fresh_process): about 10 s
+    a run, a third of the suite's time. The tests that check that figure (its scope, that run
+    order cannot move it, what the report says of it) carry the mark and measure it for real;
+    the rest measure what one process gives, the figure a single run reports
+    (``device_figure_scope == "run"``), and assert nothing about it. CLI processes that a test
+    starts are not affected.
+    """
+    if request.node.get_closest_marker("fresh_memory"):
+        yield
+        return
+    import mixft.runs.runner as runner
+
+    measure = runner.measure_before_fit
+
+    def in_this_process(*args, fresh, **kwargs):
+        return measure(*args, fresh=False, **kwargs)
+
+    monkeypatch.setattr(runner, "measure_before_fit", in_this_process)
+    yield
+
+
 # What may differ between two runs of the same computation: clocks and memory gauges.
 TIMING_KEYS = {
     "train_time_s",

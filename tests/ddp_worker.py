@@ -1,6 +1,9 @@
 """Worker for tests/test_distributed.py, started by torchrun: trains a tiny MLP under DDP.
 
-Usage: python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT.pt PRECISION GRAD_ACCUM
+Usage: python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT.pt PRECISION:GRAD_ACCUM[,...]
+
+Each (precision, grad_accum) trains in turn in the same two processes (one launch, one process
+group); rank 0 saves ``{"PRECISION:GRAD_ACCUM": {...}}`` to OUT.pt.
 """
 
 import gc
@@ -61,29 +64,34 @@ def train(precision: str, grad_accum: int):
     return trainer, result
 
 
+def summary(trainer, result) -> dict:
+    """What the test compares with the one-process run: rank 0's weights, counts and metrics."""
+    return {
+        "weights": torch.cat([p.detach().reshape(-1) for p in trainer.module.parameters()]),
+        "steps": result.steps,
+        "eval": result.eval,
+        "samples_per_s": result.train_samples_per_s,
+        "samples": trainer.state.samples,
+        "world": distributed.world_size(),
+        "no_sync_calls": trainer.no_sync_calls,
+        "final_loss_scale": result.final_loss_scale,
+        "skipped": result.skipped_steps,
+    }
+
+
 if __name__ == "__main__":
-    out, precision, grad_accum = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    out, runs = sys.argv[1], sys.argv[2].split(",")
     assert distributed.init_from_env(), "expected to run under torchrun"
-    trainer, result = train(precision, grad_accum=grad_accum)
+    saved = {}
+    for run in runs:
+        precision, grad_accum = run.split(":")
+        trainer, result = train(precision, grad_accum=int(grad_accum))
+        saved[run] = summary(trainer, result)
+        # The DDP wrapper's reducer holds gloo work with tensors: free it while the
+        # interpreter is fully alive, or finalization can abort the process (SIGABRT,
+        # "terminate called without an active exception", seen once in CI).
+        del trainer, result
+        gc.collect()
     if distributed.is_main_process():
-        weights = torch.cat([p.detach().reshape(-1) for p in trainer.module.parameters()])
-        torch.save(
-            {
-                "weights": weights,
-                "steps": result.steps,
-                "eval": result.eval,
-                "samples_per_s": result.train_samples_per_s,
-                "samples": trainer.state.samples,
-                "world": distributed.world_size(),
-                "no_sync_calls": trainer.no_sync_calls,
-                "final_loss_scale": result.final_loss_scale,
-                "skipped": result.skipped_steps,
-            },
-            out,
-        )
-    # The DDP wrapper's reducer holds gloo work with tensors: free it while the
-    # interpreter is fully alive, or finalization can abort the process (SIGABRT,
-    # "terminate called without an active exception", seen once in CI).
-    del trainer, result
-    gc.collect()
+        torch.save(saved, out)
     distributed.shutdown()

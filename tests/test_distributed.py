@@ -10,6 +10,7 @@ from pathlib import Path
 import launch
 import pytest
 import torch
+from conftest import made_once
 
 from mixft.data.batching import LengthGroupedBatchSampler
 
@@ -44,14 +45,25 @@ def test_eval_shards_keep_every_example():
     assert sorted(i for s in shards for b in s for i in b) == list(range(10))
 
 
-@pytest.mark.parametrize("precision,grad_accum", [("fp32", 1), ("bf16", 1), ("fp32", 2), ("fp16", 2)])
-def test_two_process_ddp_equals_single_process_accumulation(tmp_path, precision, grad_accum):
+DDP_RUNS = [("fp32", 1), ("bf16", 1), ("fp32", 2), ("fp16", 2)]
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """Every (precision, grad_accum) of DDP_RUNS trained in one torchrun launch: ``{"fp32:1": {...}, ...}``."""
+    runs = ",".join(f"{p}:{a}" for p, a in DDP_RUNS)
+    folder = made_once(
+        tmp_path_factory, "ddp-runs", lambda folder: torchrun("tests/ddp_worker.py", str(folder / "ddp.pt"), runs)
+    )
+    return torch.load(folder / "ddp.pt")
+
+
+@pytest.mark.parametrize("precision,grad_accum", DDP_RUNS)
+def test_two_process_ddp_equals_single_process_accumulation(ddp_runs, precision, grad_accum):
     sys.path.insert(0, str(ROOT / "tests"))
     import ddp_worker
 
-    out = tmp_path / "ddp.pt"
-    torchrun("tests/ddp_worker.py", str(out), precision, str(grad_accum))
-    ddp = torch.load(out)
+    ddp = ddp_runs[f"{precision}:{grad_accum}"]
     assert ddp["world"] == 2
     # Two ranks x grad_accum micro-batches of 4, gradients averaged == one process
     # accumulating 2 x grad_accum micro-batches of 4.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_data_dir, without_timings
+from conftest import made_once, make_data_dir, make_tiny_bert_dir, without_timings
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -61,13 +61,16 @@ def finetune(*argv: str):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, tiny_bert_dir):
+def reference(tmp_path_factory):
     """The run never stopped: (model, data, output dir), with --save-model."""
-    root = tmp_path_factory.mktemp("fsdp-ref")
-    data = make_data_dir(root / "sst2", 16, 8)
-    out = root / "ref"
-    finetune(*args(tiny_bert_dir, data, out, "--fsdp", "--save-model"))
-    return tiny_bert_dir, data, out
+
+    def train(root):
+        make_tiny_bert_dir(root / "bert")
+        make_data_dir(root / "sst2", 16, 8)
+        finetune(*args(root / "bert", root / "sst2", root / "ref", "--fsdp", "--save-model"))
+
+    root = made_once(tmp_path_factory, "fsdp-reference", train)
+    return root / "bert", root / "sst2", root / "ref"
 
 
 def sharded_state(directory: Path, tmp_path: Path) -> dict:

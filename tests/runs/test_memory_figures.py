@@ -11,6 +11,7 @@ import torch
 from mixft.amp.memory import MEMORY_KEYS
 from mixft.config.run_config import RunConfig
 from mixft.runs.runner import run
+from tests.conftest import made_once, make_data_dir, make_tiny_bert_dir
 
 NUMERIC = ("parameters", "gradients", "optimizer_state", "saved_activations_peak", "device_figure")
 
@@ -30,14 +31,28 @@ def _compare(out, precisions, model, data):
     return {r["precision"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
 
 
-def test_reversed_compare_gives_the_same_memory_figures(tmp_path, tiny_bert_dir, tiny_data_dir):
-    forward = _compare(tmp_path / "a", ["fp32", "bf16"], tiny_bert_dir, tiny_data_dir)
+@pytest.fixture(scope="module")
+def fresh_compare(tmp_path_factory):
+    """``--compare fp32,bf16`` of the tiny BERT on 16 generated sentences, memory measured in fresh
+    processes: (runs by precision, output directory, model directory, data directory)."""
+
+    def compare(root):
+        _compare(root / "o", ["fp32", "bf16"], make_tiny_bert_dir(root / "bert"), make_data_dir(root / "sst2", 16, 8))
+
+    root = made_once(tmp_path_factory, "memory-figures", compare)
+    runs = {r["precision"]: r for r in json.loads((root / "o" / "results.json").read_text())["runs"]}
+    return runs, root / "o", root / "bert", root / "sst2"
+
+
+@pytest.mark.fresh_memory
+def test_reversed_compare_gives_the_same_memory_figures(tmp_path, fresh_compare):
+    forward, _, model, data = fresh_compare
     # What an earlier run may leave allocated in the process (allocator caches, datasets):
     # 256 MiB held, and touched so it is resident, while the reversed compare runs. An
     # in-process peak RSS carries it; a figure that does not depend on run order cannot.
     ballast = torch.ones(64 * 2**20)
     try:
-        backward = _compare(tmp_path / "b", ["bf16", "fp32"], tiny_bert_dir, tiny_data_dir)
+        backward = _compare(tmp_path / "b", ["bf16", "fp32"], model, data)
     finally:
         del ballast
     for precision in ("fp32", "bf16"):
@@ -50,8 +65,9 @@ def test_reversed_compare_gives_the_same_memory_figures(tmp_path, tiny_bert_dir,
     assert forward["bf16"]["memory"]["saved_activations_peak"] == backward["bf16"]["memory"]["saved_activations_peak"]
 
 
-def test_compare_results_carry_memory_parameters_predictions_and_agreement(tmp_path, tiny_bert_dir, tiny_data_dir):
-    runs = _compare(tmp_path / "o", ["fp32", "bf16"], tiny_bert_dir, tiny_data_dir)
+@pytest.mark.fresh_memory
+def test_compare_results_carry_memory_parameters_predictions_and_agreement(fresh_compare):
+    runs, out, _, _ = fresh_compare
     fp32, bf16 = runs["fp32"], runs["bf16"]
     for r in (fp32, bf16):
         assert set(MEMORY_KEYS) <= set(r["memory"])
@@ -68,7 +84,7 @@ def test_compare_results_carry_memory_parameters_predictions_and_agreement(tmp_p
     # Autocast saves bf16 copies of what the matmuls see: fewer bytes than fp32 on the same batch.
     assert bf16["memory"]["saved_activations_peak"] < fp32["memory"]["saved_activations_peak"]
     assert "bfloat16" in bf16["memory"]["saved_by_dtype"] and "bfloat16" not in fp32["memory"]["saved_by_dtype"]
-    report = (tmp_path / "o" / "report.md").read_text()
+    report = (out / "report.md").read_text()
     assert "## Memory breakdown" in report and "## Agreement with fp32" in report
     assert "run order affects it" not in report  # the fresh-process figures do not depend on it
 

@@ -13,16 +13,20 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fsdp_worker  # noqa: E402
+from conftest import made_once  # noqa: E402
 from launch import torchrun  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     """Every check of fsdp_worker.RUNS, trained once under torchrun: ``{name: [rank 0's, rank 1's]}``."""
-    out = tmp_path_factory.mktemp("fsdp") / "runs"
     checks = [*fsdp_worker.RUNS, *RESUMED, "signal:bert_fp32", "collapse:bert_fp32"]
-    torchrun("tests/fsdp_worker.py", str(out), ",".join(checks))
-    ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
+    folder = made_once(
+        tmp_path_factory,
+        "fsdp-runs",
+        lambda folder: torchrun("tests/fsdp_worker.py", str(folder / "runs"), ",".join(checks)),
+    )
+    ranks = [torch.load(folder / f"runs.rank{r}.pt") for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
     return {name: [r["runs"][name] for r in ranks] for name in checks}
 
