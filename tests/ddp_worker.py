@@ -1,12 +1,16 @@
 """Worker for tests/test_distributed.py, started by torchrun: trains a tiny MLP under DDP.
 
-Usage: python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT.pt PRECISION:GRAD_ACCUM[,...]
+Usage: python -m torch.distributed.run --nproc_per_node 2 tests/ddp_worker.py OUT.pt RUN[,...]
 
-Each (precision, grad_accum) trains in turn in the same two processes (one launch, one process
-group); rank 0 saves ``{"PRECISION:GRAD_ACCUM": {...}}`` to OUT.pt.
+RUN is ``PRECISION:GRAD_ACCUM``, or ``collapse:PRECISION:GRAD_ACCUM`` (process 1 alone sees a NaN
+loss after step 2, under the CLI's CollapseDetector) or ``signal:PRECISION:GRAD_ACCUM`` (process 1
+alone sees SIGTERM at the end of step 2, under the CLI's StopOnSignal; process 0 keeps a
+checkpoint, as in the CLI). Each trains in turn in the same two processes (one launch, one
+process group); every process saves ``{RUN: {...}}`` to OUT.pt.rank<N>.
 """
 
 import gc
+import signal
 import sys
 
 import torch
@@ -15,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mixft import distributed
 from mixft.data.batching import LengthGroupedBatchSampler
+from mixft.train.hooks import Callback
 from mixft.train.trainer import Trainer
 
 
@@ -30,7 +35,7 @@ def model():
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 
 
-def train(precision: str, grad_accum: int):
+def train(precision: str, grad_accum: int, callbacks=()):
     x, y = data()
     ds = TensorDataset(x, y)
     # Equal lengths + shuffle=False: the global batch order is simply 0, 1, 2, ...
@@ -48,6 +53,7 @@ def train(precision: str, grad_accum: int):
         max_grad_norm=None,
         predict_fn=lambda out: (out > 0).long().reshape(-1),
         scaler_kwargs={"init_scale": 1024.0},
+        callbacks=callbacks,
     )
     # Count the micro-batches whose all-reduce DDP defers (no_sync): accumulation under
     # DDP must sync once per window, not per micro-batch.
@@ -64,8 +70,44 @@ def train(precision: str, grad_accum: int):
     return trainer, result
 
 
+class NanLossAt(Callback):
+    """Process ``rank``'s loss of step ``step`` reads NaN (its own batch went bad); the other's stays finite."""
+
+    def __init__(self, rank: int, step: int):
+        self.rank, self.step = rank, step
+
+    def on_step_end(self, trainer, info):
+        if info.step == self.step and distributed.rank() == self.rank:
+            trainer.state.history["loss"][-1] = torch.tensor(float("nan"))
+
+
+class SignalAt(Callback):
+    """Process ``rank`` sees SIGTERM at the end of step ``step``: the launcher's signal reaching one process first."""
+
+    def __init__(self, handler, rank: int, step: int):
+        self.handler, self.rank, self.step = handler, rank, step
+
+    def on_step_end(self, trainer, info):
+        if info.step == self.step and distributed.rank() == self.rank:
+            self.handler.signum = signal.SIGTERM
+
+
+def callbacks_for(kind: str, out: str) -> list:
+    from mixft.callbacks.checkpointer import Checkpointer
+    from mixft.callbacks.faults import CollapseDetector
+    from mixft.callbacks.interrupt import SignalHandler, StopOnSignal
+
+    if kind == "collapse":
+        return [NanLossAt(rank=1, step=2), CollapseDetector(check_every=1)]
+    if kind == "signal":
+        handler = SignalHandler()  # not entered: no handler of the OS's is installed
+        saves = [Checkpointer(f"{out}.signal.pt", every=0)] if distributed.is_main_process() else []
+        return [SignalAt(handler, rank=1, step=2), StopOnSignal(handler), *saves]
+    return []
+
+
 def summary(trainer, result) -> dict:
-    """What the test compares with the one-process run: rank 0's weights, counts and metrics."""
+    """What the test compares with the one-process run: this process's weights, counts and metrics."""
     return {
         "weights": torch.cat([p.detach().reshape(-1) for p in trainer.module.parameters()]),
         "steps": result.steps,
@@ -76,6 +118,9 @@ def summary(trainer, result) -> dict:
         "no_sync_calls": trainer.no_sync_calls,
         "final_loss_scale": result.final_loss_scale,
         "skipped": result.skipped_steps,
+        "stop_kind": result.stop_kind,
+        "stopped_early": result.stopped_early,
+        "step": trainer.state.step,
     }
 
 
@@ -84,14 +129,13 @@ if __name__ == "__main__":
     assert distributed.init_from_env(), "expected to run under torchrun"
     saved = {}
     for run in runs:
-        precision, grad_accum = run.split(":")
-        trainer, result = train(precision, grad_accum=int(grad_accum))
+        *kind, precision, grad_accum = run.split(":")
+        trainer, result = train(precision, int(grad_accum), callbacks_for(kind[0] if kind else "", out))
         saved[run] = summary(trainer, result)
         # The DDP wrapper's reducer holds gloo work with tensors: free it while the
         # interpreter is fully alive, or finalization can abort the process (SIGABRT,
         # "terminate called without an active exception", seen once in CI).
         del trainer, result
         gc.collect()
-    if distributed.is_main_process():
-        torch.save(saved, out)
+    torch.save(saved, f"{out}.rank{distributed.rank()}")
     distributed.shutdown()

@@ -48,14 +48,21 @@ def test_eval_shards_keep_every_example():
 DDP_RUNS = [("fp32", 1), ("bf16", 1), ("fp32", 2), ("fp16", 2)]
 
 
+STOPPED = ["collapse:fp32:1", "signal:fp32:1"]
+
+
 @pytest.fixture(scope="module")
 def ddp_runs(tmp_path_factory):
-    """Every (precision, grad_accum) of DDP_RUNS trained in one torchrun launch: ``{"fp32:1": {...}, ...}``."""
-    runs = ",".join(f"{p}:{a}" for p, a in DDP_RUNS)
+    """DDP_RUNS and STOPPED trained in one torchrun launch: ``{"fp32:1": [rank 0's, rank 1's], ...}``
+    (and the signalled run's checkpoint, ``"checkpoint"``)."""
+    runs = [f"{p}:{a}" for p, a in DDP_RUNS] + STOPPED
     folder = made_once(
-        tmp_path_factory, "ddp-runs", lambda folder: torchrun("tests/ddp_worker.py", str(folder / "ddp.pt"), runs)
+        tmp_path_factory,
+        "ddp-runs",
+        lambda folder: torchrun("tests/ddp_worker.py", str(folder / "ddp"), ",".join(runs)),
     )
-    return torch.load(folder / "ddp.pt")
+    ranks = [torch.load(folder / f"ddp.rank{r}") for r in range(2)]
+    return {run: [r[run] for r in ranks] for run in runs} | {"checkpoint": folder / "ddp.signal.pt"}
 
 
 @pytest.mark.parametrize("precision,grad_accum", DDP_RUNS)
@@ -63,7 +70,7 @@ def test_two_process_ddp_equals_single_process_accumulation(ddp_runs, precision,
     sys.path.insert(0, str(ROOT / "tests"))
     import ddp_worker
 
-    ddp = ddp_runs[f"{precision}:{grad_accum}"]
+    ddp = ddp_runs[f"{precision}:{grad_accum}"][0]
     assert ddp["world"] == 2
     # Two ranks x grad_accum micro-batches of 4, gradients averaged == one process
     # accumulating 2 x grad_accum micro-batches of 4.
@@ -80,6 +87,28 @@ def test_two_process_ddp_equals_single_process_accumulation(ddp_runs, precision,
     # Metrics gathered from both ranks' shards equal the single-process evaluation.
     assert ddp["eval"]["accuracy"] == pytest.approx(result.eval["accuracy"])
     assert ddp["eval"]["loss"] == pytest.approx(result.eval["loss"], rel=1e-4)
+
+
+def test_a_collapse_seen_by_one_ddp_process_stops_both_after_the_same_step_with_its_reason(ddp_runs):
+    # Process 1 alone sees a NaN loss after step 2. Stopping alone, it would leave process 0
+    # waiting in the next gradient all-reduce (the launch would time out).
+    ranks = ddp_runs["collapse:fp32:1"]
+    for rank in ranks:
+        assert rank["stop_kind"] == "collapse" and rank["step"] == 2
+        assert "the loss is nan at step 2" in rank["stopped_early"]
+    assert "(in process 1)" in ranks[0]["stopped_early"]
+    torch.testing.assert_close(ranks[0]["weights"], ranks[1]["weights"], rtol=0, atol=0)  # the same 2 steps
+
+
+def test_a_signal_seen_by_one_ddp_process_stops_both_after_the_same_step_and_saves(ddp_runs):
+    from mixft.train.checkpoint import load_checkpoint
+
+    ranks = ddp_runs["signal:fp32:1"]
+    for rank in ranks:
+        assert rank["stop_kind"] == "interrupt" and rank["step"] == 2
+    assert "a signal to another process" in ranks[0]["stopped_early"]  # process 0 saw none itself
+    assert "SIGTERM" in ranks[1]["stopped_early"]
+    assert load_checkpoint(ddp_runs["checkpoint"])["meta"]["step"] == 2  # process 0 saved the step both stopped at
 
 
 def test_text_classification_under_torchrun(tmp_path):

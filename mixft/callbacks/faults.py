@@ -22,7 +22,7 @@ import random
 
 import torch
 
-from mixft.distributed import all_gather_objects, any_process
+from mixft.distributed import all_gather_objects, any_process, is_distributed
 from mixft.log import logger
 from mixft.options import POSITIVE_INT
 from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
@@ -201,15 +201,14 @@ class CollapseDetector(Callback):
 
 
 def _agreed_reason(trainer: Trainer, reason: str | None) -> str | None:
-    """This process's reason to stop, or under FSDP the first process's that has one: every process stops at
-    the same step, with the same reason.
+    """This process's reason to stop, or in a process group (DDP, FSDP) the first process's that has
+    one: every process stops at the same step, with the same reason.
 
     A loss can be inf/NaN in one process only (its own batch), and a process that stops alone leaves
-    the others waiting in the next collective (FSDP gathers weights in every forward). One all-reduce
-    per step decides; one-process and DDP runs decide alone (DDP's skips already agree through the
-    all-reduced gradients).
+    the others waiting in the next collective (DDP's gradient all-reduce, FSDP's weight gathering).
+    One all-reduce per step decides; a one-process run decides alone.
     """
-    if not getattr(trainer, "fsdp", False):
+    if not is_distributed():
         return reason
     (anywhere,) = any_process(reason is not None)
     if not anywhere:

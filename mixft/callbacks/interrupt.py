@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from mixft.distributed import any_process
+from mixft.distributed import any_process, is_distributed
 from mixft.log import logger
 from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
 from mixft.train.trainer import Trainer
@@ -134,18 +134,19 @@ class StopOnSignal(Callback):
         for cb in trainer.callbacks:
             if isinstance(cb, SavesCheckpoints):
                 self.checkpoint = cb.save(trainer)
-        name = self.handler.signal_name or "a signal to another process"  # under FSDP all stop together
+        name = self.handler.signal_name or "a signal to another process"  # in a process group all stop together
         raise StopTraining(f"{INTERRUPTED} ({name})", kind="interrupt")
 
 
 def _any_process_signalled(trainer: Trainer, here: bool) -> bool:
-    """Whether this process, or under FSDP any process, saw a signal.
+    """Whether this process, or in a process group (DDP, FSDP) any process, saw a signal.
 
-    A sharded checkpoint is a collective: every process must stop at the same step and save
-    together, though the launcher's signal reaches each at its own moment. One all-reduce per
-    step decides (FSDP already makes dozens per step); one-process and DDP runs decide alone.
+    The launcher's signal reaches each process at its own moment; one that stops alone leaves the
+    others waiting in the next collective (DDP's gradient all-reduce; a sharded checkpoint is one
+    too). One all-reduce per step decides, so every process stops after the same step; a
+    one-process run decides alone.
     """
-    if not getattr(trainer, "fsdp", False):
+    if not is_distributed():
         return here
     (anywhere,) = any_process(here)
     return anywhere
