@@ -77,17 +77,26 @@ def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def max_over_processes(*values: int) -> list[int]:
+    """Each integer's largest value over the processes (one all-reduce for all of them); the values as
+    given in one process.
+
+    Usage: ``(signum,) = max_over_processes(signum_here or 0)``
+    """
+    if not is_distributed():
+        return [int(v) for v in values]
+    reduced = torch.tensor([int(v) for v in values])
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
+    return [int(v) for v in reduced]
+
+
 def any_process(*flags: bool) -> list[bool]:
     """Each flag OR-ed over the processes (one all-reduce for all of them); the flags as given in one process.
 
     What lets every process take the same branch before a collective (a save, a stop).
     Usage: ``due, bad = any_process(due_here, bad_here)``
     """
-    if not is_distributed():
-        return [bool(f) for f in flags]
-    values = torch.tensor([int(bool(f)) for f in flags])
-    dist.all_reduce(values, op=dist.ReduceOp.MAX)
-    return [bool(v) for v in values]
+    return [bool(v) for v in max_over_processes(*(int(bool(f)) for f in flags))]
 
 
 def all_gather_objects(obj: Any) -> list[Any]:

@@ -121,6 +121,8 @@ def summary(trainer, result) -> dict:
         "stop_kind": result.stop_kind,
         "stopped_early": result.stopped_early,
         "step": trainer.state.step,
+        # What the CLI would exit with: the signal this process stopped for (StopOnSignal's handler), if any.
+        "exit_code": next((cb.handler.exit_code for cb in trainer.callbacks if hasattr(cb, "handler")), None),
     }
 
 

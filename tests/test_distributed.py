@@ -106,8 +106,9 @@ def test_a_signal_seen_by_one_ddp_process_stops_both_after_the_same_step_and_sav
     ranks = ddp_runs["signal:fp32:1"]
     for rank in ranks:
         assert rank["stop_kind"] == "interrupt" and rank["step"] == 2
-    assert "a signal to another process" in ranks[0]["stopped_early"]  # process 0 saw none itself
-    assert "SIGTERM" in ranks[1]["stopped_early"]
+    # Process 0 saw none itself: it stops, says and exits (143) as process 1 does.
+    assert ranks[0]["stopped_early"] == ranks[1]["stopped_early"] == "interrupted (SIGTERM)"
+    assert ranks[0]["exit_code"] == ranks[1]["exit_code"] == 143
     assert load_checkpoint(ddp_runs["checkpoint"])["meta"]["step"] == 2  # process 0 saved the step both stopped at
 
 

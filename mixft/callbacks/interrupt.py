@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from mixft.distributed import any_process, is_distributed
+from mixft.distributed import is_distributed, max_over_processes
 from mixft.log import logger
 from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
 from mixft.train.trainer import Trainer
@@ -68,7 +68,8 @@ class SignalHandler:
 
     def __init__(self, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)):
         self.signals = signals
-        self.signum: int | None = None  # the first signal received, if any
+        self.signum: int | None = None  # the first signal received (or adopted from another process), if any
+        self._received = False  # a signal reached this process itself
         self.armed = False  # True while a fit can stop gracefully
         self._previous: dict[int, object] = {}
 
@@ -91,12 +92,23 @@ class SignalHandler:
             signal.signal(sig, previous)
         self._previous.clear()
 
+    def adopt(self, signum: int) -> None:
+        """Stop for another process's signal as for one of this process's own (its name, its exit code).
+        A signal that reaches this process later is still its first: it does not end the save in flight.
+
+        Usage: ``handler.adopt(signal.SIGTERM)``
+        """
+        if self.signum is None:
+            self.signum = signum
+
     def _handle(self, signum: int, frame) -> None:
-        if self.signum is not None or not self.armed:
+        if self._received or not self.armed:
             # A second signal, or nothing to stop gracefully: leave now.
+            self._received = True
             self.signum = self.signum or signum
             raise Interrupted(signum)
-        self.signum = signum
+        self._received = True
+        self.signum = self.signum or signum
         logger.warning(
             "%s: stopping after the current step and saving a checkpoint; send it again to quit at once",
             signal.Signals(signum).name,
@@ -129,24 +141,27 @@ class StopOnSignal(Callback):
         self.handler.armed = False
 
     def _maybe_stop(self, trainer: Trainer) -> None:
-        if not _any_process_signalled(trainer, self.handler.signum is not None):
+        signum = _signal_anywhere(self.handler.signum)
+        if signum is None:
             return
+        # Another process's signal (a launcher forwards one to every process, each at its own
+        # moment): this process stops at the same step, and says and exits as if it had seen it.
+        self.handler.adopt(signum)
         for cb in trainer.callbacks:
             if isinstance(cb, SavesCheckpoints):
                 self.checkpoint = cb.save(trainer)
-        name = self.handler.signal_name or "a signal to another process"  # in a process group all stop together
-        raise StopTraining(f"{INTERRUPTED} ({name})", kind="interrupt")
+        raise StopTraining(f"{INTERRUPTED} ({self.handler.signal_name})", kind="interrupt")
 
 
-def _any_process_signalled(trainer: Trainer, here: bool) -> bool:
-    """Whether this process, or in a process group (DDP, FSDP) any process, saw a signal.
+def _signal_anywhere(here: int | None) -> int | None:
+    """The signal this process saw, or in a process group (DDP, FSDP) the one any process saw
+    (the larger number if they differ); None when none did.
 
-    The launcher's signal reaches each process at its own moment; one that stops alone leaves the
-    others waiting in the next collective (DDP's gradient all-reduce; a sharded checkpoint is one
-    too). One all-reduce per step decides, so every process stops after the same step; a
-    one-process run decides alone.
+    A process that stops alone leaves the others waiting in the next collective (DDP's gradient
+    all-reduce; a sharded checkpoint is one too). One all-reduce per step decides, so every
+    process stops after the same step; a one-process run decides alone.
     """
     if not is_distributed():
         return here
-    (anywhere,) = any_process(here)
-    return anywhere
+    (signum,) = max_over_processes(here or 0)
+    return signum or None

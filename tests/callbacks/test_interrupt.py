@@ -110,6 +110,19 @@ def test_second_signal_raises_at_once():
     assert e.value.exit_code == 130 and raiser.steps_after_signal == 0
 
 
+def test_a_signal_adopted_from_another_process_keeps_this_processs_own_first_signal_graceful():
+    # Under torchrun the processes agree on a signal one of them saw; the launcher's copy of it can
+    # reach this process later, during the checkpoint save: that is its first signal, not a second.
+    with SignalHandler() as handler:
+        handler.armed = True
+        handler.adopt(signal.SIGTERM)
+        assert (handler.signal_name, handler.exit_code) == ("SIGTERM", 143)
+        signal.raise_signal(signal.SIGTERM)  # no Interrupted: the stop already under way goes on
+        assert handler.signum == signal.SIGTERM
+        with pytest.raises(Interrupted):
+            signal.raise_signal(signal.SIGTERM)  # a second one here: leave at once
+
+
 def test_signal_outside_training_raises_at_once_and_library_installs_no_handler():
     make_trainer().fit()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the Trainer left signals alone
