@@ -10,6 +10,7 @@ joining a group (every refusal comes before one would be needed).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
@@ -27,33 +28,14 @@ from launch import torchrun  # noqa: E402
 from mixft import distributed  # noqa: E402
 from mixft.cli.main import main  # noqa: E402
 from mixft.train.sharded_checkpoint import verify_sharded_checkpoint  # noqa: E402
+from tests.cli_runs import bert_sst2_args  # noqa: E402
 
 # 16 train sentences, 2 per process x 2 processes: 4 optimizer steps per epoch, 2 epochs = 8 steps,
 # evaluated at steps 4 and 8 (--load-best on by default with 2 epochs).
 STEPS = 8
 
 
-def args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--recipe",
-        "bert-sst2",
-        "--model",
-        str(model),
-        "--data-dir",
-        str(data),
-        "--batch-size",
-        "2",
-        "--epochs",
-        "2",
-        "--checkpoint-every",
-        "1",
-        "--save-total-limit",
-        "3",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+args = functools.partial(bert_sst2_args, batch_size=2, epochs=2, checkpoint_every=1, save_total_limit=3)
 
 
 def finetune(*argv: str):

@@ -8,6 +8,7 @@ with the reference's weights, bit for bit.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -21,34 +22,15 @@ import mixft.train.checkpoint
 from mixft.callbacks.checkpointer import Checkpointer
 from mixft.cli.main import main
 from mixft.train.checkpoint import load_checkpoint
+from tests.cli_runs import bert_sst2_args
 
 # 16 train sentences, batch 4: 4 optimizer steps per epoch, 3 epochs = 12 steps.
 STEPS = 12
 
 
-def args(model: Path, data: Path | str, out: Path, *extra: str) -> list[str]:
-    return [
-        "--recipe",
-        "bert-sst2",
-        "--model",
-        str(model),
-        "--data-dir",
-        str(data),
-        "--max-train-samples",
-        "16",
-        "--max-eval-samples",
-        "8",
-        "--batch-size",
-        "4",
-        "--epochs",
-        "3",
-        "--checkpoint-every",
-        "1",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+args = functools.partial(
+    bert_sst2_args, max_train_samples=16, max_eval_samples=8, batch_size=4, epochs=3, checkpoint_every=1
+)
 
 
 def reference_run(tmp_path: Path, model: Path, data: Path, monkeypatch, *extra: str) -> tuple[Path, dict[int, Path]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mixft.cli.main import main
+from tests.cli_runs import text_classification_args
 from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
@@ -25,24 +26,7 @@ def run(tmp_path: Path, model: Path, rows_train, rows_dev, *args: str) -> tuple[
     train = write_csv(tmp_path / "train.csv", ["text", "label"], rows_train)
     dev = write_csv(tmp_path / "dev.csv", ["text", "label"], rows_dev)
     out = tmp_path / "out"
-    code = main(
-        [
-            "--recipe",
-            "text-classification",
-            "--model",
-            str(model),
-            "--train-file",
-            str(train),
-            "--validation-file",
-            str(dev),
-            "--batch-size",
-            "4",
-            "--output-dir",
-            str(out),
-            "--no-progress",
-            *args,
-        ]
-    )
+    code = main(text_classification_args(model, train, dev, out, *args))
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import functools
 import json
 import os
 import tempfile
@@ -25,33 +26,14 @@ import mixft.train.checkpoint
 from mixft.atomic import WriteFailed, atomic_path
 from mixft.cli.main import EXIT_WRITE_FAILED, main
 from mixft.train.checkpoint import load_checkpoint
+from tests.cli_runs import bert_sst2_args
 
 EARLIER = b'{"runs": [], "note": "an earlier run\'s results: must survive a failed write"}\n'
 
 
-def args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--recipe",
-        "bert-sst2",
-        "--model",
-        str(model),
-        "--data-dir",
-        str(data),
-        "--max-train-samples",
-        "16",
-        "--max-eval-samples",
-        "8",
-        "--batch-size",
-        "4",
-        "--epochs",
-        "1",
-        "--checkpoint-every",
-        "1",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+args = functools.partial(
+    bert_sst2_args, max_train_samples=16, max_eval_samples=8, batch_size=4, epochs=1, checkpoint_every=1
+)
 
 
 @pytest.fixture

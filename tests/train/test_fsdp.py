@@ -16,6 +16,8 @@ import fsdp_worker  # noqa: E402
 from conftest import made_once  # noqa: E402
 from launch import torchrun  # noqa: E402
 
+from tests.cli_runs import bert_sst2_args  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
@@ -199,23 +201,7 @@ def test_transformer_blocks_found_in_every_tiny_architecture_and_lora():
 
 
 def finetune_args(model, data, out, *extra):
-    return [
-        "scripts/finetune.py",
-        "--recipe",
-        "bert-sst2",
-        "--model",
-        str(model),
-        "--data-dir",
-        str(data),
-        "--batch-size",
-        "2",
-        "--epochs",
-        "1",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+    return ["scripts/finetune.py", *bert_sst2_args(model, data, out, *extra, batch_size=2, epochs=1)]
 
 
 def test_cli_fsdp_trains_and_saves_a_whole_model_that_one_process_evaluates_alike(
