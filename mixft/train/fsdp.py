@@ -144,8 +144,21 @@ def shard_model(model: nn.Module, precision: Precision, device: torch.device) ->
             fully_shard(unit, mesh=mesh, mp_policy=fp32_policy)
     for block in transformer_blocks(model):
         fully_shard(block, mesh=mesh, mp_policy=policy)
+    # Registered before the root's fully_shard, so it runs before FSDP2's own post-forward hook.
+    model.register_forward_hook(_output_not_a_view)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
+
+
+def _output_not_a_view(module: nn.Module, args, output):
+    # A classifier's logits are often a view (``logits.squeeze(-1)``), and FSDP2 warns on every
+    # such forward that an in-place op on the view would skip its pre-backward hook ("can cause
+    # backward to fail or produce wrong gradients"). mixft never changes the logits in place; a
+    # copy of them (batch-sized, same values and gradients) is an output of its own, and the
+    # alarm is not raised for nothing.
+    if isinstance(output, torch.Tensor) and output._base is not None:
+        return output.clone()
+    return None
 
 
 def is_sharded(model: nn.Module) -> bool:
