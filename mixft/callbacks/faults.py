@@ -150,7 +150,7 @@ class CollapseDetector(Callback):
             )
         elif info.step % self.check_every == 0:
             reason = self._check_losses(trainer)
-        reason = _agreed_reason(trainer, reason)
+        reason = _agreed_reason(reason)
         if reason:
             self._stop(trainer, reason)
 
@@ -158,7 +158,7 @@ class CollapseDetector(Callback):
         reason = self._check_losses(trainer)
         if reason is None and "loss" in metrics and not math.isfinite(metrics["loss"]):
             reason = f"the evaluation loss is {metrics['loss']}"
-        reason = _agreed_reason(trainer, reason)
+        reason = _agreed_reason(reason)
         if reason:
             self._stop(trainer, reason)
 
@@ -200,7 +200,7 @@ class CollapseDetector(Callback):
         raise StopTraining(message, kind="collapse")
 
 
-def _agreed_reason(trainer: Trainer, reason: str | None) -> str | None:
+def _agreed_reason(reason: str | None) -> str | None:
     """This process's reason to stop, or in a process group (DDP, FSDP) the first process's that has
     one: every process stops at the same step, with the same reason.
 
