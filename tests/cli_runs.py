@@ -30,49 +30,30 @@ def run_cli(tmp_path: Path, model: Path, *args: str, capsys=None) -> tuple[int, 
     """Run the toy job with ``args``; returns (exit code, stderr stripped when ``capsys`` is given, output dir)."""
     train, dev = toy_files(tmp_path / "data")
     out = tmp_path / "out"
-    code = main(text_classification_args(model, train, dev, out, *args))
+    code = main(text_classification_args(model, train, dev, out, *args, batch_size=4))
     err = capsys.readouterr().err.strip() if capsys is not None else ""
     return code, err, out
 
 
-def text_classification_args(model: Path, train: Path, dev: Path, out: Path, *extra: str) -> list[str]:
-    """``--recipe text-classification`` on ``model`` and two CSV files, batch 4, written to ``out``,
-    without progress bars, then ``extra`` as given."""
-    return [
-        "--recipe",
-        "text-classification",
-        "--model",
-        str(model),
-        "--train-file",
-        str(train),
-        "--validation-file",
-        str(dev),
-        "--batch-size",
-        "4",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+def text_classification_args(model: Path, train: Path, dev: Path, out: Path, *extra: str, **options) -> list[str]:
+    """``--recipe text-classification`` on ``model`` and two CSV files, written to ``out`` (see ``_argv``).
+
+    Usage: ``main(text_classification_args(model, train, dev, out, "--lora", batch_size=4, lr="5e-3"))``
+    """
+    return _argv(
+        "text-classification", model, ["--train-file", str(train), "--validation-file", str(dev)], out, extra, options
+    )
 
 
 def bert_sst2_args(model: Path, data: Path | str, out: Path, *extra: str, **options) -> list[str]:
-    """``--recipe bert-sst2`` on ``model`` and the GLUE-layout folder ``data``, written to ``out``, without
-    progress bars: each keyword option a flag (``batch_size=4``: ``--batch-size 4``), then ``extra`` as given.
+    """``--recipe bert-sst2`` on ``model`` and the GLUE-layout folder ``data``, written to ``out`` (see ``_argv``).
 
     A test file fixes its job's options once: ``args = functools.partial(bert_sst2_args, epochs=3)``.
     """
+    return _argv("bert-sst2", model, ["--data-dir", str(data)], out, extra, options)
+
+
+def _argv(recipe: str, model: Path, data: list[str], out: Path, extra: tuple[str, ...], options: dict) -> list[str]:
+    # Each keyword option is a flag (batch_size=4: --batch-size 4), then no progress bars, then ``extra`` as given.
     flags = [part for name, value in options.items() for part in (f"--{name.replace('_', '-')}", str(value))]
-    return [
-        "--recipe",
-        "bert-sst2",
-        "--model",
-        str(model),
-        "--data-dir",
-        str(data),
-        *flags,
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+    return ["--recipe", recipe, "--model", str(model), *data, *flags, "--output-dir", str(out), "--no-progress", *extra]

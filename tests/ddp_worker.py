@@ -10,7 +10,6 @@ process group); every process saves ``{RUN: {...}}`` to OUT.pt.rank<N>.
 """
 
 import gc
-import signal
 import sys
 
 import torch
@@ -19,8 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mixft import distributed
 from mixft.data.batching import LengthGroupedBatchSampler
-from mixft.train.hooks import Callback
 from mixft.train.trainer import Trainer
+from tests.one_process_sees import NanLossAt, SignalAt
 
 
 def data():
@@ -68,28 +67,6 @@ def train(precision: str, grad_accum: int, callbacks=()):
         trainer.model.no_sync = counting_no_sync
     result = trainer.fit()
     return trainer, result
-
-
-class NanLossAt(Callback):
-    """Process ``rank``'s loss of step ``step`` reads NaN (its own batch went bad); the other's stays finite."""
-
-    def __init__(self, rank: int, step: int):
-        self.rank, self.step = rank, step
-
-    def on_step_end(self, trainer, info):
-        if info.step == self.step and distributed.rank() == self.rank:
-            trainer.state.history["loss"][-1] = torch.tensor(float("nan"))
-
-
-class SignalAt(Callback):
-    """Process ``rank`` sees SIGTERM at the end of step ``step``: the launcher's signal reaching one process first."""
-
-    def __init__(self, handler, rank: int, step: int):
-        self.handler, self.rank, self.step = handler, rank, step
-
-    def on_step_end(self, trainer, info):
-        if info.step == self.step and distributed.rank() == self.rank:
-            self.handler.signum = signal.SIGTERM
 
 
 def callbacks_for(kind: str, out: str) -> list:

@@ -22,6 +22,7 @@ from mixft import distributed  # noqa: E402
 from mixft.data.batching import LengthGroupedBatchSampler  # noqa: E402
 from mixft.train.hooks import Callback  # noqa: E402
 from mixft.train.trainer import Trainer  # noqa: E402
+from tests.one_process_sees import NanLossAt, SignalAt  # noqa: E402
 
 VOCAB, ROWS, SEQ = 96, 32, 12
 
@@ -203,19 +204,6 @@ def stopped_and_resumed(name: str, directory: str):
     return train(name, fsdp=True, before_fit=lambda trainer: load_sharded_checkpoint(trainer, directory))
 
 
-class SignalAt(Callback):
-    """Process ``rank`` sees SIGTERM at the end of step ``step``: the launcher's signal reaching one process first."""
-
-    def __init__(self, handler, rank: int, step: int):
-        self.handler, self.rank, self.step = handler, rank, step
-
-    def on_step_end(self, trainer, info):
-        import signal
-
-        if info.step == self.step and distributed.rank() == self.rank:
-            self.handler.signum = signal.SIGTERM
-
-
 def signalled(name: str, directory: str):
     """RUNS[name] under FSDP with the CLI's stop-on-signal and a sharded Checkpointer; process 1 alone is signalled."""
     from mixft.callbacks.checkpointer import Checkpointer
@@ -224,17 +212,6 @@ def signalled(name: str, directory: str):
     handler = SignalHandler()  # not entered: no handler of the OS's is installed
     saves = Checkpointer(directory, every=0, minutes=0, sharded=True)  # saves only when told to
     return train(name, fsdp=True, callbacks=[SignalAt(handler, rank=1, step=2), StopOnSignal(handler), saves])
-
-
-class NanLossAt(Callback):
-    """Process ``rank``'s loss of step ``step`` reads NaN (its own batch went bad); the others' stay finite."""
-
-    def __init__(self, rank: int, step: int):
-        self.rank, self.step = rank, step
-
-    def on_step_end(self, trainer, info):
-        if info.step == self.step and distributed.rank() == self.rank:
-            trainer.state.history["loss"][-1] = torch.tensor(float("nan"))
 
 
 def collapsed(name: str):

@@ -321,33 +321,14 @@ def test_a_lora_run_resumed_mid_way_ends_bit_identical(dirs, tmp_path, monkeypat
     from mixft.callbacks.checkpointer import Checkpointer
     from mixft.cli.main import main
     from mixft.train.checkpoint import load_checkpoint
-    from tests.cli_runs import toy_files
+    from tests.cli_runs import text_classification_args, toy_files
 
     train, dev = toy_files(tmp_path / "data")  # 24 rows, batch 4: 6 steps per epoch, 12 in all
 
     def argv(out):
-        return [
-            "--recipe",
-            "text-classification",
-            "--model",
-            str(dirs["bert"]),
-            "--train-file",
-            str(train),
-            "--validation-file",
-            str(dev),
-            "--batch-size",
-            "4",
-            "--epochs",
-            "2",
-            "--lr",
-            "5e-3",
-            "--lora",
-            "--checkpoint-every",
-            "1",
-            "--output-dir",
-            str(out),
-            "--no-progress",
-        ]
+        return text_classification_args(
+            dirs["bert"], train, dev, out, "--lora", batch_size=4, epochs=2, lr="5e-3", checkpoint_every=1
+        )
 
     snaps, save = {}, Checkpointer.save
 

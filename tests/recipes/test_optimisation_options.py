@@ -13,6 +13,7 @@ from mixft.amp.precision import PRECISIONS
 from mixft.cli.main import main
 from mixft.config.run_config import RunConfig
 from recipes import bert_sst2, text_classification
+from tests.cli_runs import text_classification_args
 from tests.recipes.test_text_classification import NAMES, regression_tsv, three_class_csv, write_csv
 from tests.tiny_models import TOY_ROWS
 
@@ -133,26 +134,7 @@ def test_weight_decay_reaches_adamw_param_groups(tmp_path, tiny_bert_dir, tiny_d
 
 def tc_run(tmp_path, name, model, train, dev, *extra) -> dict:
     out = tmp_path / name
-    code = main(
-        [
-            "--recipe",
-            "text-classification",
-            "--model",
-            str(model),
-            "--train-file",
-            str(train),
-            "--validation-file",
-            str(dev),
-            "--batch-size",
-            "8",
-            "--max-steps",
-            "3",
-            "--output-dir",
-            str(out),
-            "--no-progress",
-            *extra,
-        ]
-    )
+    code = main(text_classification_args(model, train, dev, out, *extra, batch_size=8, max_steps=3))
     assert code == 0
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     return run

@@ -23,6 +23,7 @@ from conftest import without_timings
 from mixft.callbacks.checkpointer import Checkpointer
 from mixft.cli.main import build_parser, main
 from mixft.train.checkpoint import load_checkpoint
+from tests.cli_runs import text_classification_args
 from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
@@ -45,26 +46,7 @@ def data(tmp_path) -> tuple[Path, Path]:
 
 def run(out: Path, model: Path, data: tuple[Path, Path], *args: str) -> tuple[int, dict]:
     train, dev = data
-    code = main(
-        [
-            "--recipe",
-            "text-classification",
-            "--model",
-            str(model),
-            "--train-file",
-            str(train),
-            "--validation-file",
-            str(dev),
-            "--batch-size",
-            "4",
-            "--lr",
-            "0.003",
-            "--output-dir",
-            str(out),
-            "--no-progress",
-            *args,
-        ]
-    )
+    code = main(text_classification_args(model, train, dev, out, *args, batch_size=4, lr="0.003"))
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 

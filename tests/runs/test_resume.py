@@ -22,7 +22,7 @@ import mixft.train.checkpoint
 from mixft.callbacks.checkpointer import Checkpointer
 from mixft.cli.main import main
 from mixft.train.checkpoint import load_checkpoint
-from tests.cli_runs import bert_sst2_args
+from tests.cli_runs import bert_sst2_args, text_classification_args
 
 # 16 train sentences, batch 4: 4 optimizer steps per epoch, 3 epochs = 12 steps.
 STEPS = 12
@@ -192,23 +192,7 @@ def test_a_changed_train_file_is_refused(tmp_path, tiny_bert_dir, monkeypatch, c
     train.write_text(rows)
     dev.write_text(rows)
     out = tmp_path / "out"
-    common = [
-        "--recipe",
-        "text-classification",
-        "--model",
-        str(tiny_bert_dir),
-        "--train-file",
-        str(train),
-        "--validation-file",
-        str(dev),
-        "--batch-size",
-        "4",
-        "--checkpoint-every",
-        "1",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-    ]
+    common = text_classification_args(tiny_bert_dir, train, dev, out, batch_size=4, checkpoint_every=1)
     monkeypatch.setattr(Checkpointer, "on_epoch_end", lambda self, trainer, metrics: None)  # keep a mid-run state
     assert main(common + ["--max-steps", "2"]) == 0
     assert load_checkpoint(out / "checkpoint.pt")["meta"]["step"] == 2

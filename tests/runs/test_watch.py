@@ -26,7 +26,7 @@ def run(tmp_path: Path, model: Path, rows_train, rows_dev, *args: str) -> tuple[
     train = write_csv(tmp_path / "train.csv", ["text", "label"], rows_train)
     dev = write_csv(tmp_path / "dev.csv", ["text", "label"], rows_dev)
     out = tmp_path / "out"
-    code = main(text_classification_args(model, train, dev, out, *args))
+    code = main(text_classification_args(model, train, dev, out, *args, batch_size=4))
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 
