@@ -67,8 +67,8 @@ DEFAULTS = {
     "lr": 5e-5,
     "max_grad_norm": 1.0,
     "max_length": 128,
-    # Random batches without their padding: Trainer's default sampling's accuracy at the speed of
-    # length-grouped batches (docs/benchmarks.md, "Accuracy at equal budget").
+    # Random batches without their padding: accuracy within noise of Trainer's default random sampling,
+    # at about the cost per real token of length-grouped batches (docs/benchmarks.md, "Packing").
     "pack_sequences": True,
 }
 # The quick demo budget: the size of mixft's generated set when no real data is found.

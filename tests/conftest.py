@@ -104,8 +104,9 @@ def _compared_runs_measure_memory_in_process(request, monkeypatch):
     ``fresh_memory``.
 
     Each run of a ``--compare`` / ``--seeds`` on the CPU otherwise starts a fresh Python that
-    imports torch and transformers to train three steps (mixft.runs.fresh_process): about 10 s
-    a run, a third of the suite's time. The tests that check that figure (its scope, that run
+    imports torch and transformers to train three steps (mixft.runs.fresh_process): 9.2-10.8 s
+    a run, a third of the suite's time (measured 2026-11-27 on a 2-core AMD EPYC, AVX2 only: none
+    of amx_bf16, avx512_bf16, avx512_fp16). The tests that check that figure (its scope, that run
     order cannot move it, what the report says of it) carry the mark and measure it for real;
     the rest measure what one process gives, the figure a single run reports
     (``device_figure_scope == "run"``), and assert nothing about it. CLI processes that a test

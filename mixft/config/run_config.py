@@ -234,7 +234,8 @@ class RunConfig:
     pack_sequences: bool | None = per_recipe(
         None,
         "lay each batch's sentences end to end in a few rows (attention stays within a sentence): "
-        "the same random batches and gradients as padding them, without computing the padding "
+        "the same random batches and, up to float rounding, the same gradients as padding them, "
+        "without computing the padding "
         "(default: on where the recipe's model supports it: bert-sst2)",
         check=BOOL,
         negatable=True,
