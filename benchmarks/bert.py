@@ -217,17 +217,22 @@ def encoder_config(model: torch.nn.Module):
 def bert_matmul_flops(config, shapes) -> int:
     """Matmul FLOPs of one training step (forward + backward) of a ``BertClassifier``.
 
-    ``shapes``: the padded ``(batch, length)`` of each micro-batch in the step. Counted:
-    every encoder Linear on every (padded) token, the attention products ``QK^T`` and
-    ``AV``, the pooler and classifier on the [CLS] tokens; 2 FLOPs per multiply-add,
-    backward = 2 x forward (input and weight gradients). Not counted: embeddings
-    (lookups), softmax, LayerNorm, GELU, dropout, the optimizer (no matmuls).
+    ``shapes``: the padded ``(batch, length)`` of each micro-batch in the step. Counted, as
+    ``BertClassifier`` computes them (``mixft.models.first_token_encoder``): every Linear of
+    every layer but the last on every (padded) token, with the attention products ``QK^T``
+    and ``AV``; in the last layer the keys and values of every token and the rest (query,
+    attention output, feed-forward, ``QK^T`` and ``AV``) for the [CLS] tokens only; the pooler
+    and classifier on the [CLS] tokens. 2 FLOPs per multiply-add, backward = 2 x forward
+    (input and weight gradients). Not counted: embeddings (lookups), softmax, LayerNorm,
+    GELU, dropout, the optimizer (no matmuls).
     """
     h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    per_token = layers * (4 * h * h + 2 * h * inter)  # Q, K, V, O + the two FFN matrices
+    per_token = 4 * h * h + 2 * h * inter  # Q, K, V, O + the two FFN matrices
     total = 0
     for batch, length in shapes:
-        linear = per_token * batch * length + (h * h + h) * batch  # + pooler and classifier on [CLS]
-        attention = layers * 2 * batch * length * length * h  # QK^T and AV, all heads together
+        tokens = batch * length
+        linear = (layers - 1) * per_token * tokens + 2 * h * h * tokens  # the last layer: K and V of every token
+        linear += (per_token - 2 * h * h) * batch + (h * h + h) * batch  # its Q, O, FFN; pooler, classifier on [CLS]
+        attention = (layers - 1) * 2 * batch * length * length * h + 2 * batch * length * h
         total += 2 * 3 * (linear + attention)
     return total

@@ -25,8 +25,8 @@ atexit.register(shutil.rmtree, os.environ["TRACKIO_DIR"], ignore_errors=True)
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
-def make_tiny_bert_dir(path: Path, seed: int = 0) -> Path:
-    """Save a 1-layer, 32-wide BertModel plus the shipped tokenizer into ``path``."""
+def make_tiny_bert_dir(path: Path, seed: int = 0, layers: int = 1) -> Path:
+    """Save a ``layers``-layer (default 1), 32-wide BertModel plus the shipped tokenizer into ``path``."""
     from transformers import BertConfig, BertModel
 
     from mixft.models.hub import shipped_model_dir
@@ -35,7 +35,7 @@ def make_tiny_bert_dir(path: Path, seed: int = 0) -> Path:
     config = BertConfig(
         vocab_size=30522,
         hidden_size=32,
-        num_hidden_layers=1,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=37,
         max_position_embeddings=128,

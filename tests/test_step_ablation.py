@@ -18,6 +18,7 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
         frozenset({"fast_dropout"}): 0.12,
         frozenset({"row_embedding_grad"}): 0.11,
         frozenset({"packing"}): 0.13,
+        frozenset({"first_token_encoder"}): 0.14,
         frozenset(SWITCHES): 0.15,
     }
 

@@ -24,7 +24,8 @@ from torch import nn
 
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.models.packed import block_diagonal_mask, first_tokens
+from mixft.models.first_token_encoder import first_token_states, reads_first_tokens_only
+from mixft.models.packed import block_diagonal_mask, first_token_places
 
 
 class BertClassifier(nn.Module):
@@ -48,29 +49,28 @@ class BertClassifier(nn.Module):
         self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, sequence_ids=None
     ) -> torch.Tensor:
         """Logits (B,) of a padded batch, or of a packed one (``sequence_ids`` given: ``mixft.data.packing``)."""
-        if sequence_ids is not None:
-            return self.classifier(
-                self.dropout(self._packed_pooled(input_ids, token_type_ids, position_ids, sequence_ids))
-            ).squeeze(-1)
-        out = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids
-        )
-        # The pooled [CLS] representation (the README unpacks it as `_, pooled = ...`,
-        # which no longer works: outputs are a ModelOutput, not a tuple).
-        pooled = out.pooler_output if getattr(out, "pooler_output", None) is not None else out.last_hidden_state[:, 0]
+        if sequence_ids is not None:  # packed rows: attention stays within each sentence
+            mask = block_diagonal_mask(sequence_ids, getattr(self.encoder.config, "_attn_implementation", None))
+            rows, positions = first_token_places(sequence_ids, position_ids)
+        else:  # one sentence per row, its [CLS] first
+            mask = attention_mask
+            rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+            positions = torch.zeros_like(rows)
+        cls = self._cls_states(input_ids, mask, token_type_ids, position_ids, rows, positions)
+        pooler = getattr(self.encoder, "pooler", None)
+        pooled = pooler(cls[:, None]) if pooler is not None else cls  # the pooler reads position 0
         return self.classifier(self.dropout(pooled)).squeeze(-1)
 
-    def _packed_pooled(self, input_ids, token_type_ids, position_ids, sequence_ids) -> torch.Tensor:
-        """The pooled [CLS] of every sentence of packed rows: attention stays within each sentence."""
-        mask = block_diagonal_mask(sequence_ids, getattr(self.encoder.config, "_attn_implementation", None))
+    def _cls_states(self, input_ids, mask, token_type_ids, position_ids, rows, positions) -> torch.Tensor:
+        """(B, H): the encoder's last hidden state at each sentence's [CLS] (rows[i], positions[i])."""
+        if reads_first_tokens_only(self.encoder):  # the last layer computes these tokens only
+            return first_token_states(self.encoder, input_ids, mask, token_type_ids, position_ids, rows, positions)
+        # The whole encoder; its own pooler_output (on each row's first token, which in packed rows
+        # mixes sentences) is not read: B x hidden x hidden, under 0.2 % of a step's matmuls.
         out = self.encoder(
             input_ids=input_ids, attention_mask=mask, token_type_ids=token_type_ids, position_ids=position_ids
         )
-        # out.pooler_output (the encoder's pooler on each row's first token) mixes sentences: not read.
-        # Its cost, rows x hidden x hidden, is under 0.2 % of the step's matmuls (tests/runs/test_probe.py).
-        cls = first_tokens(out.last_hidden_state, sequence_ids, position_ids)
-        pooler = getattr(self.encoder, "pooler", None)
-        return pooler(cls[:, None]) if pooler is not None else cls  # the pooler reads position 0
+        return out.last_hidden_state[rows, positions]
 
     @torch.no_grad()
     def predict_proba(self, **inputs) -> torch.Tensor:

@@ -9,7 +9,8 @@ Usage (inside a classifier's forward)::
 
     mask = block_diagonal_mask(sequence_ids, encoder.config._attn_implementation)
     hidden = encoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
-    cls = first_tokens(hidden, sequence_ids, positions)     # (B, H), in the batch's sentence order
+    rows, starts = first_token_places(sequence_ids, positions)
+    cls = hidden[rows, starts]                               # (B, H), in the batch's sentence order
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def block_diagonal_mask(sequence_ids: torch.Tensor, attn_implementation: str | N
     return allowed
 
 
-def first_tokens(hidden: torch.Tensor, sequence_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-    """(B, H): each sentence's first token's state ([CLS] for BERT), ordered by sentence id."""
-    starts = (position_ids == 0) & (sequence_ids >= 0)
-    order = torch.argsort(sequence_ids[starts])
-    return hidden[starts][order]
+def first_token_places(sequence_ids: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, positions), each (B,): where each sentence's first token sits, ordered by sentence id."""
+    starts = ((position_ids == 0) & (sequence_ids >= 0)).nonzero()
+    order = torch.argsort(sequence_ids[starts[:, 0], starts[:, 1]])
+    return starts[order, 0], starts[order, 1]
