@@ -15,7 +15,8 @@ A candidate is a framework, optionally with ``RunConfig`` options after a colon
   collator, optimizer, schedule; ``benchmarks.peers``) with ``group_by_length`` (its fastest
   sampling here) or ``random`` (its default);
 * ``hf-auto``: ``transformers.Trainer`` as a user would run it: ``AutoModelForSequenceClassification``
-  (two logits, Trainer's own optimizer and schedule: no warm-up, no weight decay) on the same rows.
+  (two logits, Trainer's own optimizer and schedule: no warm-up, no weight decay) on the same rows;
+  ``hf-auto-grouped``: the same with ``group_by_length`` (Trainer's fastest sampling here).
 
 Every run: ``--epochs`` (1) over the first N training rows of ``--data-dir`` for each of ``--sizes``,
 batch ``--batch-size`` (32), ``--lr`` (5e-5), clip 1.0, ``--precision`` (fp32), one seed; accuracy on
@@ -52,7 +53,7 @@ from mixft.amp.precision import resolve_device, resolve_precision
 from mixft.atomic import write_json
 from mixft.config.run_config import RunConfig
 
-FRAMEWORKS = ("mixft", "mixft-2logit", "hf-grouped", "hf-random", "hf-auto")
+FRAMEWORKS = ("mixft", "mixft-2logit", "hf-grouped", "hf-random", "hf-auto", "hf-auto-grouped")
 _BOOLS = {"true": True, "false": False}
 
 
@@ -118,8 +119,10 @@ def train_hf(bert, cfg: RunConfig, precision, device, seed: int, sampling: str):
     return parts.model, parts.eval_loader, parts.predict_fn, train
 
 
-def train_hf_auto(bert, cfg: RunConfig, precision, device, seed: int):
-    """Trainer + AutoModelForSequenceClassification with TrainingArguments' own defaults but the budget."""
+def train_hf_auto(bert, cfg: RunConfig, precision, device, seed: int, sampling: str = "random"):
+    """Trainer + AutoModelForSequenceClassification with TrainingArguments' own defaults but the budget.
+
+    ``sampling``: ``"random"`` (Trainer's default) or ``"group_by_length"`` (its fastest here)."""
     import shutil
     import tempfile
 
@@ -149,6 +152,7 @@ def train_hf_auto(bert, cfg: RunConfig, precision, device, seed: int):
         learning_rate=cfg.lr,
         max_grad_norm=cfg.clip_norm or 0.0,
         seed=seed,
+        train_sampling_strategy=sampling,
         bf16=precision.autocast_dtype == torch.bfloat16,
         fp16=precision.autocast_dtype == torch.float16,
         eval_strategy="no",
@@ -181,8 +185,9 @@ def one_run(bert, candidate: str, precision_name: str, seed: int) -> dict:
         model, eval_loader, predict_fn, train = train_mixft(
             bert, cfg, precision, device, seed, framework == "mixft-2logit"
         )
-    elif framework == "hf-auto":
-        model, eval_loader, predict_fn, train = train_hf_auto(bert, cfg, precision, device, seed)
+    elif framework in ("hf-auto", "hf-auto-grouped"):
+        sampling = "group_by_length" if framework == "hf-auto-grouped" else "random"
+        model, eval_loader, predict_fn, train = train_hf_auto(bert, cfg, precision, device, seed, sampling)
     else:
         model, eval_loader, predict_fn, train = train_hf(
             bert, cfg, precision, device, seed, "group_by_length" if framework == "hf-grouped" else "random"

@@ -1,7 +1,7 @@
 """Whole-step ablation of mixft's CPU step changes: each one left out of the real trainer, rotated rounds.
 
 ``python benchmarks/step_ablation.py [--rounds 3] [--steps 12] [--warmup 3] [--precisions fp32,bf16]
-[--batch-size 32] [--max-grad-norm X] [--json FILE]``
+[--batch-size 32] [--max-grad-norm X] [--data-dir DIR] [--json FILE]``
 
 What is switched (all on is what ``scripts/finetune.py`` runs on a CPU; none is torch's own step):
 
@@ -155,6 +155,7 @@ def main(argv=None) -> int:
         help="comma-separated variants to run beside all (default: every one: " + ", ".join(variants()) + ")",
     )
     p.add_argument("--max-grad-norm", type=float, help="the clip limit (default: the recipe's)")
+    p.add_argument("--data-dir", help="a GLUE-layout SST-2 directory whose first batch is timed (default: generated)")
     p.add_argument("--json", help="also write the raw step times here")
     args = p.parse_args(argv)
     if min(args.rounds, args.steps, args.batch_size) < 1 or args.warmup < 1:
@@ -164,7 +165,13 @@ def main(argv=None) -> int:
     if set(only) - set(variants()):
         p.error(f"unknown variant(s) {sorted(set(only) - set(variants()))}; choose from {', '.join(variants())}")
     bert = prepare_bert(
-        BertSetup(train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size, device="cpu")
+        BertSetup(
+            train_samples=args.batch_size,
+            eval_samples=8,
+            batch_size=args.batch_size,
+            device="cpu",
+            data_dir=args.data_dir,
+        )
     )
     hw = describe_hardware(resolve_device("cpu"))
     cpu = resolve_device("cpu")
