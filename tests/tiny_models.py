@@ -231,3 +231,22 @@ def toy_batch(tokenizer, task: str, pairs: bool = False) -> dict[str, torch.Tens
     else:
         raise ValueError(f"unknown toy task {task!r}")
     return {**batch, "labels": labels}
+
+
+def uneven_bert_batch() -> dict[str, torch.Tensor]:
+    """Toy sentences of 1 to 4 toy rows' length (so real padding) and one pair (segment ids 0 and 1),
+    tokenised by the tiny BERT tokenizer, with float 0/1 ``labels``: short ones share a packed row."""
+    texts = [row[0] for row in TOY_ROWS]
+    sentences = [" ".join(texts[i : i + 1 + i % 4]) for i in range(len(texts))]
+    tokenizer = make_tokenizer("bert")
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    pair = tokenizer(
+        ["okay but boring"],
+        ["a very bad film"],
+        padding="max_length",
+        max_length=batch["input_ids"].shape[1],
+        return_tensors="pt",
+    )
+    batch = {k: torch.cat([batch[k], pair[k]]) for k in batch}
+    batch["labels"] = torch.tensor([float(i % 2) for i in range(len(sentences) + 1)])
+    return batch

@@ -17,7 +17,7 @@ from mixft.models import classifiers
 from mixft.models.classifiers import BertClassifier
 from mixft.models.first_token_encoder import reads_first_tokens_only
 from recipes.bert_sst2 import loss_fn as bce_loss
-from tests.tiny_models import TOY_ROWS, make_tiny_model_dir, make_tokenizer, tiny_config
+from tests.tiny_models import make_tiny_model_dir, tiny_config, uneven_bert_batch
 
 
 @pytest.fixture(scope="module")
@@ -27,21 +27,8 @@ def bert_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch():
-    """Sentences of 1 to 4 toy rows' length (real padding), and a pair (segment ids 0 and 1)."""
-    texts = [row[0] for row in TOY_ROWS]
-    sentences = [" ".join(texts[i : i + 1 + i % 4]) for i in range(len(texts))]
-    tokenizer = make_tokenizer("bert")
-    batch = tokenizer(sentences, padding=True, return_tensors="pt")
-    pair = tokenizer(
-        ["okay but boring"],
-        ["a very bad film"],
-        padding="max_length",
-        max_length=batch["input_ids"].shape[1],
-        return_tensors="pt",
-    )
-    batch = {k: torch.cat([batch[k], pair[k]]) for k in batch}
+    batch = uneven_bert_batch()
     assert not batch["attention_mask"].all()  # some rows are padded
-    batch["labels"] = torch.tensor([float(i % 2) for i in range(len(sentences) + 1)])
     return batch
 
 

@@ -18,7 +18,7 @@ from mixft.data.packing import pack_batch
 from mixft.models.classifiers import BertClassifier
 from mixft.models.packed import block_diagonal_mask, first_token_places
 from recipes.bert_sst2 import loss_fn as bce_loss
-from tests.tiny_models import TOY_ROWS, make_tiny_model_dir, make_tokenizer
+from tests.tiny_models import make_tiny_model_dir, uneven_bert_batch
 
 
 @pytest.fixture(scope="module")
@@ -28,21 +28,7 @@ def bert_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch():
-    """Toy sentences of 1 to 4 rows' length, and a pair (segment ids 0 and 1): short ones share a packed row."""
-    texts = [row[0] for row in TOY_ROWS]
-    sentences = [" ".join(texts[i : i + 1 + i % 4]) for i in range(len(texts))]
-    tokenizer = make_tokenizer("bert")
-    batch = tokenizer(sentences, padding=True, return_tensors="pt")
-    pair = tokenizer(
-        ["okay but boring"],
-        ["a very bad film"],
-        padding="max_length",
-        max_length=batch["input_ids"].shape[1],
-        return_tensors="pt",
-    )
-    batch = {k: torch.cat([batch[k], pair[k]]) for k in batch}
-    batch["labels"] = torch.tensor([float(i % 2) for i in range(len(sentences) + 1)])
-    return batch
+    return uneven_bert_batch()
 
 
 def classifier(path, attn: str = "sdpa", pooler: bool = True) -> BertClassifier:
