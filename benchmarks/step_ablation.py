@@ -50,6 +50,7 @@ from benchmarks.bert import BertSetup, prepare_bert
 from benchmarks.timing import SameBatch, StepTimer, markdown_table, rotated
 from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import resolve_device, resolve_precision
+from mixft.errors import UsageError
 from mixft.models import classifiers
 from mixft.runs.build import build_trainer
 
@@ -164,15 +165,13 @@ def main(argv=None) -> int:
     only = [name.strip() for name in (args.variants or "").split(",") if name.strip()]
     if set(only) - set(variants()):
         p.error(f"unknown variant(s) {sorted(set(only) - set(variants()))}; choose from {', '.join(variants())}")
-    bert = prepare_bert(
-        BertSetup(
-            train_samples=args.batch_size,
-            eval_samples=8,
-            batch_size=args.batch_size,
-            device="cpu",
-            data_dir=args.data_dir,
-        )
+    setup = BertSetup(
+        train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size, device="cpu", data_dir=args.data_dir
     )
+    try:
+        bert = prepare_bert(setup)
+    except UsageError as e:  # e.g. a --data-dir that is not a GLUE SST-2 directory: one line, exit 2
+        p.error(str(e))
     hw = describe_hardware(resolve_device("cpu"))
     cpu = resolve_device("cpu")
     shapes = {}

@@ -1,8 +1,10 @@
-"""benchmarks/step_ablation.py's bookkeeping: variants, rotated rounds, speedups (no clocks read)."""
+"""benchmarks/step_ablation.py's bookkeeping: variants, rotated rounds, speedups (no clocks read); a bad --data-dir."""
 
 from __future__ import annotations
 
-from benchmarks.step_ablation import SWITCHES, ablation_table, run_ablation, variants
+import pytest
+
+from benchmarks.step_ablation import SWITCHES, ablation_table, main, run_ablation, variants
 
 
 def test_every_switch_is_left_out_once_and_all_together():
@@ -35,3 +37,10 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
     assert "| bf16 | all | 100.0 |" in table and "| fp32 | all | 200.0 |" in table
     assert "| bf16 | -fast_dropout | 120.0 |" in table and "1.200 (rounds 1.200-1.200)" in table
     assert "1.500 (rounds 1.500-1.500)" in table  # none vs all
+
+
+def test_a_data_dir_that_is_not_sst2_is_one_line_and_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--precisions", "fp32", "--rounds", "1", "--steps", "1", "--data-dir", str(tmp_path / "absent")])
+    assert stopped.value.code == 2
+    assert "--data-dir" in capsys.readouterr().err.splitlines()[-1]
