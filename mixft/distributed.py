@@ -77,6 +77,13 @@ def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def is_sharded(module: torch.nn.Module) -> bool:
+    """Whether FSDP2's ``fully_shard`` sharded ``module`` (its parameters are then gathered by hooks on its own call)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
 def max_over_processes(*values: int) -> list[int]:
     """Each integer's largest value over the processes (one all-reduce for all of them); the values as
     given in one process.

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from mixft.distributed import is_sharded
 from mixft.rng import capture_rng_state, restore_rng_state
 
 __all__ = [
@@ -208,8 +209,6 @@ class SavedTensorMeter:
         Usage: ``with SavedTensorMeter.for_model(model): loss = loss_fn(model(x), y)``
         """
         meter = cls(exclude=list(model.parameters()))
-        from torch.distributed.fsdp import FSDPModule
-
         in_flight: dict[int, list] = {}
 
         def note(module, args):
@@ -224,7 +223,7 @@ class SavedTensorMeter:
                 meter._excluded.discard(key)
 
         for m in model.modules():
-            if isinstance(m, FSDPModule):
+            if is_sharded(m):
                 meter._stack.callback(m.register_forward_pre_hook(note).remove)
                 meter._stack.callback(m.register_forward_hook(forget).remove)
         return meter

@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mixft.distributed import is_sharded
+
 # Attention implementations that take the 4-D mask built below (flash attention takes none).
 _MASKED_ATTENTION = ("sdpa", "eager", "mixft_fast_dropout_sdpa")
 
@@ -43,15 +45,7 @@ def reads_first_tokens_only(encoder: nn.Module) -> bool:
         return False
     if getattr(config, "_attn_implementation", None) not in _MASKED_ATTENTION:
         return False
-    return not _is_fsdp_module(encoder.encoder.layer[-1])
-
-
-def _is_fsdp_module(module: nn.Module) -> bool:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a torch built without distributed
-        return False
-    return isinstance(module, FSDPModule)
+    return not is_sharded(encoder.encoder.layer[-1])
 
 
 def first_token_states(

@@ -37,7 +37,6 @@ __all__ = [
     "check_launch",
     "fp32_units",
     "full_state_dict",
-    "is_sharded",
     "local",
     "lockstep_batches",
     "shard_model",
@@ -159,13 +158,6 @@ def _output_not_a_view(module: nn.Module, args, output):
     if isinstance(output, torch.Tensor) and output._base is not None:
         return output.clone()
     return None
-
-
-def is_sharded(model: nn.Module) -> bool:
-    """Whether ``fully_shard`` sharded ``model``."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
 
 
 def whole(t: torch.Tensor) -> torch.Tensor:
