@@ -41,6 +41,9 @@ RUNS = {
     "bert_dropout_torch": ("bert", False, "fp32", 1),
     # --inject-nonfinite at rate 1 on sharded gradients: every step skipped on every rank.
     "bert_fp32_injected": ("bert", False, "fp32", 1),
+    # bert-sst2's model (BertClassifier): its last layer computes the [CLS] tokens only, sharded too.
+    "bertcls_fp32": ("bertcls", False, "fp32", 1),
+    "bertcls_bf16": ("bertcls", False, "bf16", 1),
 }
 
 
@@ -68,7 +71,7 @@ def classifier(arch: str, lora: bool, dropout: bool = False):
     from mixft.models.lora import LoraOptions, apply_lora
 
     overrides = {"n_layer": 2} if arch == "gpt2" else {"num_hidden_layers": 2}
-    config = tiny_config(arch, VOCAB, num_labels=2, pad_token_id=0, **overrides)
+    config = tiny_config("bert" if arch == "bertcls" else arch, VOCAB, num_labels=2, pad_token_id=0, **overrides)
     for key in (
         ()
         if dropout
@@ -85,6 +88,15 @@ def classifier(arch: str, lora: bool, dropout: bool = False):
         if hasattr(config, key):
             setattr(config, key, 0.0)
     torch.manual_seed(0)
+    if arch == "bertcls":
+        from transformers import BertModel
+
+        from mixft.models.classifiers import BertClassifier, logits_to_labels
+        from recipes.bert_sst2 import loss_fn
+
+        model = BertClassifier(BertModel(config, add_pooling_layer=False), dropout=0.0)
+        model.loss_fn, model.predict_fn = loss_fn, logits_to_labels
+        return model
     model = SequenceClassifier(AutoModelForSequenceClassification.from_config(config))
     if lora:
         targets = {"bert": "query,value", "qwen2": "q_proj,v_proj", "gpt2": "c_attn"}[arch]
@@ -101,7 +113,7 @@ class Record(Callback):
 
     def __init__(self, inject: tuple[int, int] | None = None):
         self.inject = inject  # (rank, step index): write inf into that rank's local shard
-        self.steps, self.grad_dtypes, self.gathered = [], set(), set()
+        self.steps, self.grad_dtypes, self.gathered, self.last_feed_forward = [], set(), set(), set()
 
     def on_before_optimizer_step(self, trainer):
         from mixft.train.fsdp import local
@@ -113,6 +125,16 @@ class Record(Callback):
 
     def on_step_end(self, trainer, info):
         self.steps.append({"skipped": info.skipped, "scale": info.loss_scale, "lr": info.lr})
+
+
+def watch_last_feed_forward(model, record: Record) -> None:
+    """Note the input shape of the last layer's feed-forward: (sentences, width) when it ran for [CLS] only."""
+    from transformers import BertModel
+
+    for encoder in (m for m in model.modules() if isinstance(m, BertModel)):
+        encoder.encoder.layer[-1].intermediate.register_forward_pre_hook(
+            lambda m, args: record.last_feed_forward.add(tuple(args[0].shape))
+        )
 
 
 def watch_gathered_dtypes(model, record: Record) -> None:
@@ -175,6 +197,7 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
         trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
     if fsdp:
         watch_gathered_dtypes(trainer.module, record)
+    watch_last_feed_forward(trainer.module, record)
     if before_fit is not None:
         before_fit(trainer)
     result = trainer.fit()
@@ -254,6 +277,7 @@ if __name__ == "__main__":
             "numel": sum(p.numel() for p in trainer.module.parameters()),
             "grad_dtypes": sorted(record.grad_dtypes),
             "gathered": sorted(record.gathered),
+            "last_feed_forward": sorted(record.last_feed_forward),
             "steps": record.steps,
             "losses": [float(x) for x in trainer.state.history["loss"]],
             "eval": result.eval,

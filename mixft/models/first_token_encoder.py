@@ -12,9 +12,11 @@ per token (Q, K, V, O: 4; the feed-forward: 4 at 4x width), the last layer keeps
 the last layer's matmul work gone, ~11 % of the encoder's.
 
 Only ``transformers``' ``BertModel`` (BERT, MiniLM) with an attention implementation that takes
-a mask tensor (``sdpa``, ``eager``, mixft's fast-dropout sdpa), and not when the last layer is
-sharded by FSDP (its parameters are gathered only when the layer itself is called):
-:func:`reads_first_tokens_only` says when; the caller runs the whole encoder otherwise.
+a mask tensor (``sdpa``, ``eager``, mixft's fast-dropout sdpa): :func:`reads_first_tokens_only`
+says when; the caller runs the whole encoder otherwise. Under FSDP2 the last layer's weights are
+shards that FSDP gathers only around a call it knows of, so :func:`gather_for_first_tokens`
+gives the layer this computation as a method registered with FSDP (``--fsdp`` calls it after
+sharding); a sharded last layer without it runs the whole encoder.
 
 Usage::
 
@@ -25,6 +27,8 @@ Usage::
 
 from __future__ import annotations
 
+from types import MethodType
+
 import torch
 from torch import nn
 
@@ -32,6 +36,8 @@ from mixft.distributed import is_sharded
 
 # Attention implementations that take the 4-D mask built below (flash attention takes none).
 _MASKED_ATTENTION = ("sdpa", "eager", "mixft_fast_dropout_sdpa")
+# The last layer's method FSDP2 gathers the layer's weights around (gather_for_first_tokens).
+_FSDP_METHOD = "mixft_first_tokens"
 
 
 def reads_first_tokens_only(encoder: nn.Module) -> bool:
@@ -45,7 +51,30 @@ def reads_first_tokens_only(encoder: nn.Module) -> bool:
         return False
     if getattr(config, "_attn_implementation", None) not in _MASKED_ATTENTION:
         return False
-    return not is_sharded(encoder.encoder.layer[-1])
+    last = encoder.encoder.layer[-1]
+    return not is_sharded(last) or hasattr(last, _FSDP_METHOD)
+
+
+def gather_for_first_tokens(model: nn.Module) -> int:
+    """Make :func:`first_token_states` work on FSDP2-sharded ``BertModel`` encoders in ``model``.
+
+    Each encoder's last layer gets the last-layer computation as a method registered with
+    ``torch.distributed.fsdp.register_fsdp_forward_method``: FSDP gathers the layer's weights
+    before it, frees them after and reduces their gradients in backward, as around the layer's
+    own forward. Call after ``fully_shard`` of the layers. Returns how many layers it set up.
+    Usage: ``fully_shard(layer) for each layer ...; gather_for_first_tokens(model)``
+    """
+    from torch.distributed.fsdp import register_fsdp_forward_method
+    from transformers import BertModel
+
+    count = 0
+    for encoder in (m for m in model.modules() if isinstance(m, BertModel)):
+        last = encoder.encoder.layer[-1]
+        if is_sharded(last) and not hasattr(last, _FSDP_METHOD):
+            setattr(last, _FSDP_METHOD, MethodType(_last_layer, last))
+            register_fsdp_forward_method(last, _FSDP_METHOD)
+            count += 1
+    return count
 
 
 def first_token_states(
@@ -63,8 +92,6 @@ def first_token_states(
     it is turned into the layers' mask by the same transformers function ``BertModel`` uses.
     """
     from transformers.masking_utils import create_bidirectional_mask
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.bert.modeling_bert import eager_attention_forward
 
     hidden = encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
     mask = create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=attention_mask)
@@ -72,9 +99,20 @@ def first_token_states(
     for layer in inner:
         hidden = layer(hidden, mask)
 
+    sharded_call = getattr(last, _FSDP_METHOD, None)  # FSDP gathers the layer's weights around it
+    if sharded_call is not None:
+        return sharded_call(hidden, mask, rows, positions)
+    return _last_layer(last, hidden, mask, rows, positions)
+
+
+def _last_layer(layer: nn.Module, hidden: torch.Tensor, mask, rows: torch.Tensor, positions: torch.Tensor):
+    """BertLayer ``layer`` on ``hidden`` (rows, length, width), for the tokens at (rows[i], positions[i]) only."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.bert.modeling_bert import eager_attention_forward
+
     n_rows, length, width = hidden.shape
     n = rows.shape[0]
-    attention = last.attention.self
+    attention = layer.attention.self
     heads, head_size = attention.num_attention_heads, attention.attention_head_size
     read = hidden[rows, positions]  # (N, width)
     query = attention.query(read).view(n, 1, heads, head_size).transpose(1, 2)
@@ -83,7 +121,7 @@ def first_token_states(
     value = attention.value(hidden)[rows].view(n, length, heads, head_size).transpose(1, 2)
     if mask is not None:  # each read token's row of the (rows, 1 or heads, length, length) mask
         mask = mask.expand(n_rows, -1, length, -1)[rows, :, positions][:, :, None, :]
-    attend = ALL_ATTENTION_FUNCTIONS.get_interface(encoder.config._attn_implementation, eager_attention_forward)
+    attend = ALL_ATTENTION_FUNCTIONS.get_interface(attention.config._attn_implementation, eager_attention_forward)
     context, _ = attend(
         attention,
         query,
@@ -93,5 +131,5 @@ def first_token_states(
         dropout=attention.dropout.p if attention.training else 0.0,
         scaling=attention.scaling,
     )
-    attended = last.attention.output(context.reshape(n, width), read)
-    return last.feed_forward_chunk(attended)
+    attended = layer.attention.output(context.reshape(n, width), read)
+    return layer.feed_forward_chunk(attended)

@@ -32,6 +32,7 @@ from torch import nn
 from ..amp.precision import Precision, fsdp_policies
 from ..errors import UsageError
 from ..models.classifiers import transformers_model
+from ..models.first_token_encoder import gather_for_first_tokens
 
 __all__ = [
     "check_launch",
@@ -143,6 +144,7 @@ def shard_model(model: nn.Module, precision: Precision, device: torch.device) ->
             fully_shard(unit, mesh=mesh, mp_policy=fp32_policy)
     for block in transformer_blocks(model):
         fully_shard(block, mesh=mesh, mp_policy=policy)
+    gather_for_first_tokens(model)  # BertClassifier's [CLS]-only last layer calls a method, not forward
     # Registered before the root's fully_shard, so it runs before FSDP2's own post-forward hook.
     model.register_forward_hook(_output_not_a_view)
     fully_shard(model, mesh=mesh, mp_policy=policy)

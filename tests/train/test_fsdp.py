@@ -43,7 +43,7 @@ def one_process(name: str):
     return trainer, result
 
 
-@pytest.mark.parametrize("name", ["bert_fp32", "qwen2_fp32", "bert_lora_fp32", "gpt2_lora_fp32"])
+@pytest.mark.parametrize("name", ["bert_fp32", "qwen2_fp32", "bert_lora_fp32", "gpt2_lora_fp32", "bertcls_fp32"])
 def test_fsdp_fp32_equals_one_process(sharded, name):
     ranks = sharded[name]
     trainer, result = one_process(name)
@@ -67,7 +67,7 @@ def test_fsdp_fp32_equals_one_process(sharded, name):
     assert ranks[0]["eval"]["loss"] == pytest.approx(result.eval["loss"], rel=1e-5)
 
 
-@pytest.mark.parametrize("name", ["bert_bf16", "qwen2_lora_bf16"])
+@pytest.mark.parametrize("name", ["bert_bf16", "qwen2_lora_bf16", "bertcls_bf16"])
 def test_fsdp_bf16_policy_gathers_bf16_keeps_fp32_shards_and_trains(sharded, name):
     ranks = sharded[name]
     for rank in ranks:
@@ -84,6 +84,19 @@ def test_fsdp_bf16_policy_gathers_bf16_keeps_fp32_shards_and_trains(sharded, nam
     assert (
         ranks[0]["weights"].ne(fsdp_worker.whole_parameters(fsdp_worker.classifier(*fsdp_worker.RUNS[name][:2]))).any()
     )  # it trained
+
+
+@pytest.mark.parametrize("name", ["bertcls_fp32", "bertcls_bf16"])
+def test_bert_classifier_computes_its_last_layer_for_cls_only_under_fsdp_too(sharded, name):
+    # bert-sst2's model: its last layer's feed-forward runs on the [CLS] rows alone (4 sentences per
+    # process and batch, 2-D), not on every token (4 x 12, 3-D), with that layer's weights sharded:
+    # FSDP gathers them around the method mixft registers. The one-process run takes the same path.
+    # Its result equals the one-process run's (the fp32 and bf16 tests above, same names).
+    for rank in sharded[name]:
+        assert rank["sharded"]
+        assert rank["last_feed_forward"] == [(4, 32)]
+    _, _, alone = fsdp_worker.train(name, fsdp=False, grad_accum=2)
+    assert alone.last_feed_forward == {(4, 32)}
 
 
 def test_fsdp_fp16_inf_on_one_rank_skips_on_every_rank(sharded):
