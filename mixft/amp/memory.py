@@ -198,34 +198,25 @@ class SavedTensorMeter:
         self.by_op: Counter = Counter()
         self._ops = _OpTracker()
         self._stack = contextlib.ExitStack()
+        self._now_parameters: Callable[[], set] | None = None  # under FSDP: the gathered weights (for_model)
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> SavedTensorMeter:
         """A meter that counts ``model``'s parameters apart, FSDP's gathered weights included.
 
-        Under FSDP a block's parameters are, while it runs, the whole tensors FSDP gathered
-        (read in a forward pre-hook that runs after FSDP's own); they are forgotten after the
-        block, since FSDP frees them and their addresses may then hold activations.
+        Under FSDP a block's parameters are, while it runs, the whole tensors FSDP gathered, and
+        the module's parameters while gathered: a saved storage that is one of ``model``'s
+        parameters at the moment it is saved is a parameter. Asked at each save, not from the
+        blocks' forward hooks, because FSDP also gathers around other methods it was given
+        (``register_fsdp_forward_method``: bert-sst2's [CLS]-only last layer), and freed gathered
+        weights leave their addresses to activations.
         Usage: ``with SavedTensorMeter.for_model(model): loss = loss_fn(model(x), y)``
         """
         meter = cls(exclude=list(model.parameters()))
-        in_flight: dict[int, list] = {}
-
-        def note(module, args):
-            for p in module.parameters():
-                key = None if hasattr(p, "to_local") else _storage_key(p)  # a DTensor: still sharded
-                if key is not None and key not in meter._excluded:
-                    meter._excluded.add(key)
-                    in_flight.setdefault(id(module), []).append(key)
-
-        def forget(module, args, output):
-            for key in in_flight.pop(id(module), []):
-                meter._excluded.discard(key)
-
-        for m in model.modules():
-            if is_sharded(m):
-                meter._stack.callback(m.register_forward_pre_hook(note).remove)
-                meter._stack.callback(m.register_forward_hook(forget).remove)
+        if any(is_sharded(m) for m in model.modules()):
+            meter._now_parameters = lambda: {
+                _storage_key(p) for p in model.parameters() if not hasattr(p, "to_local")  # a DTensor: a shard
+            }
         return meter
 
     def __enter__(self) -> SavedTensorMeter:
@@ -242,7 +233,7 @@ class SavedTensorMeter:
             nbytes = t.untyped_storage().nbytes()
         except (RuntimeError, NotImplementedError):  # sparse, meta, tensor subclasses without storage
             return t
-        if key in self._excluded:
+        if key in self._excluded or (self._now_parameters is not None and key in self._now_parameters()):
             if key not in self._sizes:
                 self._sizes[key] = 0
                 self.excluded_bytes += nbytes

@@ -27,6 +27,7 @@ Usage::
 
 from __future__ import annotations
 
+from functools import partial
 from types import MethodType
 
 import torch
@@ -106,7 +107,18 @@ def first_token_states(
 
 
 def _last_layer(layer: nn.Module, hidden: torch.Tensor, mask, rows: torch.Tensor, positions: torch.Tensor):
-    """BertLayer ``layer`` on ``hidden`` (rows, length, width), for the tokens at (rows[i], positions[i]) only."""
+    """BertLayer ``layer`` on ``hidden`` (rows, length, width), for the tokens at (rows[i], positions[i]) only.
+
+    Under gradient checkpointing (``--gradient-checkpointing``: the layer's ``gradient_checkpointing``)
+    recomputed in backward, as transformers checkpoints the layer's forward: inside FSDP's
+    gathering (the method FSDP wraps calls this), so the hooks do not run twice.
+    """
+    if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
+        return layer._gradient_checkpointing_func(partial(_last_layer_tokens, layer), hidden, mask, rows, positions)
+    return _last_layer_tokens(layer, hidden, mask, rows, positions)
+
+
+def _last_layer_tokens(layer: nn.Module, hidden: torch.Tensor, mask, rows: torch.Tensor, positions: torch.Tensor):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.bert.modeling_bert import eager_attention_forward
 

@@ -97,6 +97,28 @@ def test_training_with_dropout_runs_the_last_layer_on_cls_and_moves_every_parame
     assert all(torch.isfinite(g).all() for g in grads.values())
 
 
+def test_gradient_checkpointing_recomputes_the_last_layer_too(bert_dir, batch):
+    # --gradient-checkpointing: every layer's activations are recomputed in backward, the last one's
+    # [CLS]-only computation included (its feed-forward runs again on the [CLS] rows), and the
+    # gradients are those of the run without it.
+    model = classifier(bert_dir).train()  # dropout on: the recompute must draw the same masks
+    inputs = pack_batch(batch)
+    torch.manual_seed(1)
+    _, ref_grads = logits_and_grads(model, inputs)
+    classifiers.enable_gradient_checkpointing(model)  # what --gradient-checkpointing calls
+    ffn_rows = []
+    hook = model.encoder.encoder.layer[-1].intermediate.register_forward_hook(
+        lambda module, args, out: ffn_rows.append(args[0].shape[:-1])
+    )
+    torch.manual_seed(1)
+    _, grads = logits_and_grads(model, inputs)
+    hook.remove()
+    assert ffn_rows == [(len(batch["labels"]),)] * 2  # forward, then the recompute in backward
+    assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
 def test_other_encoders_and_settings_run_the_whole_encoder(bert_dir):
     from transformers import AutoModel, BertModel
 
