@@ -215,7 +215,9 @@ class SavedTensorMeter:
         meter = cls(exclude=list(model.parameters()))
         if any(is_sharded(m) for m in model.modules()):
             meter._now_parameters = lambda: {
-                _storage_key(p) for p in model.parameters() if not hasattr(p, "to_local")  # a DTensor: a shard
+                _storage_key(p)
+                for p in model.parameters()
+                if not hasattr(p, "to_local")  # a DTensor: a shard
             }
         return meter
 
