@@ -2,7 +2,8 @@
 
 An application beside ``scripts/``, not part of the library: it reaches recipes only
 through the recipe protocol (``mixft.recipe.get_recipe``, ``recipe.prepare``,
-``recipe.build``) and trains every mixft run through ``mixft.runs.build.build_trainer``.
+``recipe.build``) and trains every mixft run through ``mixft.runs.build.build_trainer`` (the GPU
+check's fixed-batch BERT step: mixft's ``Trainer`` itself, on a model built from a config).
 
 Modules, one job each:
 
@@ -14,6 +15,12 @@ Modules, one job each:
 - ``peers``   the same BERT fine-tune in mixft, ``transformers.Trainer`` and an ``accelerate`` loop
 - ``scaling`` throughput vs batch size and sequence length, memory vs batch size
 - ``cli``     ``scripts/benchmark.py``
+- ``stream``  the recipe's real train stream: distinct shapes per epoch, padding efficiency, Linear inputs
+- ``casts``   what a step casts (dtype conversions at the dispatcher, weights apart from activations)
+- ``floors``  a floor line's inputs: the probe's matmul rate, a measured bandwidth (``mixft.train.floor``)
+- ``gpu_check`` the GPU check (``scripts/gpu_check.sh``): its parts (``gpu_parts``: CUDA tests, a BERT
+  step per precision, ``--compare``, mixft vs Trainer) within a time budget, JSON + markdown; what a
+  bare GPU machine lacks (``gpu_setup``: recipe entry points, a BERT directory, the generated data)
 
-Only ``cli`` prints.
+Only ``cli`` and the GPU check print.
 """

@@ -126,6 +126,14 @@ def padding_collator(collate):
     return collate.padding_collator if isinstance(collate, PackingCollator) else collate
 
 
+def packing_collator(collate) -> PackingCollator:
+    """A collator that packs as mixft does: ``collate`` itself when it packs, else it wrapped in a
+    ``PackingCollator`` (padding id from its tokenizer: ``DataCollatorWithPadding.tokenizer``)."""
+    if isinstance(collate, PackingCollator):
+        return collate
+    return PackingCollator(collate, getattr(getattr(collate, "tokenizer", None), "pad_token_id", None))
+
+
 def sampling_description(cfg: RunConfig) -> str:
     """mixft's training batches in words: ``"random batches"`` or ``"length-grouped batches (50 per group)"``."""
     if cfg.group_by_length:
@@ -217,22 +225,25 @@ def encoder_config(model: torch.nn.Module):
 def bert_matmul_flops(config, shapes) -> int:
     """Matmul FLOPs of one training step (forward + backward) of a ``BertClassifier``.
 
-    ``shapes``: the padded ``(batch, length)`` of each micro-batch in the step. Counted, as
+    ``shapes``: per micro-batch of the step, its ``(rows, length)`` (a padded batch: one sentence
+    per row) or ``(rows, length, sentences)`` (a packed batch: ``mixft.data.packing``). Counted, as
     ``BertClassifier`` computes them (``mixft.models.first_token_encoder``): every Linear of
-    every layer but the last on every (padded) token, with the attention products ``QK^T``
-    and ``AV``; in the last layer the keys and values of every token and the rest (query,
-    attention output, feed-forward, ``QK^T`` and ``AV``) for the [CLS] tokens only; the pooler
-    and classifier on the [CLS] tokens. 2 FLOPs per multiply-add, backward = 2 x forward
-    (input and weight gradients). Not counted: embeddings (lookups), softmax, LayerNorm,
-    GELU, dropout, the optimizer (no matmuls).
+    every layer but the last on every computed token (rows x length), with the attention products
+    ``QK^T`` and ``AV`` over each row; in the last layer the keys and values of every token and the
+    rest (query, attention output, feed-forward, ``QK^T`` and ``AV``) for the sentences' [CLS]
+    tokens only; the pooler and classifier on the [CLS] tokens. 2 FLOPs per multiply-add,
+    backward = 2 x forward (input and weight gradients). Not counted: embeddings (lookups),
+    softmax, LayerNorm, GELU, dropout, the optimizer (no matmuls).
     """
     h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     per_token = 4 * h * h + 2 * h * inter  # Q, K, V, O + the two FFN matrices
     total = 0
-    for batch, length in shapes:
-        tokens = batch * length
+    for shape in shapes:
+        rows, length = shape[0], shape[1]
+        sentences = shape[2] if len(shape) > 2 else rows  # one [CLS] each
+        tokens = rows * length
         linear = (layers - 1) * per_token * tokens + 2 * h * h * tokens  # the last layer: K and V of every token
-        linear += (per_token - 2 * h * h) * batch + (h * h + h) * batch  # its Q, O, FFN; pooler, classifier on [CLS]
-        attention = (layers - 1) * 2 * batch * length * length * h + 2 * batch * length * h
+        linear += (per_token - 2 * h * h) * sentences + (h * h + h) * sentences  # its Q, O, FFN; pooler, head
+        attention = (layers - 1) * 2 * rows * length * length * h + 2 * sentences * length * h
         total += 2 * 3 * (linear + attention)
     return total

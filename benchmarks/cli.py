@@ -99,9 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bert.add_argument(
         "--frameworks",
-        default="mixft,hf-trainer,hf-trainer-random,accelerate",
+        default="mixft,hf-trainer,hf-trainer-random,hf-trainer-packed,accelerate",
         help="peers: which, comma-separated (hf-trainer: Trainer with group_by_length, its fastest "
-        "here; hf-trainer-random: with its default random sampling)",
+        "here; hf-trainer-random: with its default random sampling; hf-trainer-packed: random batches "
+        "packed as mixft packs them, one [CLS] per sentence read through the model's pooler and head)",
     )
     bert.add_argument(
         "--precisions",

@@ -8,6 +8,12 @@
                   (transformers 5's spelling of ``group_by_length=True``: its fastest setting
                   here), no evaluation, ``report_to=[]``, ``save_strategy="no"``, ``use_cpu=True`` on CPU.
    ``hf-trainer-random`` the same with Trainer's default sampling (``"random"``).
+   ``hf-trainer-packed`` Trainer with the same packing as mixft: its default random sampling, the
+                  recipe's batches packed as mixft packs them (``mixft.data.packing.PackingCollator``)
+                  and the model wrapped in ``PackedClsReader``, which reads one [CLS] per sentence
+                  through the model's own pooler and head (``mixft.models.packed``'s helpers). The
+                  model computes what it computes in every other framework here, so mixft ÷ this is
+                  what mixft's loop buys, and this ÷ ``hf-trainer-random`` what packing buys.
 3. ``accelerate`` a plain loop under ``Accelerator(mixed_precision="no" | "bf16" | "fp16")`` on
                   the recipe's train loader, optimizer and schedule: ``prepare`` -> forward ->
                   ``accelerator.backward`` -> ``clip_grad_norm_`` -> step -> schedule -> zero_grad.
@@ -62,6 +68,9 @@ from mixft.amp.precision import Precision, amp_precision_names, resolve_device, 
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
+from mixft.models.first_token_encoder import first_token_states, reads_first_tokens_only
+from mixft.models.packed import block_diagonal_mask, first_token_places
+from mixft.models.positions import first_position
 from mixft.recipe import TrainerParts
 from mixft.runs.build import build_trainer
 from mixft.train.measure import device_name
@@ -74,6 +83,7 @@ from .bert import (
     make_optimizer,
     make_scheduler,
     optimizer_groups,
+    packing_collator,
     pad_description,
     padding_collator,
     prepare_bert,
@@ -81,7 +91,7 @@ from .bert import (
 )
 from .timing import TimedRegion, markdown_table, mib, ratio, rotated
 
-FRAMEWORKS = ("mixft", "hf-trainer", "hf-trainer-random", "accelerate")
+FRAMEWORKS = ("mixft", "hf-trainer", "hf-trainer-random", "hf-trainer-packed", "accelerate")
 
 
 @dataclass
@@ -205,6 +215,52 @@ class LossOutputModel(nn.Module):
         return out
 
 
+class PackedClsReader(nn.Module):
+    """``transformers.Trainer``'s model for packed batches: one [CLS] per sentence, through the model's own pooler and head.
+
+    Wraps a classifier made of ``encoder`` (a Hugging Face encoder, its ``pooler`` optional),
+    ``dropout`` and ``classifier`` (the head), as ``BertClassifier`` is: what a Trainer user adds to
+    train on mixft's packed rows, from mixft's public helpers (``mixft.models.packed``,
+    ``mixft.models.positions``): attention within each sentence (a block-diagonal mask), positions
+    restarting at each sentence (the batch's ``position_ids``, in the encoder's own numbering),
+    each sentence's first token read out. Where the encoder allows it
+    the last layer computes those tokens only (``mixft.models.first_token_encoder``), as in every
+    other framework here: the model's work is held equal. Returns ``{"logits", "loss"}`` with the
+    recipe's loss, like ``LossOutputModel``.
+
+    Usage: ``Trainer(model=PackedClsReader(parts.model, parts.loss_fn), data_collator=PackingCollator(...))``
+    """
+
+    def __init__(self, classifier: nn.Module, loss_fn):
+        super().__init__()
+        self.encoder = classifier.encoder
+        self.pooler = getattr(classifier.encoder, "pooler", None)
+        self.dropout = classifier.dropout
+        self.head = classifier.classifier
+        self.loss_fn = loss_fn
+
+    def forward(
+        self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, sequence_ids=None, labels=None
+    ):
+        config = self.encoder.config
+        mask = block_diagonal_mask(sequence_ids, getattr(config, "_attn_implementation", None))
+        rows, positions = first_token_places(sequence_ids, position_ids)  # each sentence counts from 0
+        own = position_ids + first_position(config)  # the encoder's numbering (RoBERTa-likes: from 2)
+        if reads_first_tokens_only(self.encoder):
+            cls = first_token_states(self.encoder, input_ids, mask, token_type_ids, own, rows, positions)
+        else:
+            hidden = self.encoder(
+                input_ids=input_ids, attention_mask=mask, token_type_ids=token_type_ids, position_ids=own
+            ).last_hidden_state
+            cls = hidden[rows, positions]
+        pooled = self.pooler(cls[:, None]) if self.pooler is not None else cls  # the pooler reads position 0
+        logits = self.head(self.dropout(pooled)).squeeze(-1)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = self.loss_fn(logits, labels)
+        return out
+
+
 def state_fingerprint(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -224,9 +280,10 @@ def _reset_accelerate_state() -> None:
 
 
 # ----------------------------------------------------------------------------- frameworks
-# Each returns (settings, train): the untimed set-up (model on the device, the recipe's
+# Each returns (settings, train, counted): the untimed set-up (model on the device, the recipe's
 # optimizer and schedule, the HF Trainer object) is done here; ``train()`` is the timed part
-# and returns extra facts, among them the param groups the optimizer really stepped.
+# and returns extra facts, among them the param groups the optimizer really stepped; ``counted``
+# is the module whose forward takes the framework's batches (where WorkCounter listens).
 
 
 def _optimizer_words(optimizer: torch.optim.Optimizer) -> str:
@@ -248,13 +305,20 @@ def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, devi
         }
 
     pad = pad_description(parts.train_loader.collate_fn)
-    return f"{sampling_description(cfg)}, pad {pad}, {_optimizer_words(trainer.optimizer)}", train
+    return f"{sampling_description(cfg)}, pad {pad}, {_optimizer_words(trainer.optimizer)}", train, parts.model
 
 
 def _setup_hf(
-    cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int, sampling: str = "group_by_length"
+    cfg: RunConfig,
+    parts: TrainerParts,
+    precision: Precision,
+    device,
+    seed: int,
+    sampling: str = "group_by_length",
+    packed: bool = False,
 ):
-    """``sampling``: ``"group_by_length"`` (Trainer's fastest here) or ``"random"`` (its default)."""
+    """``sampling``: ``"group_by_length"`` (Trainer's fastest here) or ``"random"`` (its default).
+    ``packed``: batches packed as mixft packs them, read by ``PackedClsReader``."""
     from transformers import PrinterCallback, TrainingArguments
     from transformers import Trainer as HFTrainer
 
@@ -285,12 +349,16 @@ def _setup_hf(
     )
     # lr, weight decay and warm-up live in the recipe's optimizer and schedule, handed over
     # whole: TrainingArguments' own optimizer settings are then unused.
+    if packed:
+        wrapped, collate = PackedClsReader(model, parts.loss_fn), packing_collator(parts.train_loader.collate_fn)
+    else:
+        # Trainer's own batches: padded (a packed batch needs a model that reads sequence_ids).
+        wrapped, collate = LossOutputModel(model, parts.loss_fn), padding_collator(parts.train_loader.collate_fn)
     hf = HFTrainer(
-        model=LossOutputModel(model, parts.loss_fn),
+        model=wrapped,
         args=args,
         train_dataset=parts.train_loader.dataset,
-        # Trainer's own batches: padded (a packed batch is mixft's; Trainer's model takes no sequence_ids).
-        data_collator=padding_collator(parts.train_loader.collate_fn),
+        data_collator=collate,
         optimizers=(optimizer, scheduler),
     )
     hf.remove_callback(PrinterCallback)  # it prints the final metrics; the library does not print
@@ -307,8 +375,10 @@ def _setup_hf(
         }
 
     flag = {torch.bfloat16: "bf16=True", torch.float16: "fp16=True"}.get(precision.autocast_dtype, "no AMP flag")
-    pad = pad_description(padding_collator(parts.train_loader.collate_fn))
-    return f"{flag}, {sampling}, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)", train
+    pad = pad_description(collate) + (", PackedClsReader" if packed else "")
+    words = f"{flag}, {sampling}, pad {pad}, optimizers=(recipe's {_optimizer_words(optimizer)}, schedule)"
+    # The wrapper reads the packed rows itself: its forward is where the batches arrive.
+    return words, train, (wrapped if packed else model)
 
 
 def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
@@ -351,15 +421,17 @@ def _setup_accelerate(cfg: RunConfig, parts: TrainerParts, precision: Precision,
         return {"steps": step, "optimizer_groups": optimizer_groups(opt, model)}
 
     pad = pad_description(loader.collate_fn)
-    return (
+    words = (
         f'mixed_precision="{mixed}", {sampling_description(cfg)}, pad {pad}, recipe\'s {_optimizer_words(optimizer)}'
-    ), train
+    )
+    return words, train, model
 
 
 _SETUP = {
     "mixft": _setup_mixft,
     "hf-trainer": _setup_hf,
     "hf-trainer-random": functools.partial(_setup_hf, sampling="random"),
+    "hf-trainer-packed": functools.partial(_setup_hf, sampling="random", packed=True),
     "accelerate": _setup_accelerate,
 }
 
@@ -416,8 +488,8 @@ def _one_run(
 ) -> PeerRun:
     """Train ``fw`` on ``parts`` (timed), then score it with the shared evaluator."""
     model = parts.model
-    settings, train = _SETUP[fw](run_cfg, parts, precision, dev, seed)
-    with WorkCounter(model) as work, TimedRegion(dev) as region:
+    settings, train, counted = _SETUP[fw](run_cfg, parts, precision, dev, seed)
+    with WorkCounter(counted) as work, TimedRegion(dev) as region:
         extra = train()
     counts = work.totals()
     accuracy = evaluate_accuracy(model, parts.eval_loader, parts.predict_fn, precision, dev)

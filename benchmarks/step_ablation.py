@@ -1,7 +1,7 @@
 """Whole-step ablation of mixft's CPU step changes: each one left out of the real trainer, rotated rounds.
 
-``python benchmarks/step_ablation.py [--rounds 3] [--steps 12] [--warmup 3] [--precisions fp32,bf16]
-[--batch-size 32] [--max-grad-norm X] [--data-dir DIR] [--json FILE]``
+``python benchmarks/step_ablation.py [--stream [--train-samples 2000]] [--rounds 3] [--steps 12] [--warmup 3]
+[--precisions fp32,bf16] [--batch-size 32] [--max-grad-norm X] [--data-dir DIR] [--no-floor] [--json FILE]``
 
 What is switched (all on is what ``scripts/finetune.py`` runs on a CPU; none is torch's own step):
 
@@ -27,10 +27,21 @@ two ``on_step_end`` callbacks (data, forward, backward, norm, clip, optimizer, z
 ``benchmarks.timing.StepTimer``). Each round builds every variant afresh and runs
 ``warmup`` untimed then ``steps`` timed steps, in a rotated order.
 
+``--stream``: the variants train on the recipe's real train loader instead, in its order (seed 0:
+every variant the same first ``warmup + steps`` batches of an epoch of ``--train-samples``
+sentences, packed or padded as the variant says), so a step's shapes change as in a run;
+``fixed`` is ``all`` on one batch of that stretch repeated (the one with the median computed
+tokens), so ``all`` beside ``fixed`` is what the changing shapes cost. Printed beside the table:
+the epoch's distinct (rows x row length), packed and padded, with their padding efficiency (real
+over computed tokens), and the distinct input shapes the Linear layers saw over the stream.
+
 Printed: per variant the median step time, its spread (25th-75th percentile, min), the
 speedup of ``all`` over the variant with the range of the per-round speedups (a range that
 straddles 1.0 is noise) and the CPU model with its flags (amx_bf16, avx512_bf16,
-avx512_fp16): an ablation from one CPU says nothing about another.
+avx512_fp16): an ablation from one CPU says nothing about another. Per precision, ``all``'s
+median step beside its floor (``mixft.train.floor``: the step's matmul FLOPs,
+``benchmarks.bert.bert_matmul_flops``, at the probe's matmul rate, plus fused AdamW's and the
+clip's bytes at a measured bandwidth; ``--no-floor`` skips the probe this takes).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import statistics
 import sys
@@ -46,39 +58,67 @@ from unittest import mock
 
 import torch
 
-from benchmarks.bert import BertSetup, prepare_bert
+from benchmarks.bert import BertSetup, bert_matmul_flops, encoder_config, prepare_bert
+from benchmarks.floors import gauges_line, measure_gauges
+from benchmarks.stream import LinearInputs, epoch_shapes, median_batch, step_work
 from benchmarks.timing import SameBatch, StepTimer, markdown_table, rotated
 from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import resolve_device, resolve_precision
 from mixft.errors import UsageError
 from mixft.models import classifiers
 from mixft.runs.build import build_trainer
+from mixft.train.floor import optimizer_clip_bytes
 
 SWITCHES = ("fast_dropout", "row_embedding_grad", "packing", "first_token_encoder")
 TRAINER_SWITCHES = ("fast_dropout", "row_embedding_grad")  # the trainer's CPU swaps; packing is the loader's
 PRECISIONS = ("fp32", "bf16")
 
 
-def variants() -> dict[str, frozenset[str]]:
-    """Variant name -> the switches it leaves out."""
+STREAM = "stream"  # left out in the stream mode's ``fixed`` variant: one batch repeated
+
+
+def variants(stream: bool = False) -> dict[str, frozenset[str]]:
+    """Variant name -> the switches it leaves out (``stream``: also ``fixed``, all switches on one batch)."""
     out = {"all": frozenset()}
+    if stream:
+        out["fixed"] = frozenset({STREAM})
     out.update({f"-{name}": frozenset({name}) for name in SWITCHES})
     out["none"] = frozenset(SWITCHES)
     return out
 
 
 def timed_variant(
-    bert, precision_name: str, left_out: frozenset[str], warmup: int, steps: int, max_grad_norm: float | None = None
+    bert,
+    precision_name: str,
+    left_out: frozenset[str],
+    warmup: int,
+    steps: int,
+    max_grad_norm: float | None = None,
+    stream: bool = False,
+    seen: dict | None = None,
 ) -> list[float]:
-    """Seconds of each timed step of a fresh trainer with ``left_out`` switched off."""
+    """Seconds of each timed step of a fresh trainer with ``left_out`` switched off.
+
+    ``stream``: train on the recipe's loader itself for ``warmup + steps`` steps (``STREAM`` left
+    out: its median batch of those, repeated); else on its first batch, repeated. ``seen``: filled
+    with what the timed steps computed, under ``(precision_name, left_out)``.
+    """
     device = resolve_device("cpu")
     precision = resolve_precision(precision_name, device)
     built = dataclasses.replace(bert.cfg, pack_sequences="packing" not in left_out)
     parts = bert.recipe.build(built, bert.prepared, precision, device, seed=0)
-    batch = next(iter(parts.train_loader))  # the same sentences either way: the sampler does not change
-    timer = StepTimer()
-    parts = dataclasses.replace(parts, train_loader=SameBatch(batch, warmup + steps), eval_loader=None)
     cfg = dataclasses.replace(bert.cfg, epochs=1, max_steps=None, eval_steps=0)
+    if stream and STREAM not in left_out:
+        # The run's own loader in its order (seed 0): every variant sees the same sentences.
+        parts = dataclasses.replace(parts, eval_loader=None)
+        cfg = dataclasses.replace(cfg, max_steps=warmup + steps)
+    else:
+        if stream:  # like the stream's shapes, repeated
+            batch = median_batch(list(itertools.islice(parts.train_loader, warmup + steps)))
+        else:
+            batch = next(iter(parts.train_loader))  # the same sentences either way: the sampler does not change
+        parts = dataclasses.replace(parts, train_loader=SameBatch(batch, warmup + steps), eval_loader=None)
+    timer = StepTimer()
     if max_grad_norm is not None:
         cfg = dataclasses.replace(cfg, max_grad_norm=max_grad_norm)
     trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=0, callbacks=[timer])
@@ -88,15 +128,31 @@ def timed_variant(
     with contextlib.ExitStack() as stack:
         if "first_token_encoder" in left_out:  # every encoder the model does not cover takes this path
             stack.enter_context(mock.patch.object(classifiers, "reads_first_tokens_only", lambda encoder: False))
+        # Registered in every variant of a stream run alike (a Python hook per Linear call).
+        linear = stack.enter_context(LinearInputs(parts.model)) if stream else None
         trainer.fit()
+    if len(timer.step_times_s) < warmup + steps:
+        raise RuntimeError(f"the loader gave {len(timer.step_times_s)} steps, not {warmup + steps}")
+    if seen is not None:
+        seen[(precision_name, left_out)] = {
+            "step_work": step_work(timer.step_shapes[warmup:], timer.step_samples[warmup:]),
+            "linear_input_shapes": linear.distinct if linear is not None else None,
+            "linear_calls": linear.calls if linear is not None else None,
+            "steps_seen": len(timer.step_times_s),  # warm-up included: what LinearInputs watched
+            "parameter_bytes": optimizer_clip_bytes(trainer.params, clip=trainer.max_grad_norm is not None),
+            "config": encoder_config(parts.model),
+        }
     return timer.step_times_s[warmup:]
 
 
-def run_ablation(time_variant, precisions: list[str], rounds: int, only: list[str] | None = None) -> dict:
+def run_ablation(
+    time_variant, precisions: list[str], rounds: int, only: list[str] | None = None, stream: bool = False
+) -> dict:
     """``{"<precision>/<variant>": {"all": [...], "rounds": [[...], ...]}}`` from ``time_variant(p, left_out)``.
 
-    ``only``: these variants (``all`` always among them), for a closer look at one switch."""
-    names = variants()
+    ``only``: these variants (``all`` always among them), for a closer look at one switch.
+    ``stream``: the stream mode's variants (``fixed`` among them)."""
+    names = variants(stream)
     if only:
         names = {name: left for name, left in names.items() if name == "all" or name in only}
     order = [(p, v) for p in precisions for v in names]
@@ -118,7 +174,7 @@ def ablation_table(times: dict, precisions: list[str]) -> str:
     rows = []
     for precision in precisions:
         best = times[f"{precision}/all"]
-        for variant in [v for v in variants() if f"{precision}/{v}" in times]:
+        for variant in [v for v in variants(stream=True) if f"{precision}/{v}" in times]:
             t = times[f"{precision}/{variant}"]
             ms = [x * 1000 for x in t["all"]]
             if variant == "all":
@@ -144,6 +200,47 @@ def ablation_table(times: dict, precisions: list[str]) -> str:
     return markdown_table(headers, rows)
 
 
+def stream_lines(times: dict, seen: dict, precisions: list[str]) -> list[str]:
+    """Per precision: ``all`` over the stream beside ``fixed``, per step and per matmul FLOP, and the
+    Linear input shapes the stream brought. The stream's steps differ in size; the fixed batch is
+    one of them, so the per-FLOP ratio (each variant's time over the FLOPs it computed) is the
+    like-for-like one: above 1, the stream costs more per FLOP than the same work repeated."""
+    lines = []
+    for precision in precisions:
+        if f"{precision}/fixed" not in times:
+            continue
+        stream, fixed = times[f"{precision}/all"], times[f"{precision}/fixed"]
+        per_round = [statistics.median(a) / statistics.median(f) for a, f in zip(stream["rounds"], fixed["rounds"])]
+        work, still = seen[(precision, frozenset())], seen[(precision, frozenset({STREAM}))]
+        flops = [bert_matmul_flops(work["config"], shapes) for shapes in work["step_work"]]
+        fixed_flops = bert_matmul_flops(still["config"], still["step_work"][0])
+        # Every round trained the same batches: round r's step i computed flops[i].
+        per_flop = sum(stream["all"]) / (len(stream["rounds"]) * sum(flops))
+        fixed_per_flop = statistics.median(fixed["all"]) / fixed_flops
+        shape = "x".join(str(d) for d in still["step_work"][0][0][:2])
+        a, f = statistics.median(stream["all"]), statistics.median(fixed["all"])
+        lines.append(
+            f"{precision}: stream {a * 1e3:.1f} ms/step, fixed batch ({shape}) {f * 1e3:.1f} ms/step: stream ÷ fixed "
+            f"{a / f:.3f} (rounds {min(per_round):.3f}-{max(per_round):.3f}); per matmul FLOP (the stream's steps "
+            f"{min(flops) / 1e9:.1f}-{max(flops) / 1e9:.1f} GFLOP, fixed {fixed_flops / 1e9:.1f}): stream ÷ fixed "
+            f"{per_flop / fixed_per_flop:.3f}; the Linear layers saw {work['linear_input_shapes']} distinct input "
+            f"shapes in {work['linear_calls']} calls over the stream's first {work['steps_seen']} steps"
+        )
+    return lines
+
+
+def floor_figures(times: dict, seen: dict, precisions: list[str], gauges) -> dict[str, dict]:
+    """Per precision: ``all``'s median step and its floor (the median step's matmul FLOPs)."""
+    out = {}
+    for precision in precisions:
+        work = seen[(precision, frozenset())]
+        flops = statistics.median(bert_matmul_flops(work["config"], shapes) for shapes in work["step_work"])
+        floor = gauges.floor(precision, flops, work["parameter_bytes"])
+        step_s = statistics.median(times[f"{precision}/all"]["all"])
+        out[precision] = {"line": f"{precision}: {floor.line(step_s)}", **floor.to_dict(step_s)}
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -153,51 +250,106 @@ def main(argv=None) -> int:
     p.add_argument("--precisions", default=",".join(PRECISIONS))
     p.add_argument(
         "--variants",
-        help="comma-separated variants to run beside all (default: every one: " + ", ".join(variants()) + ")",
+        help="comma-separated variants to run beside all (default: every one: " + ", ".join(variants(True)) + ")",
     )
     p.add_argument("--max-grad-norm", type=float, help="the clip limit (default: the recipe's)")
     p.add_argument("--data-dir", help="a GLUE-layout SST-2 directory whose first batch is timed (default: generated)")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="train on the recipe's train loader in its order (the shapes a run sees) instead of one batch",
+    )
+    p.add_argument(
+        "--train-samples",
+        type=int,
+        default=2000,
+        help="--stream: sentences in the epoch whose first batches are timed and whose shapes are counted",
+    )
+    p.add_argument("--no-floor", action="store_true", help="skip the floor line (and the probe it runs)")
     p.add_argument("--json", help="also write the raw step times here")
     args = p.parse_args(argv)
-    if min(args.rounds, args.steps, args.batch_size) < 1 or args.warmup < 1:
-        p.error("--rounds, --steps and --batch-size must be >= 1, --warmup >= 1 (the first step measures memory)")
+    if min(args.rounds, args.steps, args.batch_size, args.train_samples) < 1 or args.warmup < 1:
+        p.error(
+            "--rounds, --steps, --batch-size and --train-samples must be >= 1, --warmup >= 1 "
+            "(the first step measures memory)"
+        )
     precisions = [name.strip() for name in args.precisions.split(",") if name.strip()]
+    known = variants(args.stream)
     only = [name.strip() for name in (args.variants or "").split(",") if name.strip()]
-    if set(only) - set(variants()):
-        p.error(f"unknown variant(s) {sorted(set(only) - set(variants()))}; choose from {', '.join(variants())}")
+    if set(only) - set(known):
+        p.error(f"unknown variant(s) {sorted(set(only) - set(known))}; choose from {', '.join(known)}")
+    cpu = resolve_device("cpu")
+    try:
+        for name in precisions:
+            resolve_precision(name, cpu)
+    except UsageError as e:
+        p.error(str(e))
     setup = BertSetup(
-        train_samples=args.batch_size, eval_samples=8, batch_size=args.batch_size, device="cpu", data_dir=args.data_dir
+        train_samples=args.train_samples if args.stream else args.batch_size,
+        eval_samples=8,
+        batch_size=args.batch_size,
+        device="cpu",
+        data_dir=args.data_dir,
     )
     try:
         bert = prepare_bert(setup)
     except UsageError as e:  # e.g. a --data-dir that is not a GLUE SST-2 directory: one line, exit 2
         p.error(str(e))
-    hw = describe_hardware(resolve_device("cpu"))
-    cpu = resolve_device("cpu")
-    shapes = {}
+    hw = describe_hardware(cpu)
+    shapes, epochs = {}, {}
     for packed in (False, True):
         cfg = dataclasses.replace(bert.cfg, pack_sequences=packed)
         shown = bert.recipe.build(cfg, bert.prepared, resolve_precision("fp32", cpu), cpu, seed=0)
         shapes[packed] = tuple(next(iter(shown.train_loader))["input_ids"].shape)
+        if args.stream:
+            epochs[packed] = epoch_shapes(shown.train_loader)
+    if args.stream and epochs[True].batches < args.warmup + args.steps:
+        p.error(
+            f"--stream: the epoch has {epochs[True].batches} batches of {args.batch_size}, fewer than "
+            f"--warmup + --steps = {args.warmup + args.steps}; give more --train-samples (or data)"
+        )
     (n, width), (rows, capacity) = shapes[False], shapes[True]
-    print(
-        f"Step ablation, {bert.cfg.recipe} ({shown.run_info.get('model', bert.cfg.model)}), batch {n} x "
-        f"{width} tokens padded, {rows} x {capacity} packed, {args.rounds} rounds x "
-        f"({args.warmup} warm-up + {args.steps} timed steps) per variant"
-    )
+    model = shown.run_info.get("model", bert.cfg.model)
+    if args.stream:
+        print(
+            f"Step ablation over the stream, {bert.cfg.recipe} ({model}): the recipe's train loader in its order "
+            f"(seed 0), the first {args.warmup} + {args.steps} batches of {args.batch_size} of an epoch of "
+            f"{epochs[True].sentences} sentences ({shown.run_info.get('dataset', '')}), {args.rounds} rounds per "
+            "variant; fixed: all switches on the median batch of those, repeated"
+        )
+        print(f"epoch, {epochs[True].describe()}")
+        print(f"epoch, {epochs[False].describe()}")
+    else:
+        print(
+            f"Step ablation, {bert.cfg.recipe} ({model}), batch {n} x "
+            f"{width} tokens padded, {rows} x {capacity} packed, {args.rounds} rounds x "
+            f"({args.warmup} warm-up + {args.steps} timed steps) per variant"
+        )
     print(
         f"{hardware_line(hw)}; flags {json.dumps(hw['cpu']['flags'])}; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads\n"
+        f"{torch.get_num_threads()} threads\n",
+        flush=True,
     )
+    # The probe first: a machine that cannot measure a floor says so before the long part.
+    gauges = None if args.no_floor else measure_gauges(bert.cfg, precisions, cpu)
+    seen: dict = {}
     times = run_ablation(
         lambda precision, left_out: timed_variant(
-            bert, precision, left_out, args.warmup, args.steps, args.max_grad_norm
+            bert, precision, left_out, args.warmup, args.steps, args.max_grad_norm, args.stream, seen
         ),
         precisions,
         args.rounds,
         only,
+        args.stream,
     )
     print(ablation_table(times, precisions))
+    lines = stream_lines(times, seen, precisions)
+    floors = {}
+    if gauges is not None:
+        floors = floor_figures(times, seen, precisions, gauges)
+        lines += [gauges_line(gauges)] + [f["line"] for f in floors.values()]
+    if lines:
+        print("\n" + "\n".join(lines))
     if args.json:
         result = {
             "hardware": hw,
@@ -206,6 +358,14 @@ def main(argv=None) -> int:
             "packed_shape": shapes[True],
             "switches": list(SWITCHES),
             "step_times_s": times,
+            "epoch": {("packed" if k else "padded"): v.to_dict() for k, v in epochs.items()},
+            "stream": lines,
+            "seen": {
+                f"{p}/{'+'.join(sorted(left)) or 'all'}": {k: v for k, v in w.items() if k != "config"}
+                for (p, left), w in seen.items()
+            },
+            "floor_gauges": gauges.to_dict() if gauges else None,
+            "floors": floors,
         }
         Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     return 0

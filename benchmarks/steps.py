@@ -34,6 +34,7 @@ from mixft.runs.build import build_trainer
 from mixft.train.measure import device_name
 
 from .bert import BertSetup, bert_matmul_flops, encoder_config, prepare_bert
+from .stream import step_work
 from .timing import StepTimer, TimedRegion, flops, markdown_table, matmul_peak, mib, ratio, rotated
 
 
@@ -141,7 +142,8 @@ def run_step_benchmark(
         s = merged.summary(0)
         known = [b for b in peaks[name] if b is not None]
         precision = resolve_precision(name, dev)
-        achieved = sum(bert_matmul_flops(config, shapes) for shapes in merged.step_shapes) / sum(merged.step_times_s)
+        work = step_work(merged.step_shapes, merged.step_samples)  # packed rows: [CLS] work per sentence
+        achieved = sum(bert_matmul_flops(config, shapes) for shapes in work) / sum(merged.step_times_s)
         with configure_matmul(precision, dev):  # TF32 on or off, as the run had it
             peak = matmul_peak(
                 dev, precision.autocast_dtype or torch.float32, peak_n or (8192 if dev.type == "cuda" else 2048)

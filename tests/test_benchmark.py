@@ -21,7 +21,15 @@ from benchmarks.bert import (
     prepare_bert,
 )
 from benchmarks.mlp import CPU_FP16_SKIP, MLPSizes, mlp_table, run_mlp_benchmark
-from benchmarks.peers import LossOutputModel, PeersConfig, peers_table, run_peers, same_state, state_fingerprint
+from benchmarks.peers import (
+    LossOutputModel,
+    PackedClsReader,
+    PeersConfig,
+    peers_table,
+    run_peers,
+    same_state,
+    state_fingerprint,
+)
 from benchmarks.scaling import ScalingConfig, run_scaling, saved_activation_bytes, scaling_tables
 from benchmarks.steps import run_step_benchmark
 from benchmarks.timing import StepTimer, markdown_table, matmul_peak
@@ -139,7 +147,9 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
     report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32", "bf16"], max_steps=2))
     rows = report.summary()
     assert [(r["precision"], r["framework"]) for r in rows] == [
-        (p, f) for p in ("fp32", "bf16") for f in ("mixft", "hf-trainer", "hf-trainer-random", "accelerate")
+        (p, f)
+        for p in ("fp32", "bf16")
+        for f in ("mixft", "hf-trainer", "hf-trainer-random", "hf-trainer-packed", "accelerate")
     ]
     mixft = {r["precision"]: r for r in rows if r["framework"] == "mixft"}
     for r in rows:
@@ -159,8 +169,15 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
     assert "bf16=True" in bf16_hf["settings"] and "group_by_length" in bf16_hf["settings"]
     random_hf = next(r for r in rows if r["framework"] == "hf-trainer-random")
     assert "random" in random_hf["settings"] and "group_by_length" not in random_hf["settings"]
+    # Trainer with mixft's packing: its batches arrived packed at its wrapper (the samples above were
+    # counted there), with less padding than Trainer's own padded random batches.
+    for precision in ("fp32", "bf16"):
+        by = {r["framework"]: r for r in rows if r["precision"] == precision}
+        packed = by["hf-trainer-packed"]
+        assert "PackedClsReader" in packed["settings"] and "random" in packed["settings"]
+        assert packed["padding_efficiency"] > by["hf-trainer-random"]["padding_efficiency"]
     table = peers_table(report)
-    assert table.count("| yes |") == 8 and "hf-trainer" in table and "accelerate" in table
+    assert table.count("| yes |") == 10 and "hf-trainer" in table and "accelerate" in table
 
 
 def test_peers_report_accuracy_over_seeds_beside_speed(tiny_bert):
@@ -247,6 +264,29 @@ def test_hf_wrapper_returns_the_recipe_loss(tiny_bert):
     out = LossOutputModel(model, loss_fn)(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
     assert torch.allclose(out["loss"], loss_fn(out["logits"], labels))
     assert "loss" not in LossOutputModel(model, loss_fn)(input_ids=ids)
+
+
+@pytest.mark.parametrize("first_token_only", [True, False])
+def test_packed_cls_reader_gives_the_padded_batchs_logits_and_loss(tiny_bert, tmp_path, first_token_only, monkeypatch):
+    # Three layers, so the last layer's [CLS]-only path and the whole encoder both see mixed rows.
+    from benchmarks import peers
+    from mixft.data.packing import pack_batch
+
+    deeper = dataclasses.replace(tiny_bert, model=str(make_tiny_bert_dir(tmp_path / "bert", layers=3)))
+    parts = build_tiny(deeper)
+    model, loss_fn = parts.model.eval(), parts.loss_fn
+    if not first_token_only:
+        monkeypatch.setattr(peers, "reads_first_tokens_only", lambda encoder: False)
+    padded = next(iter(parts.eval_loader))
+    labels = padded.pop("labels")
+    packed = pack_batch(padded, pad_to_multiple_of=64)  # rows of 64: several sentences each
+    assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0] / 2
+    reader = PackedClsReader(model, loss_fn)
+    out = reader(**packed, labels=labels)
+    with torch.no_grad():
+        reference = model(**padded)
+    assert torch.allclose(out["logits"], reference, atol=1e-5)
+    assert torch.allclose(out["loss"], loss_fn(reference, labels), atol=1e-6)
 
 
 def test_work_counter_counts_real_and_padded_tokens(tiny_bert):
@@ -362,3 +402,47 @@ def test_script_runs_from_any_directory(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "--peers" in done.stdout and "--ablation" not in done.stdout
+
+
+# ------------------------------------------------------------------------ casts, the stream profile
+def test_cast_counter_counts_autocasts_casts_by_hand():
+    from benchmarks.casts import CastCounter
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Linear(3, 2))
+    x = torch.randn(5, 4)
+    with CastCounter(model) as casts:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().sum().backward()
+    s = casts.per_step(1)
+    # By hand: the two Linears' weights and biases cast down for the forward (12 + 3 + 6 + 2 elements)
+    # and their gradients cast back up; x cast down; the output cast up (.float()) and its gradient
+    # cast down. Bytes: elements x (4 + 2), read + written.
+    assert (s["weight_casts"], s["weight_cast_bytes"]) == (8, 2 * 23 * 6)
+    assert (s["activation_casts"], s["activation_cast_bytes"]) == (3, (20 + 10 + 10) * 6)
+    assert s["by_direction"] == {"bfloat16->float32": 5, "float32->bfloat16": 6}
+    assert casts.line(1).startswith("casts per step: 11 ")
+
+
+def test_profile_stream_mode_profiles_the_loaders_batches_and_counts_their_casts(tiny_bert, tmp_path, capsys):
+    from benchmarks import profile_step
+
+    out = tmp_path / "profile.json"
+    argv = ["--stream", "--model", tiny_bert.model, "--data-dir", tiny_bert.data_dir, "--precisions", "fp32,bf16"]
+    argv += ["--steps", "1", "--warmup", "1", "--train-samples", "48", "--batch-size", "16", "--rows", "5"]
+    argv += ["--no-floor", "--json", str(out)]
+    assert profile_step.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["epoch"]["batches"] == 3 and doc["epoch"]["packed"]  # 48 sentences in batches of 16
+    # The timed step was the loader's second batch: its FLOPs, counted by torch, are that batch's.
+    parts = build_tiny(dataclasses.replace(tiny_bert, batch_size=16, max_length=128))  # the recipe's max length
+    second = list(parts.train_loader)[1]
+    rows, length = second["input_ids"].shape
+    expected = bert_matmul_flops(encoder_config(parts.model), [(rows, length, 16)])
+    for precision in ("fp32", "bf16"):
+        assert doc["results"][precision]["matmul_flops"] == [expected]
+    assert doc["results"]["fp32"]["casts"]["weight_casts"] == 0  # fp32 casts no weight
+    assert doc["results"]["bf16"]["casts"]["weight_casts"] > 0
+    printed = capsys.readouterr().out
+    assert "recipe's train loader in its order" in printed and "bf16: casts per step:" in printed
