@@ -24,5 +24,19 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     """
     # The first line says what went wrong; later ones are library advice and tracebacks.
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    text = " ".join(lines[0].split()) if lines else type(exc).__name__
-    return text if len(text) <= limit else text[:limit] + "..."
+    return shortened(lines[0], limit) if lines else type(exc).__name__
+
+
+def shortened(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most about ``limit`` characters, cut at a word boundary ("..." marks the cut).
+
+    Usage: ``shortened("Error(s) in loading state_dict for Model: size mismatch for ...", 40)``
+    """
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    # A word cut in half reads as another word (a shape "[64, 3" of "[64, 32]"): end at the last whole one.
+    if text[limit] != " " and " " in head:
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip(" ,;:") + " ..."

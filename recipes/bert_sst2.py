@@ -10,13 +10,16 @@ BCE: smoothed targets, ``pos_weight``), ``--gradient-checkpointing`` (on the enc
 Features: offline-first model and data (hub, cache, --data-dir, or the shipped MiniLM
 BERT and mixft's generated sentiment set), length-grouped dynamic padding (multiples
 of 8 on CUDA, for every precision alike), accuracy through a shipped `evaluate` metric.
+Packed random batches by default (``--pack-sequences``) for the encoder families that pack
+(``mixft.models.packed.PACKING_TYPES``); any other family's batches are padded, with a notice.
 
-Raises UsageError (before any training) for missing/malformed data or a bad model path.
+Raises UsageError (before any training) for missing/malformed data, a bad model path, or
+``--pack-sequences`` asked for a model whose family does not pack.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -24,7 +27,7 @@ from torch import nn
 
 from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
-from mixft.config.run_config import RunConfig, describe_setting
+from mixft.config.run_config import RunConfig, describe_setting, is_recipe_default
 from mixft.data.loaders import make_loader, pad_multiple
 from mixft.data.synthetic.stand_ins import SST2
 from mixft.data.user_data import TextData, load_glue_data, load_text_data
@@ -32,6 +35,7 @@ from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.metrics import load_metric
 from mixft.models.classifiers import BertClassifier, logits_to_labels
+from mixft.models.packed import PACKING_TYPES, packs
 from mixft.recipe import TrainerParts
 from mixft.train.optim import adamw_factory
 from mixft.train.schedules import build_scheduler_factory
@@ -95,6 +99,9 @@ class Prepared:
     eval: object
     notices: list
     pos_weight: torch.Tensor | None = None  # --class-weights balanced: n_negative / n_positive
+    # Options decided once the model is known, {option: value}: the runner applies them to the run's
+    # config (header, config.yaml, results.json, --resume's identity) and build() follows them.
+    settled: dict = field(default_factory=dict)
 
 
 def load_sst2(
@@ -138,6 +145,7 @@ def prepare(cfg: RunConfig) -> Prepared:
         source=f"--model {cfg.model}",
         max_length_shown=describe_setting(cfg, "max_length"),
     )  # the default is not the user's
+    settled, packing_notice = settle_packing(cfg, checked.config)  # before reading any data
     if cfg.eval_only and not (Path(resolved.path) / HEAD_FILE).is_file():
         raise UsageError(
             f"--eval-only --model {cfg.model}: no fine-tuned classifier head ({HEAD_FILE}) there, so "
@@ -165,9 +173,31 @@ def prepare(cfg: RunConfig) -> Prepared:
         tokenizer=tokenizer,
         train=train,
         eval=evaluation,
-        notices=[n for n in (resolved.notice, data.notice) if n],
+        notices=[n for n in (resolved.notice, data.notice, packing_notice) if n],
         pos_weight=pos_weight,
+        settled=settled,
     )
+
+
+def settle_packing(cfg: RunConfig, config) -> tuple[dict, str | None]:
+    """Whether this model's batches are packed: ``({}, None)`` as asked, or the recipe's default turned off.
+
+    Packing is only exact for the families that pack (``mixft.models.packed.PACKING_TYPES``). For any
+    other, the recipe's default (on) becomes ``{"pack_sequences": False}`` with a notice, and a user's
+    ``--pack-sequences`` is refused (UsageError), before any data is read.
+
+    Usage: ``settled, notice = settle_packing(cfg, AutoConfig.from_pretrained(path))``
+    """
+    if not cfg.pack_sequences or packs(config):
+        return {}, None
+    family, families = config.model_type, ", ".join(PACKING_TYPES)
+    if not is_recipe_default(cfg, "pack_sequences"):
+        raise UsageError(
+            f"--pack-sequences: --model {cfg.model} is a {family} model, and packing is exact only for "
+            f"{families} models; pass --no-pack-sequences"
+        )
+    notice = f"notice: {family} models are not packed (packing is exact only for {families}); batches are padded"
+    return {"pack_sequences": False}, None if cfg.eval_only else notice  # eval-only trains no batch
 
 
 HEAD_FILE = "classifier_head.pt"  # beside a saved encoder: a fine-tuned classifier
@@ -250,7 +280,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         num_workers=cfg.num_workers,
         pin_memory=pin,
         group_size=cfg.length_group_size if cfg.group_by_length else 1,  # 1: random batches
-        pack=cfg.pack_sequences,
+        pack=prepared.settled.get("pack_sequences", cfg.pack_sequences),  # what prepare settled for this model
     )
     eval_loader = make_loader(
         prepared.eval,

@@ -209,29 +209,21 @@ def test_best_model_and_early_stopping_under_torchrun(tmp_path, tiny_bert_dir, t
         assert steps[-1] - best_step == 2 and run["steps"] == steps[-1]
 
 
-def test_predict_file_is_refused_under_torchrun(tmp_path, tiny_bert_dir):
+def test_predict_file_is_refused_under_torchrun(tmp_path, tiny_bert_dir, monkeypatch, capsys):
     # Each rank would predict its shard of the file: refused in one line instead of a partial file.
+    # What the run layer sees under torchrun with 2 processes, in this process (how torchrun delivers
+    # a refusal, one line from process 0, is tests/cli/test_launch_messages.py's).
+    from mixft import distributed
+    from mixft.cli.main import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "init_from_env", lambda: False)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
     rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'},{'pos' if i % 2 else 'neg'}\n" for i in range(16))
     (tmp_path / "t.csv").write_text("text,label\n" + rows)
-    proc = torchrun(
-        "scripts/finetune.py",
-        "--recipe",
-        "text-classification",
-        "--model",
-        str(tiny_bert_dir),
-        "--train-file",
-        str(tmp_path / "t.csv"),
-        "--validation-split",
-        "0.25",
-        "--predict-file",
-        str(tmp_path / "t.csv"),
-        "--max-steps",
-        "1",
-        "--output-dir",
-        str(tmp_path / "out"),
-        "--no-progress",
-        check=False,
-    )
-    assert proc.returncode != 0
-    assert "--predict-file is not supported under torchrun" in proc.stderr
-    assert not (tmp_path / "out" / "results.json").exists()
+    argv = ["--recipe", "text-classification", "--model", str(tiny_bert_dir), "--train-file", str(tmp_path / "t.csv")]
+    argv += ["--validation-split", "0.25", "--predict-file", str(tmp_path / "t.csv"), "--max-steps", "1"]
+    assert main([*argv, "--output-dir", str(tmp_path / "out"), "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--predict-file is not supported under torchrun" in line
+    assert not (tmp_path / "out").exists()

@@ -333,10 +333,25 @@ def configure_matmul(precision: Precision, device: torch.device) -> Iterator[Non
 
     Usage: ``with configure_matmul(precision, device): model(x)``
     """
+    with matmul_settings_kept():
+        torch.set_float32_matmul_precision("high" if precision.tf32 else "highest")
+        if device.type == "cuda":
+            torch.backends.cudnn.allow_tf32 = precision.tf32
+        yield
+
+
+@contextlib.contextmanager
+def matmul_settings_kept() -> Iterator[None]:
+    """The process's matmul settings (fp32 precision per backend, cuDNN's TF32, torch's legacy level) as
+    they were before the block, whatever it sets.
+
+    Read through the per-backend API: the legacy getters (``torch.get_float32_matmul_precision``,
+    ``torch.backends.cuda.matmul.allow_tf32``) raise once a process has set TF32 through
+    ``torch.backends.cuda.matmul.fp32_precision``, the API PyTorch now documents.
+
+    Usage: ``with matmul_settings_kept(): torch.set_float32_matmul_precision("high")``
+    """
     saved = _matmul_state()
-    torch.set_float32_matmul_precision("high" if precision.tf32 else "highest")
-    if device.type == "cuda":
-        torch.backends.cudnn.allow_tf32 = precision.tf32
     try:
         yield
     finally:

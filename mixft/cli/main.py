@@ -5,7 +5,8 @@ Every bad input ends with one line on stderr and exit code 2, before any work st
 Exit codes: 0 done; 2 bad input (nothing written); 3 a run collapsed (results and the
 last good checkpoint kept, diagnosis on stderr); 4 a file could not be written (disk
 full, read-only, I/O error: the previous results.json and checkpoint kept); 130 / 143
-stopped by SIGINT / SIGTERM (checkpoint saved: rerun with --resume). See docs/reliability.md.
+stopped by SIGINT / SIGTERM (checkpoint saved: rerun with --resume); 5 another process of a torchrun
+job is gone (the last checkpoint kept: rerun with --resume). See docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -33,14 +34,29 @@ from mixft.report.summary import is_eval_only
 from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, has_checkpoint
 from mixft.train.hooks import Callback, StepInfo
 
-PROG = "finetune.py"
+PROG = "finetune.py"  # the name main(argv) gives itself when called from Python (tests, notebooks)
+EXIT_USAGE = 2  # bad input: one line, before any work
 EXIT_COLLAPSE = 3  # a run stopped because training collapsed (docs/reliability.md)
 EXIT_WRITE_FAILED = 4  # results.json, report.md, a checkpoint or the model could not be written
+EXIT_PEER_LOST = 5  # another process of a torchrun job is gone (docs/fsdp.md#more-than-one-machine)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def program_name() -> str:
+    """What this process was started as, for its usage and error lines: ``mixft`` (the console script),
+    ``finetune.py`` (``python scripts/finetune.py``, under torchrun too), ``python -m PKG`` (a module run with -m).
+
+    Usage: ``build_parser(prog=program_name())``
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:  # python -m: argv[0] is the module's file, not what the user typed
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return name if name not in ("", "-c", "-") else PROG  # python -c / stdin: no name of its own
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The parser: every option but the precision and seed choices is generated from RunConfig."""
-    p = OneLineParser(prog=PROG, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
+    p = OneLineParser(prog=prog, description="Fine-tune a recipe in FP32 or mixed precision and measure what AMP buys.")
     # Required, but a --config file may name it instead (main() checks that one of them does).
     p.add_argument(
         "--recipe", default=None, help=f"one of: {', '.join(recipe_names())} (required, here or in --config)"
@@ -82,13 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_argv(argv: Sequence[str] | None) -> tuple[argparse.Namespace, RunConfig]:
+def config_from_argv(argv: Sequence[str] | None, prog: str = PROG) -> tuple[argparse.Namespace, RunConfig]:
     """The parsed flags and the RunConfig they give, with ``--config FILE``'s values under them.
 
     Flags named on the command line win over the file; the file wins over the flags' defaults.
     Usage: ``args, cfg = config_from_argv(["--config", "out/config.yaml", "--epochs", "1"])``
     """
-    parser = build_parser()
+    parser = build_parser(prog)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     cli_cfg = config_from_args(args)
@@ -227,16 +243,21 @@ def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, process
 
 
 def batch_order_text(cfg: RunConfig) -> str:
-    """Which sentences share a batch, and whether its padding is computed: ``"; random, packed (no padding)"``."""
+    """Which sentences share a batch, and whether its padding is computed: ``"; random, packed (no padding)"``.
+
+    ``cfg``: the run's, after the recipe settled packing for the model (``Prepared.settled``).
+    """
     order = f"length-grouped ({cfg.length_group_size} batches per group)" if cfg.group_by_length else "random"
     if cfg.pack_sequences:
         return f"; {order}, packed (no padding computed)"
-    return f"; {order}" if cfg.pack_sequences is not None or cfg.group_by_length else ""
+    if cfg.pack_sequences is False:  # a recipe that packs, not packing this run: say so
+        return f"; {order}, padded"
+    return f"; {order}" if cfg.group_by_length else ""
 
 
 def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
     from mixft.amp.hardware import hardware_line, native_line
-    from mixft.report.probe_result import ProbeResult, probe_line
+    from mixft.report.probe_result import CacheProblem, ProbeResult, probe_line
 
     say("mixft run")
     say(f"  recipe     {cfg.recipe}")
@@ -260,6 +281,8 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
         say(f"  native     {native_line(hardware['native'])}")
     if hardware.get("probe"):
         say(f"  speed      {probe_line(ProbeResult.from_dict(hardware['probe']))}")
+    elif hardware.get("probe_cache_problem"):  # a cached probe is there but unreadable: not "not probed"
+        say(f"  speed      {CacheProblem.from_dict(hardware['probe_cache_problem']).line()}")
     else:
         say("  speed      not probed on this machine yet (--probe measures it in under a minute)")
     chosen = " (--amp)" if list(cfg.precisions) == ["amp"] else ""  # why: the notice above and results.json
@@ -438,12 +461,63 @@ def _quiet_library_progress() -> None:
     huggingface_hub.utils.disable_progress_bars()
 
 
+def _launch_rank() -> int:
+    """This process's rank under torchrun / accelerate launch (0 when alone), before or after it joins the group."""
+    from mixft import distributed
+
+    if distributed.is_distributed():
+        return distributed.rank()
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return 0
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+# How long a process other than 0 waits, after an error, for the launcher to end it (see _fail).
+PEER_WAIT_S = 10.0
+
+
+def _fail(line: str, code: int) -> int:
+    """Say ``line`` (a one-line error) once per launch; returns ``code``, the exit code.
+
+    Under torchrun every process runs main() and, the checks being the same, meets the same error:
+    process 0 says it. The others say nothing and wait: the launcher ends them as soon as process 0
+    exits (torchrun terminates the rest of a job once one process has failed). Exiting at once
+    instead, one of them could be seen first and process 0 terminated before it said anything. A
+    process still running after the wait met an error of its own (a file only its node lacks), and
+    says it, naming its rank.
+    """
+    rank = _launch_rank()
+    if rank == 0:
+        print(line, file=sys.stderr, flush=True)
+        return code
+    try:
+        time.sleep(PEER_WAIT_S)
+    except KeyboardInterrupt:  # Ctrl-C reaches every process: the launcher is stopping them all
+        return code
+    print(f"[rank {rank}] {line}", file=sys.stderr, flush=True)
+    return code
+
+
+def _say_once(line: str) -> None:
+    """A message every process of a launch has (a signal adopted by all of them): said by process 0 only."""
+    if _launch_rank() == 0:
+        print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of scripts/finetune.py. Returns the exit code (2 for bad input)."""
+    """Entry point of ``mixft`` and scripts/finetune.py. Returns the exit code (2 for bad input).
+
+    ``argv`` None: this process's own command line, and its messages name the program as it was
+    started (``mixft``, ``finetune.py``); a list (a call from Python): they name ``finetune.py``.
+    """
     setup_logging()
+    prog = program_name() if argv is None else PROG
     cfg = None
     try:
-        args, cfg = config_from_argv(argv)
+        args, cfg = config_from_argv(argv, prog)
         from mixft.runs.runner import run, run_probe
 
         if cfg.probe:
@@ -465,48 +539,55 @@ def main(argv: Sequence[str] | None = None) -> int:
             observer = ConsoleObserver(progress=not args.no_progress, signals=signals)
             results = run(cfg, observer)
     except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
+        return _fail(f"{prog}: error: {e}", EXIT_USAGE)
     except WriteFailed as e:  # disk full, quota, read-only: a one-line cause, not a traceback
         out = Path(cfg.output_dir) if cfg is not None else None
         resumable = out is not None and has_checkpoint(out)
-        print(
-            f"{PROG}: error: {e}; earlier results and the last good checkpoint are kept"
+        return _fail(
+            f"{prog}: error: {e}; earlier results and the last good checkpoint are kept"
             + (
                 f"; once fixed, rerun the same command with --resume to continue from the last checkpoint in {out}"
                 if resumable
                 else "; once fixed, rerun the same command"
             ),
-            file=sys.stderr,
+            EXIT_WRITE_FAILED,
         )
-        return EXIT_WRITE_FAILED
     except KeyboardInterrupt as e:  # a second Ctrl-C, or one outside training
         out = Path(cfg.output_dir) if cfg is not None else None
         if out is not None and has_checkpoint(out):
-            print(
-                f"{PROG}: interrupted; rerun the same command with --resume to continue from the last checkpoint "
-                f"in {out}",
-                file=sys.stderr,
+            _say_once(
+                f"{prog}: interrupted; rerun the same command with --resume to continue from the last checkpoint "
+                f"in {out}"
             )
         else:
-            print(f"{PROG}: interrupted", file=sys.stderr)
+            _say_once(f"{prog}: interrupted")
         return getattr(e, "exit_code", 130)
+    except Exception as e:  # a process of the job gone (a node lost): one line; any other error is a bug
+        from mixft.cli.peer_lost import peer_lost_line
+
+        line = peer_lost_line(e, prog, Path(cfg.output_dir) if cfg is not None else None)
+        if line is None:
+            raise
+        # Every surviving process meets it, process 0 perhaps not (its node may be the lost one):
+        # each node's first process says it, at once.
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(line, file=sys.stderr, flush=True)
+        return EXIT_PEER_LOST
     if signals.signum is not None:
         saved = next((s.checkpoint for s in reversed(observer.stoppers) if s.checkpoint), None)
         where = f"checkpoint saved to {saved}" if saved else f"results so far in {cfg.output_dir}"
-        print(
-            f"{PROG}: interrupted ({signals.signal_name}); {where}; rerun the same command with --resume to continue",
-            file=sys.stderr,
+        _say_once(
+            f"{prog}: interrupted ({signals.signal_name}); {where}; rerun the same command with --resume to continue"
         )
         return signals.exit_code
     collapsed = [r.precision + (f" seed {r.seed}" if len(cfg.seeds) > 1 else "") for r in results if is_collapse(r)]
     if collapsed:  # the diagnosis itself was logged above, when the run stopped
-        print(
-            f"{PROG}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
+        # No barrier: a rank-local collapse (a NaN loss) may leave peers elsewhere (_fail waits for the launcher).
+        return _fail(
+            f"{prog}: training collapsed ({', '.join(collapsed)}): see the diagnosis above; results in "
             f"{cfg.output_dir}/{RESULTS_NAME}; any checkpoint from before the collapse is kept",
-            file=sys.stderr,
+            EXIT_COLLAPSE,
         )
-        return EXIT_COLLAPSE  # no barrier: a rank-local collapse (a NaN loss) may leave peers elsewhere
     if is_main_process():
         if len(results) > 1:
             say(f"comparison report: {cfg.output_dir}/{REPORT_NAME}")

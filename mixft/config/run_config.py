@@ -236,7 +236,8 @@ class RunConfig:
         "lay each batch's sentences end to end in a few rows (attention stays within a sentence): "
         "the same random batches and, up to float rounding, the same gradients as padding them, "
         "without computing the padding "
-        "(default: on where the recipe's model supports it: bert-sst2)",
+        "(bert-sst2, on by default for bert, distilbert, electra, roberta and xlm-roberta models; "
+        "other models' batches are padded, and --pack-sequences is refused for them)",
         check=BOOL,
         negatable=True,
         group=OPTIMISATION,
@@ -563,4 +564,18 @@ def replace_keeping_origin(cfg: RunConfig, **changes) -> RunConfig:
 
     new = replace(cfg, **changes)
     new.recipe_defaulted = recipe_defaulted(cfg)  # a changed value no longer matches it: the user's
+    return new
+
+
+def with_settled(cfg: RunConfig, settled: dict[str, Any] | None) -> RunConfig:
+    """``cfg`` with the values a recipe's ``prepare`` settled once the model was known (its ``settled``:
+    bert-sst2 turns its default packing off for a family that does not pack). A settled option the
+    recipe's defaults filled stays the recipe's in messages (``is_recipe_default``), not the user's.
+
+    Usage: ``cfg = with_settled(cfg, prepared.settled)``
+    """
+    if not settled:
+        return cfg
+    new = replace_keeping_origin(cfg, **settled)
+    new.recipe_defaulted.update({key: value for key, value in settled.items() if key in new.recipe_defaulted})
     return new

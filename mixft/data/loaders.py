@@ -91,4 +91,5 @@ def pad_multiple(device) -> int | None:
 
     Usage: ``make_loader(rows, tok, 32, shuffle=True, pad_to_multiple_of=pad_multiple(device))``
     """
-    return 8 if getattr(device, "type", device) == "cuda" else None
+    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]  # "cuda:1" is CUDA too
+    return 8 if kind == "cuda" else None

@@ -9,13 +9,19 @@ positions restart at 0, and the model attends only within a sentence (a block-di
 ``mixft.models.packed``). The optimizer step sees the same sentences and, up to float rounding,
 the same gradient as the padded batch (tests/data/test_packing.py, tests/models/test_packed.py).
 
+That holds for the encoder families ``mixft.models.packed.PACKING_TYPES`` lists (BERT, DistilBERT,
+ELECTRA, RoBERTa, XLM-R), each tested packed against padded (tests/models/test_packed.py):
+the model turns the batch's 0-based positions into its own numbering (RoBERTa-likes start at
+``padding_idx + 1``: ``mixft.models.positions``). Any other family is not packed: bert-sst2 pads
+its batches with a notice, and refuses an explicit ``--pack-sequences`` in one line.
+
 A packed batch, from the padded one (``input_ids`` etc. of shape (B, L), ``labels`` (B,))::
 
-    input_ids, token_type_ids, ...   (R, C)  every (B, L) tensor, its tokens moved into rows
+    input_ids, token_type_ids, ...   (R, C)  the token-aligned tensors (TOKEN_KEYS), tokens moved into rows
     attention_mask                   (R, C)  1 on real tokens (what token counters sum)
     position_ids                     (R, C)  0, 1, 2, ... within each sentence
     sequence_ids                     (R, C)  which sentence of the batch a token belongs to; -1: padding
-    labels                           (B,)    unchanged, in the batch's order
+    labels, anything else            (B, ...) unchanged, one per sentence in the batch's order
 
 Usage::
 
@@ -31,6 +37,10 @@ from typing import Any
 import torch
 
 PACKED_KEYS = ("position_ids", "sequence_ids")  # what a packed batch adds to the padded one
+# The tensors with one value per token, which packing moves into rows. Decided by name, not by
+# shape: a per-sentence tensor (multi-label targets, features) of shape (B, K) with K equal to the
+# padded length is still one row per sentence, and is passed through as it is.
+TOKEN_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "special_tokens_mask"})
 
 
 def is_packed(inputs: Mapping[str, Any]) -> bool:
@@ -69,7 +79,8 @@ def pack_batch(batch: Mapping[str, Any], pad_token_id: int = 0, pad_to_multiple_
     """The packed form of a padded batch (the module docstring's layout); its real tokens keep their order.
 
     Row length: the longest sentence, rounded up to ``pad_to_multiple_of``. Real tokens are where
-    ``attention_mask`` is 1 (left or right padding alike).
+    ``attention_mask`` is 1 (left or right padding alike). Only ``TOKEN_KEYS`` are packed; every other
+    entry is per sentence and kept as it is.
     """
     mask = batch["attention_mask"].bool()
     n, width = mask.shape
@@ -97,10 +108,13 @@ def pack_batch(batch: Mapping[str, Any], pad_token_id: int = 0, pad_to_multiple_
 
     packed: dict[str, Any] = {}
     for key, value in batch.items():
-        if isinstance(value, torch.Tensor) and value.shape == (n, width):
-            packed[key] = scatter(value, pad_token_id if key == "input_ids" else 0)
+        if key not in TOKEN_KEYS:
+            packed[key] = value  # labels and anything else per sentence, whatever its shape
+        elif not isinstance(value, torch.Tensor) or value.shape != (n, width):
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"{key} is one value per token: expected shape {(n, width)}, got {shape}")
         else:
-            packed[key] = value  # labels and anything else per sentence
+            packed[key] = scatter(value, pad_token_id if key == "input_ids" else 0)
     packed["position_ids"] = scatter(position, 0)
     packed["sequence_ids"] = scatter(sentence, -1)
     return packed

@@ -43,6 +43,7 @@ from typing import Any
 from mixft.errors import UsageError, first_line
 from mixft.log import logger
 from mixft.models.hub import CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE, TORCH_INDEX
+from mixft.models.positions import first_position
 
 # The files a tokenizer can be built from (transformers' fast and slow formats).
 TOKENIZER_FILES = (
@@ -57,25 +58,6 @@ TOKENIZER_FILES = (
     "sentencepiece.model",
 )
 
-# Families whose position ids start at padding_idx + 1 (fairseq's convention), so
-# max_position_embeddings - (pad_token_id + 1) tokens fit, not max_position_embeddings:
-# RoBERTa's 514 positions hold 512 tokens.
-_PADDING_OFFSET_TYPES = frozenset(
-    {
-        "roberta",
-        "xlm-roberta",
-        "xlm-roberta-xl",
-        "camembert",
-        "longformer",
-        "roberta-prelayernorm",
-        "data2vec-text",
-        "ibert",
-        "mpnet",
-        "esm",
-        "xmod",
-        "luke",
-    }
-)
 _SAFETENSORS_ITEMSIZE = {
     "BOOL": 1,
     "U8": 1,
@@ -188,10 +170,8 @@ def max_sequence_length(config) -> int | None:
         return None
     if config.model_type in ("deberta", "deberta-v2") and not getattr(config, "position_biased_input", True):
         return None
-    if config.model_type in _PADDING_OFFSET_TYPES:
-        pad = getattr(config, "pad_token_id", None)
-        return positions - ((pad if isinstance(pad, int) else 1) + 1)
-    return positions
+    # RoBERTa-likes number from padding_idx + 1 (mixft.models.positions): 514 positions hold 512 tokens.
+    return positions - first_position(config)
 
 
 def check_max_length(config, max_length: int, source: str = "the model", shown: str | None = None) -> None:
@@ -205,8 +185,8 @@ def check_max_length(config, max_length: int, source: str = "the model", shown: 
     limit = max_sequence_length(config)
     if limit is not None and max_length > limit:
         extra = ""
-        if config.model_type in _PADDING_OFFSET_TYPES:
-            extra = f" ({config.max_position_embeddings} positions, the first {config.max_position_embeddings - limit} reserved)"
+        if first_position(config):
+            extra = f" ({config.max_position_embeddings} positions, the first {first_position(config)} reserved)"
         raise UsageError(
             f"{shown or f'--max-length {max_length}'} is longer than {source} can read: at most {limit} "
             f"tokens{extra}; pass --max-length {limit} or less"

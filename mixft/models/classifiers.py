@@ -25,7 +25,8 @@ from torch import nn
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.models.first_token_encoder import first_token_states, reads_first_tokens_only
-from mixft.models.packed import block_diagonal_mask, first_token_places
+from mixft.models.packed import block_diagonal_mask, check_packs, first_token_places
+from mixft.models.positions import first_position
 
 
 class BertClassifier(nn.Module):
@@ -48,10 +49,20 @@ class BertClassifier(nn.Module):
     def forward(
         self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, sequence_ids=None
     ) -> torch.Tensor:
-        """Logits (B,) of a padded batch, or of a packed one (``sequence_ids`` given: ``mixft.data.packing``)."""
+        """Logits (B,) of a padded batch, or of a packed one (``sequence_ids`` given: ``mixft.data.packing``).
+
+        A packed batch's ``position_ids`` count each sentence from 0; a family that does not pack
+        (``mixft.models.packed.PACKING_TYPES``) raises ValueError rather than compute something else.
+        """
         if sequence_ids is not None:  # packed rows: attention stays within each sentence
-            mask = block_diagonal_mask(sequence_ids, getattr(self.encoder.config, "_attn_implementation", None))
+            config = self.encoder.config
+            check_packs(config)
+            mask = block_diagonal_mask(sequence_ids, getattr(config, "_attn_implementation", None))
             rows, positions = first_token_places(sequence_ids, position_ids)
+            # The positions the encoder gives the sentence padded alone: RoBERTa-likes count from
+            # padding_idx + 1, not 0 (mixft.models.positions); the first token is still found at 0 above.
+            if first_position(config):
+                position_ids = position_ids + first_position(config)
         else:  # one sentence per row, its [CLS] first
             mask = attention_mask
             rows = torch.arange(input_ids.shape[0], device=input_ids.device)

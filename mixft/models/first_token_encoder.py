@@ -91,6 +91,8 @@ def first_token_states(
 
     ``attention_mask``: what ``BertModel`` takes (a 2-D padding mask, a 4-D mask, or None);
     it is turned into the layers' mask by the same transformers function ``BertModel`` uses.
+    ``position_ids``: in the encoder's own numbering, as ``BertModel`` takes them (None: 0, 1, 2, ...
+    per row); a packed batch's are translated by the caller (``BertClassifier``, ``mixft.models.positions``).
     """
     from transformers.masking_utils import create_bidirectional_mask
 

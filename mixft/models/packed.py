@@ -1,14 +1,22 @@
 """The model side of packed batches (``mixft.data.packing``): attend within a sentence, read each sentence's [CLS].
 
 A packed row holds several sentences end to end. Two things make the encoder compute for each
-exactly what it computes for the sentence padded alone: positions restarting at 0 (the batch's
-``position_ids``) and a block-diagonal attention mask, built here from ``sequence_ids``. Padding
-slots attend to themselves only, so no softmax row is empty (it would be NaN); nothing reads them.
+exactly what it computes for the sentence padded alone: each sentence's positions numbered as
+the encoder numbers a sentence of its own (the batch's ``position_ids`` count from 0; the
+model adds its family's first position, ``mixft.models.positions``: 2 for RoBERTa) and a
+block-diagonal attention mask, built here from ``sequence_ids``. Padding slots attend to
+themselves only, so no softmax row is empty (it would be NaN); nothing reads them.
+
+Only the families in ``PACKING_TYPES`` pack: for each, packed logits and gradients are tested
+equal to the padded batch's (tests/models/test_packed.py). Others may take neither the 4-D mask
+(DeBERTa-v2's attention fails on it) nor positions from outside, or derive more from the row.
 
 Usage (inside a classifier's forward)::
 
+    check_packs(encoder.config)                              # ValueError for a family that does not pack
     mask = block_diagonal_mask(sequence_ids, encoder.config._attn_implementation)
-    hidden = encoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+    own = positions + first_position(encoder.config)         # the encoder's numbering
+    hidden = encoder(input_ids=ids, attention_mask=mask, position_ids=own).last_hidden_state
     rows, starts = first_token_places(sequence_ids, positions)
     cls = hidden[rows, starts]                               # (B, H), in the batch's sentence order
 """
@@ -16,6 +24,27 @@ Usage (inside a classifier's forward)::
 from __future__ import annotations
 
 import torch
+
+# Encoder families (config.model_type) whose packed forward and backward equal the padded
+# batch's to float rounding: tested one by one, with token types where the family takes them.
+PACKING_TYPES = ("bert", "distilbert", "electra", "roberta", "xlm-roberta")
+
+
+def packs(config) -> bool:
+    """Whether a model of ``config``'s family computes packed batches as it computes padded ones.
+
+    Usage: ``packs(AutoConfig.from_pretrained(path))  # False for deberta-v2``
+    """
+    return getattr(config, "model_type", None) in PACKING_TYPES
+
+
+def check_packs(config) -> None:
+    """Raise ValueError, naming the family and those that pack, unless ``packs(config)``."""
+    if not packs(config):
+        raise ValueError(
+            f"packed batches are not supported for {getattr(config, 'model_type', None) or 'this'} models "
+            f"(packing supports {', '.join(PACKING_TYPES)}): pad them instead"
+        )
 
 
 def block_diagonal_mask(sequence_ids: torch.Tensor, attn_implementation: str | None = "sdpa") -> torch.Tensor:

@@ -3,8 +3,9 @@
 ``mixft.runs.probe.probe`` measures; this module holds what it measured (``ProbeResult``, one
 ``PrecisionProbe`` per precision), keeps it per machine (``save_probe`` / ``cached_probe``,
 keyed by CPU model and flags, torch's native bf16/fp16, GPU, torch version, recipe and
-model), and says it: a terminal table, a report.md section and one line for every run's
-header. What a run does with it (``--amp`` falls back to fp32 where bf16 measured slower)
+model; ``check_cache_dir`` before a probe measures; a ``CacheProblem`` for a cache file or
+folder that is there but unusable), and says it: a terminal table, a report.md section and
+one line for every run's header. What a run does with it (``--amp`` falls back to fp32 where bf16 measured slower)
 is ``mixft.amp.precision.choose_precision``'s policy. Nothing here imports torch: a report or
 a run header can show a probe without loading it.
 
@@ -20,13 +21,15 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from mixft.amp.hardware import describe_hardware, device_note, hardware_key, hardware_line
-from mixft.atomic import write_json
+from mixft.atomic import WriteFailed, write_json
+from mixft.errors import UsageError, first_line
 from mixft.log import logger
 
 PROBE_FORMAT = 1  # bump when ProbeResult's fields change: older cache files then miss
@@ -129,11 +132,131 @@ def probe_cache_path(
     return root / "probes" / f"{safe}-{probe_key(hardware, recipe, model)}.json"
 
 
+def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Make the cache's probes folder and write a file in it, before a probe measures; returns the folder.
+
+    Found now, a cache that cannot be written (``MIXFT_CACHE`` a file, under a file, on a
+    read-only or pseudo file system) costs nothing; found after the probe, it cost the measurement.
+    Raises UsageError naming the setting (``MIXFT_CACHE=...``) and the cause.
+
+    Usage: ``check_cache_dir()  # before probe(); UsageError: MIXFT_CACHE=/x cannot hold the probe cache: ...``
+    """
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = root / "probes"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass  # what save_probe does: a temporary file in this folder, then a rename
+    except OSError as exc:
+        blocker = _file_in_the_way(folder)
+        why = (
+            f"{blocker} is a file, not a folder"
+            if blocker is not None
+            else f"cannot create or write {exc.filename or folder}: {exc.strerror or first_line(exc)}"
+        )
+        raise UsageError(
+            f"{_cache_setting(cache_dir)} cannot hold the probe cache: {why}; set MIXFT_CACHE to a folder "
+            "mixft can write"
+        ) from None
+    return folder
+
+
 def save_probe(result: ProbeResult, cache_dir: str | os.PathLike | None = None) -> Path:
     """Write ``result`` to the per-machine cache (atomically); returns the file's path."""
     path = probe_cache_path(result.hardware, result.recipe, result.model, cache_dir)
     write_json(path, result.to_dict())
     return path
+
+
+def keep_probe(
+    result: ProbeResult, cache_dir: str | os.PathLike | None = None, *, kept_in: str | None = None
+) -> Path | None:
+    """``save_probe`` that warns instead of raising; None when the cache could not be written.
+
+    For a probe already measured (and, when ``kept_in`` names it, already written there):
+    a cache that fails now (a full disk, a folder removed since ``check_cache_dir``) must not
+    cost the measurement. Usage: ``keep_probe(result, kept_in="out/probe.json")``
+    """
+    try:
+        return save_probe(result, cache_dir)
+    except OSError as exc:
+        kept = f"it is kept in {kept_in}, but " if kept_in else ""
+        logger.warning(
+            "warning: the probe could not be cached (%s): %s; %slater runs on this machine will not find it "
+            "until a --probe is cached",
+            _cache_setting(cache_dir),
+            exc if isinstance(exc, WriteFailed) else first_line(exc),
+            kept,
+        )
+        return None
+
+
+@dataclass(frozen=True)
+class CacheProblem:
+    """Why a probe cache that is there could not be used: an unreadable file, or a cache folder
+    that is not one. Kept in results.json's ``hardware.probe_cache_problem``; said before the run
+    (``warning()``), in the header (``line()``) and in ``--amp``'s reason (``amp_clause()``)."""
+
+    path: str  # the cache file; for a folder problem, the file that stands where a folder must be
+    cause: str  # one line: why
+    folder: bool = False  # the cache folder itself is unusable (nothing can be cached there)
+
+    def line(self) -> str:
+        """``"the cached probe at P is unreadable (not valid JSON ...) and is ignored; --probe measures it again"``."""
+        if self.folder:
+            return f"not probed: {self.cause}; --probe needs a folder it can write"
+        return f"the cached probe at {self.path} is unreadable ({self.cause}) and is ignored; --probe measures it again"
+
+    def warning(self) -> str:
+        return ("notice: " if self.folder else "warning: ") + self.line()
+
+    def amp_clause(self) -> str:
+        """What ``--amp``'s reason adds: it decided without the probe it would have followed."""
+        if self.folder:
+            return f"no usable probe ({self.cause})"
+        return f"no usable probe (the cached one at {self.path} is unreadable)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CacheProblem:
+        return cls(str(data["path"]), str(data["cause"]), bool(data.get("folder")))
+
+
+def read_cached_probe(
+    recipe: str,
+    model: str,
+    *,
+    device=None,
+    hardware: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> tuple[ProbeResult | None, CacheProblem | None]:
+    """(the cached probe or None, why a cache file there could not be used or None); logs nothing.
+
+    (None, None): never probed here, or on other hardware, another torch, another recipe or
+    model (their files have other names). A file at this machine's name that cannot be read,
+    parsed or trusted (cut short, bad JSON, another format, fields missing) is a ``CacheProblem``,
+    never silence: an ``--amp`` run would otherwise decide differently without a word.
+
+    Usage: ``result, problem = read_cached_probe("bert-sst2", run_info["model"], device=device)``
+    """
+    hw = dict(hardware) if hardware is not None else describe_hardware(device)
+    path = probe_cache_path(hw, recipe, model, cache_dir)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None  # not probed here yet (or the cache folder does not exist yet)
+    except NotADirectoryError:
+        blocker = _file_in_the_way(path.parent) or path.parent
+        cause = f"{_cache_setting(cache_dir)} cannot hold the probe cache: {blocker} is a file, not a folder"
+        return None, CacheProblem(str(blocker), cause, folder=True)
+    except UnicodeDecodeError:
+        return None, CacheProblem(str(path), "not UTF-8 text")
+    except OSError as exc:  # a folder at its name, no permission to read it
+        return None, CacheProblem(str(path), exc.strerror or first_line(exc))
+    result, cause = _parse_cached(text, probe_key(hw, recipe, model))
+    return result, (CacheProblem(str(path), cause) if cause else None)
 
 
 def cached_probe(
@@ -146,22 +269,55 @@ def cached_probe(
 ) -> ProbeResult | None:
     """The cached probe of ``recipe`` with ``model`` (a run's ``run_info["model"]``) on this
     machine, or None: never probed here, or on other hardware, another torch, an older format.
+    A cache file there that is unreadable is ignored with a warning naming it (``read_cached_probe``).
 
     Usage: ``cached_probe("bert-sst2", parts.run_info["model"], device=device)``
     """
-    hw = dict(hardware) if hardware is not None else describe_hardware(device)
-    path = probe_cache_path(hw, recipe, model, cache_dir)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        result = ProbeResult.from_dict(data)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        logger.debug("ignoring unreadable probe cache %s: %s", path, exc)
-        return None
-    if data.get("format") != PROBE_FORMAT or result.key != probe_key(hw, recipe, model):
-        return None
+    result, problem = read_cached_probe(recipe, model, device=device, hardware=hardware, cache_dir=cache_dir)
+    if problem is not None:
+        logger.warning(problem.warning())
     return result
+
+
+def _parse_cached(text: str, key: str) -> tuple[ProbeResult | None, str | None]:
+    """(the result, None) or (None, why this cache file's text is not a probe result of ``key``)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON, cut short or edited: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    if not isinstance(data, dict):
+        return None, f"a JSON {type(data).__name__}, not a probe result"
+    if data.get("format") != PROBE_FORMAT:  # the format is in the file's name: another one here was edited
+        return None, f"format {data.get('format')!r}, where this mixft reads format {PROBE_FORMAT}"
+    try:
+        result = ProbeResult.from_dict(data)
+    except KeyError as exc:
+        return None, f"no {exc.args[0]!r} field"
+    except (TypeError, ValueError) as exc:
+        return None, f"not a probe result: {first_line(exc)}"
+    if result.key != key:
+        return None, "it holds the probe of another machine, torch, recipe or model than its name says"
+    return result, None
+
+
+def _cache_setting(cache_dir: str | os.PathLike | None) -> str:
+    """How the user named the cache folder: ``"MIXFT_CACHE=/x"``, or the folder and where it came from."""
+    if cache_dir is not None:
+        return str(cache_dir)
+    if os.environ.get("MIXFT_CACHE"):
+        return f"MIXFT_CACHE={os.environ['MIXFT_CACHE']}"
+    origin = "$XDG_CACHE_HOME/mixft" if os.environ.get("XDG_CACHE_HOME") else "the default"
+    return f"{default_cache_dir()} ({origin}; MIXFT_CACHE is not set)"
+
+
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The first part of ``folder``, from the top, that exists but is not a folder (None: none)."""
+    for part in [*reversed(folder.parents), folder]:
+        if not os.path.exists(part):  # os.path: False, not an exception, for a part it may not look into
+            return None
+        if not os.path.isdir(part):
+            return part
+    return None
 
 
 # ------------------------------------------------------------------------------ telling

@@ -54,6 +54,7 @@ from mixft.amp.precision import (
     Precision,
     amp_precision_names,
     configure_matmul,
+    matmul_settings_kept,
     resolve_device,
     resolve_precision,
 )
@@ -62,8 +63,9 @@ from mixft.data.packing import is_packed, samples_in
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.recipe import get_recipe
-from mixft.report.probe_result import PrecisionProbe, ProbeResult, save_probe
+from mixft.report.probe_result import PrecisionProbe, ProbeResult, check_cache_dir, keep_probe
 from mixft.runs.build import build_trainer
+from mixft.train.floor import StepFloor, StepFlops, measure_bandwidth, optimizer_clip_bytes
 from mixft.train.hooks import Callback
 from mixft.train.measure import synchronize
 
@@ -102,10 +104,12 @@ def probe(
     and model loading included) also decides whether the optional one runs and whether
     there is time for up to five steps.
     ``save`` writes the result to the per-machine cache (``cache_dir``, default
-    ``default_cache_dir()``). The process's RNG and matmul settings are left as they were.
+    ``default_cache_dir()``): checked before measuring; a write that still fails afterwards
+    (a full disk) is a warning, and the result is returned all the same. The process's RNG
+    and matmul settings are left as they were.
 
-    Raises UsageError (before any work) for an unknown recipe, precision or device, or a
-    budget that is not a positive number.
+    Raises UsageError (before any work) for an unknown recipe, precision or device, a
+    budget that is not a positive number, or (``save``) a cache folder that cannot be written.
 
     Usage: ``print(render_probe_table(probe(RunConfig(recipe="bert-sst2"))))``
     """
@@ -117,6 +121,8 @@ def probe(
     cfg = _probe_config(cfg.with_defaults(recipe.DEFAULTS), recipe).validate()
     dev = resolve_device(cfg.device if device is None else device)
     required, optional = _plan_precisions(precisions, dev)
+    if save:
+        check_cache_dir(cache_dir)  # now, not after the measurement it would cost
     hw = describe_hardware(dev)
     deadline = start + float(time_budget_s) - RESERVE_S
     share = float(time_budget_s) / len(required)  # each precision's steps, warm-up included
@@ -138,6 +144,7 @@ def probe(
         while _round(steppers, r, deadline, share):
             r += 1
         _record_steps(steppers, rows, share)
+        _log_floors(steppers[0], rows, dev)
 
     ordered = [rows[p.name] for p in [*required, *optional]]
     _fill_ratios(ordered)
@@ -160,8 +167,7 @@ def probe(
     )
     logger.info("probe of %s on %s took %.1f s: %s", cfg.recipe, hardware_line(hw), result.wall_s, reason)
     if save:
-        path = save_probe(result, cache_dir)
-        logger.debug("probe saved to %s", path)
+        keep_probe(result, cache_dir)  # a write that fails now warns: the measurement is returned all the same
     return result
 
 
@@ -183,10 +189,15 @@ def _warmed_up(recipe, cfg: RunConfig, prepared, required: list[Precision], dev)
     """
     seed = cfg.seeds[0]
     shapes = _LinearShapes()
-    fp32 = _Stepper(recipe, cfg, prepared, required[0], dev, seed, None, [shapes])
+    flops = StepFlops()  # the warm-up step's matmul FLOPs: the floor's (_log_floors)
+    fp32 = _Stepper(recipe, cfg, prepared, required[0], dev, seed, None, [shapes, flops])
+    fp32.flops = flops
     steppers = [fp32] + [_Stepper(recipe, cfg, prepared, p, dev, seed, fp32.batch) for p in required[1:]]
-    for stepper in steppers:
-        stepper.run(WARMUP_STEPS)
+    try:
+        for stepper in steppers:
+            stepper.run(WARMUP_STEPS)
+    finally:
+        flops.close()  # a warm-up that fails must not leave the FLOP counter on
     return steppers, shapes.table()
 
 
@@ -216,6 +227,21 @@ def _optional_steppers(
         stepper.run(WARMUP_STEPS)
         added.append(stepper)
     return added
+
+
+def _log_floors(fp32, rows: dict, dev) -> None:
+    """Each timed precision's step beside its floor (``mixft.train.floor``), one notice line each:
+    the warm-up step's matmul FLOPs at the precision's measured matmul rate, plus the optimizer's
+    and clip's passes over the parameters at a bandwidth measured now."""
+    if not fp32.flops.flops:
+        return
+    trainer = fp32.trainer
+    moved = optimizer_clip_bytes(trainer.params, clip=trainer.max_grad_norm is not None)
+    bandwidth = measure_bandwidth(dev)
+    for row in rows.values():
+        if row.step_s and row.matmul_flops_per_s:
+            floor = StepFloor(fp32.flops.flops, row.matmul_flops_per_s, moved, bandwidth)
+            logger.info("probe floor: %s %s", row.precision, floor.line(row.step_s))
 
 
 def _record_steps(steppers: list, rows: dict, share: float) -> None:
@@ -287,21 +313,16 @@ def _plan_precisions(names: Sequence[str] | None, device: torch.device) -> tuple
 
 @contextlib.contextmanager
 def _isolated_global_state(device: torch.device):
-    """Run the probe without leaving a trace in the process: RNG and matmul settings restored."""
-    matmul = torch.get_float32_matmul_precision()
-    cuda_flags = None
-    if device.type == "cuda":
-        cuda_flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    """Run the probe without leaving a trace in the process: RNG and matmul settings restored.
+
+    The matmul settings are the precision module's to read (``matmul_settings_kept``): torch's
+    legacy getters raise in a process that set TF32 through its per-backend API.
+    """
     devices = (
         [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
     )
-    try:
-        with torch.random.fork_rng(devices=devices):
-            yield
-    finally:
-        torch.set_float32_matmul_precision(matmul)
-        if cuda_flags is not None:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = cuda_flags
+    with matmul_settings_kept(), torch.random.fork_rng(devices=devices):
+        yield
 
 
 def _first_batch(loader, recipe_name: str):

@@ -33,7 +33,7 @@ from mixft.callbacks.tracker_prepare import prepare_trackers
 from mixft.callbacks.trackers import run_name
 from mixft.config.file import config_yaml, write_config
 from mixft.config.option_rules import check_extra_options
-from mixft.config.run_config import RunConfig
+from mixft.config.run_config import RunConfig, with_settled
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.recipe import get_recipe
@@ -159,6 +159,9 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # Data and model errors surface here, still before training. Notices (offline
     # fallbacks, precisions) are shown only once everything resolved, so an error stays one line.
     prepared = recipe.prepare(cfg)
+    # What the recipe could decide only once the model was known (bert-sst2: no packing for a family that does
+    # not pack): applied before the plan, so the header, config.yaml, results.json and --resume say what runs.
+    cfg = with_settled(cfg, getattr(prepared, "settled", None))
     # The facts the precision policy is handed, gathered once: torch's native bf16/fp16 and
     # the probe cached for this machine, recipe and model (results.json's "hardware").
     hardware = describe_hardware(device)
@@ -170,6 +173,10 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     run_plan = make_plan(cfg, [p.name for p in precisions])
     for notice in getattr(prepared, "notices", ()):
         logger.warning(notice)
+    if hardware.get("probe_cache_problem"):  # a cache file there but unreadable: named, not silence
+        from mixft.report.probe_result import CacheProblem
+
+        logger.warning(CacheProblem.from_dict(hardware["probe_cache_problem"]).warning())
     for notice in dict.fromkeys(choice.notice for choice in choices if choice.notice):
         logger.warning(notice)
     # Options against the run's shape (warm-up, patience, --load-best, --metric-for-best): exit 2 before any run.
@@ -231,20 +238,25 @@ def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> lis
     comparing = len(cfg.precisions) > 1
     ratios = probe.step_ratios() if probe else None
     date = probe.measured_at[:10] if probe else None
+    problem = hardware.get("probe_cache_problem")  # a cached probe there that could not be read
     choices = []
     for name in cfg.precisions:
         option = f"--compare {','.join(cfg.precisions)}" if comparing else ("--amp" if name == "amp" else None)
-        choices.append(
-            choose_precision(
-                name,
-                device.type,
-                hardware.get("native"),
-                probe_ratios=ratios,
-                probe_date=date,
-                option=option,
-                comparing=comparing,
-            )
+        choice = choose_precision(
+            name,
+            device.type,
+            hardware.get("native"),
+            probe_ratios=ratios,
+            probe_date=date,
+            option=option,
+            comparing=comparing,
         )
+        if problem and name == "amp" and not comparing:  # --amp decided without the probe it would have followed
+            from mixft.report.probe_result import CacheProblem
+
+            reason = f"{choice.reason}; {CacheProblem.from_dict(problem).amp_clause()}"
+            choice = choice._replace(reason=reason, notice=f"notice: {reason}")
+        choices.append(choice)
     return choices
 
 
@@ -465,13 +477,16 @@ def _memory_errors_explained(cfg: RunConfig, device):
 
 def _cached_probe(cfg: RunConfig, prepared, device, hardware: dict):
     """This machine's cached probe of the recipe and model, or None; kept in ``hardware["probe"]``
-    (results.json, the header's speed line)."""
-    from mixft.report.probe_result import cached_probe
+    (results.json, the header's speed line). A cache file there that cannot be used goes to
+    ``hardware["probe_cache_problem"]``: said before the run, in the header and in --amp's reason."""
+    from mixft.report.probe_result import read_cached_probe
 
     model = getattr(prepared, "model_description", None) or str(cfg.model)
-    result = cached_probe(cfg.recipe, model, device=device, hardware=hardware)
+    result, problem = read_cached_probe(cfg.recipe, model, device=device, hardware=hardware)
     if result is not None:
         hardware["probe"] = result.to_dict()
+    if problem is not None:
+        hardware["probe_cache_problem"] = problem.to_dict()
     return result
 
 
@@ -479,23 +494,28 @@ def run_probe(cfg: RunConfig):
     """``--probe``: measure how fast each precision trains the recipe here; write probe.json and probe.md.
 
     Trains nothing, and leaves a run's results.json and report.md in the same directory alone. The result is cached for this machine, where later runs' headers and
-    ``--amp`` notices find it. Returns the ``mixft.report.probe_result.ProbeResult``.
+    ``--amp`` notices find it: the cache folder is checked before measuring (UsageError), and a
+    cache write that still fails once probe.json is written only warns. Returns the
+    ``mixft.report.probe_result.ProbeResult``.
 
     Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
     """
     from mixft.report.markdown import write_report
+    from mixft.report.probe_result import check_cache_dir, keep_probe
     from mixft.results import results_document
     from mixft.runs.probe import probe
 
     recipe, cfg, device, precisions, _ = plan(cfg)
+    check_cache_dir()  # MIXFT_CACHE a file, unwritable: exit 2 now, not after the measurement
     asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP
     out = Path(cfg.output_dir)
     with OutputLock(out) if distributed.is_main_process() else contextlib.nullcontext():
-        result = probe(cfg, device=device, precisions=asked)
+        result = probe(cfg, device=device, precisions=asked, save=False)
         if distributed.is_main_process():
             hardware = {**result.hardware, "probe": result.to_dict()}
             write_results(out / PROBE_RESULTS_NAME, [], hardware=hardware)
             write_report(results_document([], hardware=hardware), out, name=PROBE_REPORT_NAME)  # no runs: no charts
+            keep_probe(result, kept_in=str(out / PROBE_RESULTS_NAME))  # after OUTPUT_DIR has it: a failure warns
     return result
 
 

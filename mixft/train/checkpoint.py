@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,7 +50,7 @@ from typing import Any
 import torch
 
 from mixft.atomic import atomic_path
-from mixft.errors import UsageError
+from mixft.errors import UsageError, shortened
 from mixft.log import logger
 from mixft.rng import capture_rng_state, restore_rng_state
 from mixft.train.trainer import Trainer
@@ -174,8 +175,7 @@ def resume(
     try:
         trainer.load_state_dict(ckpt["trainer"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        reason = " ".join(str(e).split())[:200]
-        raise CheckpointError(f"--resume: checkpoint {path} does not fit this run ({reason})") from None
+        raise CheckpointError(f"--resume: checkpoint {path} does not fit this run ({fit_reason(e)})") from None
     saved_states = ckpt.get("states") or {}
     for name, obj in (states or {}).items():
         if name in saved_states:
@@ -183,6 +183,45 @@ def resume(
     start_persistent_loaders(trainer)
     logger.info("resuming from %s (step %s, epoch %s)", path, meta.get("step"), meta.get("epoch"))
     return meta
+
+
+# How torch says a saved tensor's shape is not the model's: nn.Module.load_state_dict, and DCP's load planner.
+_SIZE = r"torch\.Size\(\[(?P<{}>[^\]]*)\]\)"
+_SHAPE_MISMATCHES = (
+    re.compile(
+        r"size mismatch for (?P<name>[^\s:]+): copying a param with shape "
+        + _SIZE.format("saved")
+        + r" from checkpoint, the shape in current model is "
+        + _SIZE.format("current")
+    ),
+    re.compile(
+        r"Size mismatch between saved "
+        + _SIZE.format("saved")
+        + r" and current: "
+        + _SIZE.format("current")
+        + r" for (?P<name>[^\s:]+)"
+    ),
+)
+
+
+def fit_reason(exc: BaseException) -> str:
+    """Why a checkpoint's state did not load into this run's model, in one short line: the first
+    parameter whose shape differs, with both shapes (a model regenerated with another size), else the
+    error's own words, cut at a word boundary.
+
+    Usage: ``raise CheckpointError(f"--resume: checkpoint {path} does not fit this run ({fit_reason(e)})")``
+    """
+    text = str(exc)
+    found = [m for pattern in _SHAPE_MISMATCHES for m in pattern.finditer(text)]
+    if not found:
+        return shortened(text)
+    first = found[0]
+    others = len(found) - 1
+    more = f"; {others} more parameter{'s differ' if others > 1 else ' differs'} in shape" if others else ""
+    return (
+        f"{first['name']} has shape [{first['saved']}] in the checkpoint, "
+        f"[{first['current']}] in this run's model{more}"
+    )
 
 
 def start_persistent_loaders(trainer: Trainer) -> None:

@@ -38,6 +38,7 @@ import datetime as _dt
 import io
 import json
 import os
+import pickle
 import shutil
 import zlib
 from collections.abc import Mapping
@@ -47,7 +48,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError, start_persistent_loaders
+from .checkpoint import CheckpointError, fit_reason, start_persistent_loaders
 from .trainer import Trainer
 
 FORMAT = "mixft-sharded-checkpoint"
@@ -178,8 +179,9 @@ def save_sharded_checkpoint(
 
 
 def verify_sharded_checkpoint(directory: str | os.PathLike, world_size: int | None = None) -> dict[str, Any]:
-    """The manifest of a complete, undamaged sharded checkpoint (every file's size and CRC-32 checked), or
-    CheckpointError in one line; ``world_size``: also refuse one written by another number of processes.
+    """The manifest of a complete, undamaged sharded checkpoint (listing exactly the files of its world size,
+    every file's size and CRC-32 checked), or CheckpointError in one line; ``world_size``: also refuse one
+    written by another number of processes.
 
     Usage: ``verify_sharded_checkpoint("out/checkpoint.dcp", world_size=2)["meta"]["step"]``
     """
@@ -190,8 +192,10 @@ def verify_sharded_checkpoint(directory: str | os.PathLike, world_size: int | No
         raise CheckpointError(
             f"no complete sharded checkpoint at {directory} (its {MANIFEST} is missing or unreadable)"
         ) from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise CheckpointError(f"{directory} is not a mixft sharded checkpoint of version {VERSION}")
+    # The manifest has no checksum of its own: what it says is checked against what DCP will read.
+    _check_manifest(directory, manifest)
     for name, expected in manifest["files"].items():
         path = directory / name
         if not path.is_file() or path.stat().st_size != expected["bytes"] or _crc32(path) != expected["crc32"]:
@@ -208,6 +212,56 @@ def verify_sharded_checkpoint(directory: str | os.PathLike, world_size: int | No
     return manifest
 
 
+def _damaged(directory: Path, what: str) -> CheckpointError:
+    return CheckpointError(f"sharded checkpoint {directory} is damaged ({what}); delete it to start over")
+
+
+def _dcp_files(world_size: int) -> set[str]:
+    """The files DCP writes for ``world_size`` processes (one thread each): its index and one file per process.
+
+    Usage: ``_dcp_files(2)  # {".metadata", "__0_0.distcp", "__1_0.distcp"}``
+    """
+    return {".metadata", *(f"__{rank}_0.distcp" for rank in range(world_size))}
+
+
+def _check_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
+    """A manifest whose fields have their types, and that lists exactly the files its world size writes.
+
+    An edited one (another world size, a file taken off the list) would otherwise send DCP to read
+    files that are not there, or files no CRC was checked for.
+    """
+    world, files = manifest.get("world_size"), manifest.get("files")
+    well_formed = (
+        isinstance(world, int)
+        and not isinstance(world, bool)
+        and world >= 1
+        and isinstance(files, dict)
+        and all(
+            isinstance(entry, dict) and all(type(entry.get(k)) is int for k in ("bytes", "crc32"))
+            for entry in files.values()
+        )
+        and isinstance(manifest.get("meta"), dict)
+        and isinstance(manifest.get("sharded_states", []), list)
+        and all(isinstance(name, str) for name in manifest.get("sharded_states", []))
+    )
+    if not well_formed:
+        raise _damaged(directory, f"its {MANIFEST} is not what mixft writes")
+    expected = _dcp_files(world)
+    missing, extra = sorted(expected - set(files)), sorted(set(files) - expected)
+    if missing or extra:
+        said = [f"does not list {_some(missing)}"] if missing else []
+        said += [f"lists {_some(extra)}"] if extra else []
+        raise _damaged(
+            directory,
+            f"its {MANIFEST} {' and '.join(said)}; {world} process{'es write' if world > 1 else ' writes'} .metadata "
+            f"and {'__0_0.distcp' if world == 1 else f'__0_0.distcp to __{world - 1}_0.distcp'}",
+        )
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def load_sharded_checkpoint(
     trainer: Trainer,
     directory: str | os.PathLike,
@@ -222,6 +276,7 @@ def load_sharded_checkpoint(
     Usage: ``load_sharded_checkpoint(trainer, "out/checkpoint.dcp"); trainer.fit()``
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     directory = settled(directory)
@@ -238,15 +293,68 @@ def load_sharded_checkpoint(
             f"trains {trainer.precision.name}"
         )
     state = _state(trainer, b"", _tensor_layout(trainer, manifest.get("sharded_states", ())))
-    dcp.load(state, checkpoint_id=str(directory))
-    set_state_dict(
-        trainer.module, trainer.optimizers, model_state_dict=state["model"], optim_state_dict=state["optimizers"]
-    )
-    rest = torch.load(io.BytesIO(state[_rest_key(rank)]), weights_only=True)
-    trainer.load_loop_state_dict(rest["loop"])
-    _load_states(states, rest["states"], state.get("states", {}))
+    misfit = _model_misfit(directory, state["model"])  # the same in every process: all refuse, before any collective
+    if misfit:
+        raise CheckpointError(f"--resume: sharded checkpoint {directory} does not fit this run ({misfit})")
+    try:
+        # A collective that gathers every process's error (a saved shape that is not the model's) into
+        # one CheckpointException, raised in each: every process refuses, none trains on. A collective
+        # that fails (a process gone) raises something else, and is not taken for a mismatch here.
+        dcp.load(state, checkpoint_id=str(directory))
+    except CheckpointException as e:
+        raise _unusable(directory, e.failures[min(e.failures)][0] if e.failures else e) from None
+    try:  # in this process only: the same state in each, so the same outcome
+        set_state_dict(
+            trainer.module, trainer.optimizers, model_state_dict=state["model"], optim_state_dict=state["optimizers"]
+        )
+        rest = torch.load(io.BytesIO(state[_rest_key(rank)]), weights_only=True)
+        trainer.load_loop_state_dict(rest["loop"])
+        _load_states(states, rest["states"], state.get("states", {}))
+    except (KeyError, TypeError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        raise _unusable(directory, e) from None
     start_persistent_loaders(trainer)  # as the one-file resume does: DataLoader workers draw as before
     return meta
+
+
+def _model_misfit(directory: Path, model_state: Mapping[str, Any]) -> str | None:
+    """How the checkpoint's model differs from this run's (the first parameter of another shape, or that
+    only one of them has, then how many more), from DCP's index; None when they match.
+
+    DCP loads what the run asks for and nothing else: a parameter only the checkpoint has (a model
+    regenerated with fewer layers) would be dropped without a word, where the one-file resume refuses.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    try:
+        index = FileSystemReader(str(directory)).read_metadata().state_dict_metadata
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError) as e:
+        raise _unusable(directory, e) from None
+    saved = {key.removeprefix("model."): meta for key, meta in index.items() if key.startswith("model.")}
+    differences = []
+    for name, tensor in model_state.items():
+        meta = saved.get(name)
+        if meta is None:
+            differences.append(f"this run's model has {name}, the checkpoint has not")
+        # A DTensor's shape is the whole parameter's, as the index records it.
+        elif isinstance(meta, TensorStorageMetadata) and tuple(meta.size) != tuple(tensor.shape):
+            differences.append(
+                f"{name} has shape {list(meta.size)} in the checkpoint, {list(tensor.shape)} in this run's model"
+            )
+    differences += [f"the checkpoint has {name}, this run's model has not" for name in saved if name not in model_state]
+    if not differences:
+        return None
+    others = len(differences) - 1
+    return differences[0] + (f"; {others} more parameter{'s differ' if others > 1 else ' differs'}" if others else "")
+
+
+def _unusable(directory: Path, cause: BaseException) -> CheckpointError:
+    """The one-file resume's refusals (``mixft.train.checkpoint``), in one line instead of a traceback per process."""
+    if isinstance(cause, (OSError, EOFError, pickle.UnpicklingError)):
+        return CheckpointError(
+            f"--resume: sharded checkpoint {directory} cannot be read ({fit_reason(cause)}); delete it to start over"
+        )
+    return CheckpointError(f"--resume: sharded checkpoint {directory} does not fit this run ({fit_reason(cause)})")
 
 
 def _tensor_layout(trainer: Trainer, names: Any) -> dict[str, Any]:

@@ -165,6 +165,7 @@ def test_describe_hardware_refuses_an_absent_gpu():
         describe_hardware("cuda")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_describe_hardware_gpu():
     hw = describe_hardware("cuda")

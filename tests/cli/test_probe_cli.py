@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+from pathlib import Path
+
+import pytest
 
 from mixft.cli.main import main
 
@@ -34,13 +39,13 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(
     assert {"amx_bf16", "avx512_bf16", "avx512_fp16"} <= set(doc["hardware"]["cpu"]["flags"])
     assert "probe" in (tmp_path / "p" / "probe.md").read_text().lower()
 
-    # Pretend this machine measured bf16 at half the fp32 rate: an --amp run then trains in
+    # Pretend this machine measured bf16 (and fp16) at half the fp32 rate: an --amp run then trains in
     # fp32 and says why in one line, citing the probe's figure and date; --precision bf16
     # keeps bf16 as asked and says what would be faster.
     (cached,) = (tmp_path / "cache").rglob("*.json")
     data = json.loads(cached.read_text())
     for row in data["rows"]:
-        if row["precision"] == "bf16":
+        if row["precision"] != "fp32":  # fp16 too: its measured ratio (near 1 here) would name it the faster one
             row["speedup_vs_fp32"] = 0.5
     cached.write_text(json.dumps(data))
     code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "r") + ["--amp", "--max-steps", "1"])
@@ -92,3 +97,96 @@ def test_a_probe_leaves_the_runs_in_its_directory_alone(tmp_path, tiny_bert_dir,
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name in before}
     assert after == before  # results.json, report.md and every chart untouched
     assert json.loads((out / "probe.json").read_text())["hardware"]["probe"]["recipe"] == "bert-sst2"
+
+
+def test_an_unreadable_cached_probe_is_named_in_the_warning_the_header_and_amps_notice(
+    tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch, native_bf16_cpu
+):
+    # Was (issue 40, class C): a cut-short cache file read as "not probed on this machine yet", and --amp
+    # switched from the probe's fp32 to bf16 without a word.
+    import torch
+
+    from mixft.amp.hardware import describe_hardware
+    from mixft.report.probe_result import probe_cache_path
+
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
+    path = probe_cache_path(describe_hardware(torch.device("cpu")), "bert-sst2", str(tiny_bert_dir))
+    path.parent.mkdir(parents=True)
+    for name, text, cause in [
+        ("cut", '{"recipe": "bert-sst2", "model": "', "not valid JSON, cut short or edited: "),
+        ("format", '{"format": 999}', "format 999, where this mixft reads format 1"),
+    ]:
+        path.write_text(text)
+        out = tmp_path / name
+        assert main(_args(tiny_bert_dir, tiny_data_dir, out) + ["--amp", "--max-steps", "1"]) == 0
+        captured = capsys.readouterr()
+        warnings = [line for line in captured.err.splitlines() if str(path) in line]
+        assert len(warnings) == 2, captured.err  # the file's warning, and --amp's notice
+        assert warnings[0].startswith(f"warning: the cached probe at {path} is unreadable ({cause}")
+        assert warnings[0].endswith(") and is ignored; --probe measures it again")
+        assert warnings[1].startswith("notice: --amp chose bf16: this CPU runs bf16 natively")
+        assert warnings[1].endswith(f"; no usable probe (the cached one at {path} is unreadable)")
+        assert f"  speed      {warnings[0].removeprefix('warning: ')}" in captured.out.splitlines()
+        assert "not probed" not in captured.out
+        doc = json.loads((out / "results.json").read_text())
+        assert doc["hardware"]["probe_cache_problem"]["path"] == str(path) and "probe" not in doc["hardware"]
+        assert doc["runs"][0]["precision_reason"] == warnings[1].removeprefix("notice: ")
+        assert path.read_text() == text  # ignored, not replaced: --probe does that
+
+
+@pytest.mark.parametrize("where", ["a-file", "under-a-file", "proc"])
+def test_probe_refuses_a_cache_it_cannot_write_before_measuring(
+    where, tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch
+):
+    # Was: the probe measured, then failed writing the cache with exit 4, and OUTPUT_DIR held only its lock file.
+    import mixft.runs.probe
+
+    plain = tmp_path / "plainfile"
+    plain.write_text("x")
+    setting = {"a-file": plain, "under-a-file": plain / "sub", "proc": Path("/proc/mixft-cache")}[where]
+    if where == "proc" and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    monkeypatch.setenv("MIXFT_CACHE", str(setting))
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the probe started measuring before checking its cache folder")
+
+    monkeypatch.setattr(mixft.runs.probe, "_warmed_up", no_work)
+    out = tmp_path / "out"
+    assert main(_args(tiny_bert_dir, tiny_data_dir, out) + ["--probe"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"finetune.py: error: MIXFT_CACHE={setting} cannot hold the probe cache: ")
+    assert line.endswith("; set MIXFT_CACHE to a folder mixft can write")
+    assert (f"{plain} is a file, not a folder" in line) == (where != "proc")
+    assert not out.exists() and plain.read_text() == "x"
+
+
+def test_a_cache_write_that_fails_after_measuring_keeps_probe_json(
+    tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch
+):
+    # Was: exit 4 after the measurement, and the measurement lost. Now OUTPUT_DIR/probe.json comes first,
+    # and a cache that fails afterwards (a full disk, a race) is a warning.
+    import mixft.report.probe_result
+    import mixft.runs.probe
+    from mixft.atomic import WriteFailed
+
+    real_probe = mixft.runs.probe.probe
+    monkeypatch.setattr(mixft.runs.probe, "probe", lambda cfg, **kw: real_probe(cfg, **kw, time_budget_s=0.001))
+
+    def disk_full(target, obj):
+        raise WriteFailed(target, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    monkeypatch.setattr(mixft.report.probe_result, "write_json", disk_full)  # the cache's writer only
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MIXFT_CACHE", str(cache))
+    out = tmp_path / "p"
+    assert main(_args(tiny_bert_dir, tiny_data_dir, out) + ["--probe"]) == 0
+    captured = capsys.readouterr()
+    assert "recommendation" in captured.out
+    doc = json.loads((out / "probe.json").read_text())
+    assert doc["hardware"]["probe"]["recipe"] == "bert-sst2" and doc["hardware"]["probe"]["rows"]
+    (warning,) = [line for line in captured.err.splitlines() if "could not be cached" in line]
+    assert warning.startswith(f"warning: the probe could not be cached (MIXFT_CACHE={cache}): cannot write {cache}/")
+    assert f"No space left on device (errno ENOSPC); it is kept in {out}/probe.json" in warning
+    assert list(cache.rglob("*.json")) == []

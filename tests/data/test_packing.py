@@ -131,3 +131,26 @@ def test_a_tokenizer_batch_with_pairs_keeps_its_segments():
     for i in range(len(batch["labels"])):
         real = batch["attention_mask"][i].bool()
         assert back[i]["token_type_ids"] == batch["token_type_ids"][i][real].tolist()
+
+
+def test_per_sentence_tensors_pass_through_whatever_their_shape():
+    # A (B, L) float tensor with L the padded length (multi-label targets, per-sentence features) is one
+    # row per sentence: packing must not scatter it like tokens (it did when tokens were told by shape).
+    lengths = [9, 3, 14, 2, 5]
+    batch = padded(lengths)
+    width = batch["input_ids"].shape[1]
+    features = torch.rand(len(lengths), width)
+    multi_label = torch.randint(0, 2, (len(lengths), width)).float()
+    packed = pack_batch({**batch, "features": features, "labels": multi_label})
+    assert packed["input_ids"].shape != (len(lengths), width)  # the tokens did move into rows
+    assert torch.equal(packed["features"], features) and torch.equal(packed["labels"], multi_label)
+    back = sentences_of(packed)  # the token-aligned tensors still moved, in order
+    assert [back[i]["token_type_ids"] for i in range(len(lengths))] == [
+        batch["token_type_ids"][i, :n].tolist() for i, n in enumerate(lengths)
+    ]
+
+
+def test_a_token_tensor_of_the_wrong_shape_is_refused():
+    batch = padded([4, 2])
+    with pytest.raises(ValueError, match=r"token_type_ids is one value per token: expected shape \(2, 4\)"):
+        pack_batch({**batch, "token_type_ids": batch["token_type_ids"][:, :3]})

@@ -1,10 +1,13 @@
 """Packed batches through BertClassifier (mixft.models.packed): what the padded batch computes, sentence by sentence.
 
 Against the padded batch as reference: logits and gradients equal to float rounding (dropout
-off), for sdpa and eager attention, with and without a pooler; in training with mixft's fast
-dropout on, no sentence sees another sentence of its row; and through the real trainer
-(``build_trainer``: fast dropout and row-gradient embeddings on) three steps end at the
-padded run's weights.
+off), for sdpa and eager attention, with and without a pooler; for every family that packs
+(``PACKING_TYPES``: BERT's positions from 0, RoBERTa's and XLM-R's from padding_idx + 1), with a
+sentence pair's token types where the family has them, and BERT both through the [CLS]-only last
+layer and the whole encoder; a family that does not pack refuses a packed batch; in training with
+mixft's fast dropout on, no sentence sees another sentence of its row; and through the real
+trainer (``build_trainer``: fast dropout and row-gradient embeddings on) the first step's loss is
+the padded run's and three steps end at its weights, for BERT and RoBERTa.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import pytest
 import torch
 
 from mixft.data.packing import pack_batch
+from mixft.models import classifiers
 from mixft.models.classifiers import BertClassifier
-from mixft.models.packed import block_diagonal_mask, first_token_places
+from mixft.models.packed import PACKING_TYPES, block_diagonal_mask, first_token_places, packs
 from recipes.bert_sst2 import loss_fn as bce_loss
-from tests.tiny_models import make_tiny_model_dir, uneven_bert_batch
+from tests.tiny_models import ARCHITECTURES, TOY_ROWS, make_tiny_model_dir, make_tokenizer, uneven_bert_batch
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +72,75 @@ def test_packed_logits_and_gradients_equal_the_padded_batch(bert_dir, batch, att
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def family_batch(arch: str) -> tuple[dict, int]:
+    """(padded batch, pad id) of ``arch``'s tokenizer: sentences of 1 to 4 toy rows and a sentence pair."""
+    tokenizer = make_tokenizer(arch)
+    texts = [row[0] for row in TOY_ROWS]
+    sentences = [" ".join(texts[i : i + 1 + i % 4]) for i in range(9)]
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    width = batch["input_ids"].shape[1]
+    pair = tokenizer(
+        ["okay but boring"], ["a very bad film"], padding="max_length", max_length=width, return_tensors="pt"
+    )
+    batch = {k: torch.cat([batch[k], pair[k]]) for k in batch}
+    batch["labels"] = torch.tensor([float(i % 2) for i in range(len(sentences) + 1)])
+    return batch, tokenizer.pad_token_id
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {arch: make_tiny_model_dir(arch, root / arch, num_hidden_layers=2) for arch in PACKING_TYPES}
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", PACKING_TYPES)
+def test_every_family_that_packs_computes_the_padded_batch(family_dirs, arch, attn):
+    from transformers import AutoModel
+
+    batch, pad_id = family_batch(arch)
+    torch.manual_seed(0)
+    encoder = AutoModel.from_pretrained(family_dirs[arch], dtype=torch.float32, attn_implementation=attn)
+    model = BertClassifier(encoder).eval()  # dropout off: the same function both ways
+    if getattr(encoder.config, "type_vocab_size", 0) > 1:  # BERT, ELECTRA: the pair's second segment is packed too
+        assert int(batch["token_type_ids"].max()) == 1
+    packed = pack_batch(batch, pad_id)
+    assert packed["input_ids"].numel() < batch["input_ids"].numel() and not batch["attention_mask"].all()
+    ref_logits, ref_grads = logits_and_grads(model, batch)
+    logits, grads = logits_and_grads(model, packed)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:  # the position table's rows included: the same rows, the same gradients
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_bert_packed_through_the_whole_encoder_too(family_dirs, monkeypatch):
+    # The family test above reads BERT's [CLS] through the [CLS]-only last layer; the whole encoder gets the positions too.
+    from transformers import AutoModel
+
+    monkeypatch.setattr(classifiers, "reads_first_tokens_only", lambda encoder: False)
+    batch, pad_id = family_batch("bert")
+    torch.manual_seed(0)
+    model = BertClassifier(AutoModel.from_pretrained(family_dirs["bert"], dtype=torch.float32)).eval()
+    ref_logits, ref_grads = logits_and_grads(model, batch)
+    logits, grads = logits_and_grads(model, pack_batch(batch, pad_id))
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-6)
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_family_that_does_not_pack_refuses_a_packed_batch(tmp_path):
+    from transformers import AutoModel, CamembertConfig
+
+    assert set(PACKING_TYPES) < set(ARCHITECTURES)  # each one is tested above
+    assert not packs(CamembertConfig())  # a RoBERTa-like not tested: not packed either
+    batch, pad_id = family_batch("deberta-v2")
+    model = BertClassifier(AutoModel.from_pretrained(make_tiny_model_dir("deberta-v2", tmp_path / "deberta"))).eval()
+    assert model(**inputs_of(batch)).shape == (len(batch["labels"]),)  # padded: fine
+    with pytest.raises(ValueError, match=r"not supported for deberta-v2 models \(packing supports bert, distilbert, "):
+        model(**inputs_of(pack_batch(batch, pad_id)))  # not a shape error deep in its attention
+
+
 def test_in_training_with_fast_dropout_no_sentence_sees_its_row_neighbours(bert_dir, batch):
     from mixft.train.fast_dropout import use_fast_dropout
 
@@ -108,7 +181,8 @@ def test_first_token_places_come_back_in_sentence_order():
     assert rows.tolist() == [0, 1, 0] and starts.tolist() == [2, 0, 0]
 
 
-def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path):
+@pytest.mark.parametrize("arch", ["bert", "roberta"])  # positions from 0, and from padding_idx + 1
+def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path, arch):
     from mixft.amp.precision import resolve_precision
     from mixft.config.run_config import RunConfig
     from mixft.recipe import get_recipe
@@ -116,7 +190,7 @@ def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path):
     from tests.conftest import make_data_dir
 
     model_dir = make_tiny_model_dir(
-        "bert", tmp_path / "bert", num_hidden_layers=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        arch, tmp_path / arch, num_hidden_layers=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
     )
     recipe = get_recipe("bert-sst2")
     base = RunConfig(
@@ -126,10 +200,11 @@ def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path):
         max_steps=3,
         max_length=64,
     )
-    device, weights, seen = torch.device("cpu"), {}, {}
+    device, weights, seen, losses = torch.device("cpu"), {}, {}, {}
     for pack in (False, True):
         cfg = dataclasses.replace(base, pack_sequences=pack).with_defaults(recipe.DEFAULTS).validate()
         prepared = recipe.prepare(cfg)
+        assert not prepared.settled  # packed as asked
         precision = resolve_precision("fp32", device)
         parts = recipe.build(cfg, prepared, precision, device, 0)
         parts.model.dropout.p = 0.0  # the head's dropout too: the same function, whatever the masks
@@ -140,6 +215,8 @@ def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path):
         trainer.fit()
         weights[pack] = {n: p.detach().clone() for n, p in parts.model.named_parameters()}
         seen[pack] = (trainer.state.samples, trainer.state.tokens)
+        losses[pack] = [float(loss) for loss in trainer.state.history["loss"]]
     assert seen[True] == seen[False]  # the same sentences and real tokens
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)  # the first step's loss included
     for name, ref in weights[False].items():
         torch.testing.assert_close(weights[True][name], ref, rtol=1e-4, atol=1e-6, msg=name)

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from launch import torchrun  # noqa: E402
+from launch_output import assert_torchrun_reports_exit_2_of_process_0, error_lines  # noqa: E402
 
 from mixft import distributed  # noqa: E402
 from mixft.cli.main import main  # noqa: E402
@@ -38,8 +39,8 @@ STEPS = 8
 args = functools.partial(bert_sst2_args, batch_size=2, epochs=2, checkpoint_every=1, save_total_limit=3)
 
 
-def finetune(*argv: str):
-    return torchrun("scripts/finetune.py", *argv)
+def finetune(*argv: str, check: bool = True):
+    return torchrun("scripts/finetune.py", *argv, check=check)
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +186,132 @@ def test_a_damaged_sharded_checkpoint_is_refused_like_a_damaged_file(reference, 
     # The one-file format's treatment: one line naming the damage and the way out, exit 2, nothing trained.
     assert "__1_0.distcp is missing or fails its CRC check); delete it to start over" in line
     assert not (out / "results.json").exists()
+
+
+def edit_manifest(checkpoint: Path, edit) -> None:
+    path = checkpoint / "mixft-manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def unlist(*names: str):
+    def edit(manifest: dict) -> None:
+        for name in names:
+            del manifest["files"][name]
+
+    return edit
+
+
+def says_three_processes(checkpoint: Path) -> None:
+    # Resumed with 3 processes: process 2's shards were never written.
+    edit_manifest(checkpoint, lambda m: m.update(world_size=3))
+
+
+def without_its_index(checkpoint: Path) -> None:
+    # DCP's .metadata off the list and deleted: DCP falls back to each process's own, then fails in every one.
+    edit_manifest(checkpoint, unlist(".metadata"))
+    (checkpoint / ".metadata").unlink()
+
+
+def with_a_shard_unlisted_and_cut_short(checkpoint: Path) -> None:
+    # Off the list, no CRC is checked for it: DCP reads 100 bytes of a shard.
+    edit_manifest(checkpoint, unlist("__1_0.distcp"))
+    shard = checkpoint / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+
+
+@pytest.mark.parametrize(
+    "damage,world,said",
+    [
+        (says_three_processes, 3, "does not list __2_0.distcp; 3 processes write .metadata and __0_0.distcp to __2_0"),
+        (without_its_index, 2, "does not list .metadata; 2 processes write"),
+        (with_a_shard_unlisted_and_cut_short, 2, "does not list __1_0.distcp; 2 processes write"),
+    ],
+    ids=["world-size", "metadata", "shard"],
+)
+def test_an_edited_manifest_is_refused_as_damage(reference, tmp_path, monkeypatch, capsys, damage, world, said):
+    # Was: the manifest was believed, and DCP failed in every process with a traceback (exit 1).
+    model, data, ref = reference
+    out = copy_of(ref, tmp_path / "out", "checkpoint.dcp")
+    damage(out / "checkpoint.dcp")
+    fake_launch(monkeypatch, world)
+    line = refused(capsys, args(model, data, out, "--fsdp", "--resume"))
+    assert f"sharded checkpoint {out / 'checkpoint.dcp'} is damaged (its mixft-manifest.json {said}" in line, line
+    assert line.endswith("); delete it to start over"), line
+    assert not (out / "results.json").exists()
+
+
+def model_of_another_shape(path: Path, like: Path) -> Path:
+    """``like``'s tiny BERT written again at ``path`` with a narrower feed-forward (37 -> 24): what
+    regenerating a model directory with another config leaves there."""
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig.from_pretrained(like)
+    assert config.intermediate_size == 37
+    config.intermediate_size = 24
+    BertModel(config).save_pretrained(path)
+    for tokenizer_file in like.glob("*.txt"):
+        shutil.copy(tokenizer_file, path / tokenizer_file.name)
+    for tokenizer_file in like.glob("*token*.json"):
+        shutil.copy(tokenizer_file, path / tokenizer_file.name)
+    return path
+
+
+# The first parameter whose shape differs, with both shapes (was: the error cut at 200 characters, mid-word).
+NARROWER = "intermediate.dense.weight has shape [37, 32] in the checkpoint, [24, 32] in this run's model"
+
+
+def test_a_checkpoint_of_a_model_that_changed_shape_names_the_parameter_and_both_shapes(reference, tmp_path, capsys):
+    # One process: the model directory at the same path regenerated with another shape between the two runs.
+    _, data, ref = reference
+    model = tmp_path / "bert"
+    shutil.copytree(ref.parent / "bert", model)
+    out = tmp_path / "out"
+    assert main(args(model, data, out, "--max-steps", "1")) == 0
+    (out / "results.json").unlink()  # as if it had been stopped before the end
+    shutil.rmtree(model)
+    model_of_another_shape(model, ref.parent / "bert")
+    line = refused(capsys, args(model, data, out, "--max-steps", "1", "--resume"))
+    assert f"--resume: checkpoint {out / 'checkpoint.pt'} does not fit this run (" in line
+    assert NARROWER in line and line.endswith("; 2 more parameters differ in shape)"), line
+
+
+def test_a_sharded_checkpoint_of_a_model_that_changed_shape_is_one_line_under_torchrun(reference, tmp_path):
+    # Was: DCP's "Size mismatch" traceback from every process, exit 1 (the one-process resume refuses in one line).
+    model, data, ref = reference
+    other = model_of_another_shape(tmp_path / "bert-narrower", model)
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copytree(ref / "checkpoint-step6.dcp", out / "checkpoint.dcp")
+    # The checkpoint a run on `other` would have left before `other` was regenerated with another shape
+    # (the options and data match; only the model's path is recorded): one launch instead of two.
+    edit_manifest(out / "checkpoint.dcp", lambda m: m["meta"].update(model=str(other.resolve())))
+    proc = finetune(*args(other, data, out, "--fsdp", "--resume"), check=False)
+    (line,) = error_lines(proc.stderr, "finetune.py")
+    assert line.startswith(f"finetune.py: error: --resume: sharded checkpoint {out / 'checkpoint.dcp'} does not fit")
+    # As the one-process resume says it (the check reads DCP's index before loading).
+    assert line.endswith(f"(encoder.encoder.layer.0.{NARROWER}; 2 more parameters differ)"), line
+    assert "Size mismatch" not in proc.stderr  # DCP's own words, in a traceback from every process
+    assert_torchrun_reports_exit_2_of_process_0(proc)
+    assert (
+        verify_sharded_checkpoint(out / "checkpoint.dcp")["meta"]["step"] == 6 and not (out / "results.json").exists()
+    )
+
+
+def test_a_parameter_only_the_checkpoint_has_is_a_misfit_not_dropped(reference, tmp_path):
+    # DCP loads the parameters the run asks for: a model regenerated with fewer layers would resume
+    # without a word (seen: a 2-layer checkpoint resumed into 1 layer, exit 0), where one file refuses.
+    from mixft.train.sharded_checkpoint import _model_misfit
+
+    _, _, ref = reference
+    model = sharded_state(ref / "checkpoint.dcp", tmp_path)["model"]  # whole tensors, by the model's names
+    assert _model_misfit(ref / "checkpoint.dcp", model) is None
+    fewer = {name: tensor for name, tensor in model.items() if ".layer.0." not in name}
+    assert _model_misfit(ref / "checkpoint.dcp", fewer) == (
+        "the checkpoint has encoder.encoder.layer.0.attention.self.query.weight, this run's model has not; "
+        "15 more parameters differ"
+    )
 
 
 def test_a_sharded_checkpoint_resumed_without_fsdp_is_refused(reference, tmp_path, capsys):

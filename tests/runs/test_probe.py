@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
+import os
+import re
 import statistics
 from dataclasses import replace
 
@@ -13,17 +17,22 @@ from conftest import make_data_dir
 
 from mixft.amp.hardware import CPU_FLAGS
 from mixft.amp.precision import choose_precision
+from mixft.atomic import WriteFailed
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.report.probe_result import (
+    CacheProblem,
     PrecisionProbe,
     ProbeResult,
     cached_probe,
+    check_cache_dir,
     default_cache_dir,
+    keep_probe,
     probe_cache_path,
     probe_key,
     probe_line,
     probe_markdown,
+    read_cached_probe,
     render_probe_table,
     save_probe,
 )
@@ -236,13 +245,102 @@ def test_cache_round_trip_and_key(tmp_path):
     assert probe_key(result.hardware, "bert-sst2", "tiny-bert") != probe_key(amx, "bert-sst2", "tiny-bert")
 
 
-def test_cache_ignores_a_corrupt_file(tmp_path):
+@pytest.mark.parametrize(
+    "spoil,cause",
+    [
+        (
+            lambda path, text: path.write_text(text[:200]),
+            r"^not valid JSON, cut short or edited: .*\(line \d+, column \d+\)$",
+        ),
+        (lambda path, text: path.write_text("{not json"), r"^not valid JSON"),
+        (lambda path, text: path.write_text('{"format": 999}'), r"^format 999, where this mixft reads format 1$"),
+        (lambda path, text: path.write_text(json.dumps({**json.loads(text), "format": 0})), r"^format 0, "),
+        (lambda path, text: path.write_text('{"format": 1}'), r"^no 'rows' field$"),
+        (lambda path, text: path.write_text("[1, 2]"), r"^a JSON list, not a probe result$"),
+        (lambda path, text: path.write_bytes(b"\xff\xfe{"), r"^not UTF-8 text$"),
+        (lambda path, text: (path.unlink(), path.mkdir()), r"^Is a directory$"),
+        (
+            lambda path, text: path.write_text(json.dumps({**json.loads(text), "model": "another-model"})),
+            r"another machine, torch, recipe or model than its name says$",
+        ),
+    ],
+    ids=["cut-short", "bad-json", "format-999", "format-0", "no-rows", "a-list", "not-utf8", "a-folder", "edited"],
+)
+def test_an_unreadable_cache_file_is_named_with_its_cause(tmp_path, caplog, spoil, cause):
+    # Was: any of these was logged at debug level and read as "never probed": an --amp run then
+    # decided differently from the probe without a word.
     result = fake_result(bf16_step_s=0.8)
     path = save_probe(result, tmp_path)
-    path.write_text("{not json")
-    assert cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path) is None
-    path.write_text(json.dumps({**result.to_dict(), "format": 0}))  # an older format
-    assert cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path) is None
+    spoil(path, path.read_text())
+    back, problem = read_cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path)
+    assert back is None and problem is not None and not problem.folder
+    assert problem.path == str(path) and re.search(cause, problem.cause), problem.cause
+    assert (
+        problem.line()
+        == f"the cached probe at {path} is unreadable ({problem.cause}) and is ignored; --probe measures it again"
+    )
+    assert CacheProblem.from_dict(json.loads(json.dumps(problem.to_dict()))) == problem  # results.json round trip
+    with caplog.at_level(logging.WARNING, logger="mixft"):
+        assert cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path) is None
+    assert [r.getMessage() for r in caplog.records] == [f"warning: {problem.line()}"]
+
+
+def test_a_missing_cache_file_is_simply_not_probed(tmp_path, caplog):
+    result = fake_result(bf16_step_s=0.8)
+    with caplog.at_level(logging.DEBUG, logger="mixft"):
+        assert read_cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path) == (None, None)
+        assert read_cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware, cache_dir=tmp_path / "no") == (
+            None,
+            None,
+        )
+    assert caplog.records == []
+
+
+def test_a_cache_folder_under_a_file_is_a_notice_when_read_and_refused_before_a_probe(tmp_path, monkeypatch):
+    plain = tmp_path / "plainfile"
+    plain.write_text("x")
+    result = fake_result(bf16_step_s=0.8)
+    for setting in (plain, plain / "sub"):
+        monkeypatch.setenv("MIXFT_CACHE", str(setting))
+        back, problem = read_cached_probe("bert-sst2", "tiny-bert", hardware=result.hardware)
+        assert back is None and problem.folder and problem.path == str(plain)
+        assert problem.cause == f"MIXFT_CACHE={setting} cannot hold the probe cache: {plain} is a file, not a folder"
+        assert problem.warning().startswith("notice: not probed: MIXFT_CACHE=")
+        with pytest.raises(UsageError) as refused:
+            check_cache_dir()
+        assert str(refused.value) == (
+            f"MIXFT_CACHE={setting} cannot hold the probe cache: {plain} is a file, not a folder; "
+            "set MIXFT_CACHE to a folder mixft can write"
+        )
+    assert plain.read_text() == "x"
+
+
+def test_check_cache_dir_makes_the_folder_and_leaves_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "new" / "cache"))
+    folder = check_cache_dir()
+    assert folder == tmp_path / "new" / "cache" / "probes" and folder.is_dir() and list(folder.iterdir()) == []
+    monkeypatch.delenv("MIXFT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-file"))
+    (tmp_path / "xdg-file").write_text("x")
+    with pytest.raises(
+        UsageError, match=r"^\S+xdg-file/mixft \(\$XDG_CACHE_HOME/mixft; MIXFT_CACHE is not set\) cannot"
+    ):
+        check_cache_dir()
+
+
+def test_a_cache_write_that_fails_warns_and_keeps_the_result(tmp_path, monkeypatch, caplog):
+    import mixft.report.probe_result as probe_result
+
+    def disk_full(target, obj):
+        raise WriteFailed(target, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    monkeypatch.setattr(probe_result, "write_json", disk_full)
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "c"))
+    with caplog.at_level(logging.WARNING, logger="mixft"):
+        assert keep_probe(fake_result(bf16_step_s=0.8), kept_in="out/probe.json") is None
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"warning: the probe could not be cached (MIXFT_CACHE={tmp_path / 'c'}): cannot write ")
+    assert "No space left on device (errno ENOSPC); it is kept in out/probe.json" in message
 
 
 def test_cache_directory_comes_from_mixft_cache(tmp_path, monkeypatch):
@@ -275,6 +373,20 @@ def test_bad_input_fails_before_any_work(monkeypatch, kwargs, match):
     monkeypatch.setattr(bert_sst2, "prepare", no_work)
     with pytest.raises(UsageError, match=match):
         probe(RunConfig(recipe="bert-sst2", device="cpu"), save=False, **kwargs)
+
+
+def test_a_probe_that_saves_checks_its_cache_folder_before_any_work(tmp_path, monkeypatch):
+    from recipes import bert_sst2
+
+    def no_work(*a, **k):
+        raise AssertionError("the probe started work before checking its cache folder")
+
+    monkeypatch.setattr(bert_sst2, "prepare", no_work)
+    (tmp_path / "plainfile").write_text("x")
+    with pytest.raises(
+        UsageError, match=r"plainfile cannot hold the probe cache: \S+plainfile is a file, not a folder"
+    ):
+        probe(RunConfig(recipe="bert-sst2", device="cpu"), cache_dir=tmp_path / "plainfile")
 
 
 def test_unknown_recipe_is_a_usage_error():

@@ -1,0 +1,94 @@
+"""bert-sst2 packs only the encoder families that pack (mixft.models.packed.PACKING_TYPES), through the real CLI.
+
+A tiny RoBERTa (positions from padding_idx + 1) packs by default and says so; a tiny DeBERTa-v2
+(its attention takes no block mask) is padded by default with a one-line notice, and its header,
+results.json and config.yaml say so; an explicit ``--pack-sequences`` with it (flag or config
+file) is refused in one line, exit 2, before any work, the output directory untouched. That the
+packed RoBERTa step equals the padded one is tested in tests/models/test_packed.py (dropout off).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mixft.cli.main import main
+from tests.cli_runs import bert_sst2_args
+from tests.conftest import make_data_dir
+from tests.tiny_models import make_tiny_model_dir
+
+PACKING_FAMILIES = "bert, distilbert, electra, roberta, xlm-roberta"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pack-models")
+    return {arch: make_tiny_model_dir(arch, root / arch) for arch in ("roberta", "deberta-v2")}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("pack-data") / "sst", 8, 4)
+
+
+def run(models, arch, data, out, *extra):
+    return main(bert_sst2_args(models[arch], data, out, *extra, batch_size=4, max_steps=1, max_length=32))
+
+
+def recorded_packing(out) -> tuple[bool, str]:
+    (result,) = json.loads((out / "results.json").read_text())["runs"]
+    config_line = next(line for line in (out / "config.yaml").read_text().splitlines() if "pack_sequences" in line)
+    return result["config"]["pack_sequences"], config_line
+
+
+def test_a_roberta_model_packs_by_default(models, data, tmp_path, capsys):
+    assert run(models, "roberta", data, tmp_path / "out") == 0
+    captured = capsys.readouterr()
+    assert "; random, packed (no padding computed)" in captured.out
+    assert "not packed" not in captured.err
+    assert recorded_packing(tmp_path / "out") == (True, "pack_sequences: true")
+
+
+def test_deberta_is_padded_by_default_with_a_notice_and_says_so(models, data, tmp_path, capsys):
+    assert run(models, "deberta-v2", data, tmp_path / "out") == 0
+    captured = capsys.readouterr()
+    notices = [line for line in captured.err.splitlines() if "not packed" in line]
+    assert notices == [
+        f"notice: deberta-v2 models are not packed (packing is exact only for {PACKING_FAMILIES}); batches are padded"
+    ]
+    assert "; random, padded" in captured.out and "packed (no padding" not in captured.out
+    # What ran is what is recorded (and what --resume's identity compares).
+    assert recorded_packing(tmp_path / "out") == (False, "pack_sequences: false")
+
+
+@pytest.mark.parametrize("how", ["flag", "config file"])
+def test_deberta_with_pack_sequences_asked_is_refused_in_one_line_before_any_work(models, data, tmp_path, capsys, how):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"runs": []}')  # an earlier run's: must stay as it was
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    if how == "flag":
+        extra = ["--pack-sequences"]
+    else:
+        (tmp_path / "run.yaml").write_text("pack_sequences: true\n")
+        extra = ["--config", str(tmp_path / "run.yaml")]
+    assert run(models, "deberta-v2", data, out, *extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    assert "--pack-sequences" in err and "is a deberta-v2 model" in err and PACKING_FAMILIES in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_the_settled_value_stays_the_recipes_not_the_users(models, data):
+    # --resume's refusals word a recipe default differently from a user's value (is_recipe_default).
+    from mixft.config.run_config import RunConfig, is_recipe_default, with_settled
+    from recipes import bert_sst2
+
+    cfg = RunConfig(recipe="bert-sst2", model=str(models["deberta-v2"]), data_dir=str(data), max_length=32)
+    cfg = cfg.with_defaults(bert_sst2.DEFAULTS).validate()
+    prepared = bert_sst2.prepare(cfg)
+    assert prepared.settled == {"pack_sequences": False}
+    settled = with_settled(cfg, prepared.settled)
+    assert settled.pack_sequences is False and is_recipe_default(settled, "pack_sequences")
+    assert with_settled(cfg, {}) is cfg
