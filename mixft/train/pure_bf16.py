@@ -6,15 +6,17 @@ per weight: 10 bytes. Plain bf16 weights lose small updates (a weight of 1.0 ign
 step under half its bf16 spacing, 2⁻⁹: 20 AdamW steps at lr 1e-4 leave it at exactly 1.0);
 torch-optimi's Kahan summation keeps what each rounding dropped in ``kahan_comp`` and adds
 it back at the next step, so the weight follows fp32's to within one bf16 spacing.
+Weight decay goes through the same buffer (``mixft.train.kahan_adamw``): optimi's own
+decay multiplies the bf16 weight outside it and rounds back to the same weight.
 Why torch-optimi's Kahan and not torchao's stochastic rounding: measured in
 docs/pure_bf16.md (same accuracy as AMP over 3 seeds, deterministic, no compile).
 
 ``bf16-true`` (Lightning's name) is the same without compensation, only on request and
-with ``BF16_TRUE_NOTICE``.
+with ``BF16_TRUE_NOTICE``: small updates and weight decay are lost there by design.
 
 Usage::
 
-    opt = compensated_adamw(groups, lr=2e-5, compensated=True)   # optimi.AdamW(kahan_sum=True)
+    opt = compensated_adamw(groups, lr=2e-5, compensated=True)   # KahanAdamW, an optimi.AdamW(kahan_sum=True)
     check_optimizers(PRECISIONS["bf16-pure"], [opt])              # UsageError for a plain torch AdamW
 """
 
@@ -44,8 +46,9 @@ TORCH_BETAS, TORCH_EPS = (0.9, 0.999), 1e-8
 
 BF16_TRUE_NOTICE = (
     "notice: bf16-true keeps weights and optimizer state in bf16 without compensation: updates "
-    "smaller than half a bf16 step of a weight are lost (a weight of 1.0 ignores steps below 0.002); "
-    "bf16-pure compensates"
+    "smaller than half a bf16 step of a weight are lost (a weight of 1.0 ignores steps below 0.002), "
+    "and so is weight decay whenever lr x weight decay is below 0.002 (any usual setting); "
+    "bf16-pure compensates both"
 )
 
 _warned: set[str] = set()
@@ -71,7 +74,10 @@ def compensated_adamw(
 ) -> torch.optim.Optimizer:
     """torch-optimi's AdamW for bf16 parameters: Kahan-compensated when ``compensated``, with torch's betas/eps.
 
-    ``weight_decay`` is decoupled and multiplied by the learning rate, as in ``torch.optim.AdamW``.
+    ``weight_decay`` is decoupled and multiplied by the learning rate, as in ``torch.optim.AdamW``;
+    compensated, it goes through the compensation (``mixft.train.kahan_adamw.KahanAdamW``) and
+    follows fp32's to bf16 rounding; uncompensated (bf16-true), optimi's, lost below half a
+    bf16 step like any small update.
     ``foreach``: optimi's multi-tensor path (the one measured in docs/pure_bf16.md).
 
     Usage: ``compensated_adamw(model.parameters(), lr=1e-4, compensated=True)``
@@ -80,7 +86,12 @@ def compensated_adamw(
     # optimi's foreach path fails on an empty group (torch's tolerates it): a model without
     # biases, or a LoRA model whose trainable weights are all 2-d, has one.
     params = [g for g in params if not (isinstance(g, dict) and not list(g["params"]))]
-    return _optimi().AdamW(
+    adamw = _optimi().AdamW
+    if compensated:  # optimi's own decay would round away on bf16 weights
+        from mixft.train.kahan_adamw import KahanAdamW
+
+        adamw = KahanAdamW
+    return adamw(
         params,
         lr=lr,
         betas=TORCH_BETAS,
@@ -108,7 +119,7 @@ def is_compensated(optimizer: torch.optim.Optimizer) -> bool:
 
     Usage: ``is_compensated(compensated_adamw(params, 1e-4, compensated=True)) is True``
     """
-    module = type(optimizer).__module__ or ""
+    module = _library_class(optimizer).__module__ or ""
     groups = optimizer.param_groups
     if module.startswith("optimi"):
         return bool(groups) and all(g.get("kahan_sum", None) in (True, None) for g in groups)
@@ -117,12 +128,20 @@ def is_compensated(optimizer: torch.optim.Optimizer) -> bool:
     return False
 
 
+def _library_class(optimizer: torch.optim.Optimizer) -> type:
+    """The optimizer's class, or for mixft's own subclass (KahanAdamW) the library class it extends."""
+    for cls in type(optimizer).__mro__:
+        if not (cls.__module__ or "").startswith("mixft."):
+            return cls
+    return type(optimizer)
+
+
 def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
     """results.json's ``optimizer``: ``"optimi.AdamW(kahan_sum=True)"``, ``"torch.optim.AdamW"``.
 
     Usage: ``optimizer_name(trainer.optimizer)``
     """
-    cls = type(optimizer)
+    cls = _library_class(optimizer)
     top = (cls.__module__ or "").split(".")[0]
     name = f"{'torch.optim' if top == 'torch' else top}.{cls.__name__}"
     if top == "optimi":

@@ -64,7 +64,10 @@ def test_the_factory_builds_torch_optimi_with_torchs_betas_and_only_bf16_pure_co
     params = [nn.Parameter(torch.ones(2, 2, dtype=torch.bfloat16)), nn.Parameter(torch.ones(2, dtype=torch.bfloat16))]
     pure = adamw_factory(1e-3, CPU, precision=PRECISIONS["bf16-pure"])(params)
     true = adamw_factory(1e-3, CPU, precision=PRECISIONS["bf16-true"])(params)
-    assert type(pure).__module__.startswith("optimi") and is_compensated(pure) and not is_compensated(true)
+    import optimi
+
+    # bf16-pure: optimi's AdamW with the decay through the compensation (mixft.train.kahan_adamw).
+    assert isinstance(pure, optimi.AdamW) and is_compensated(pure) and not is_compensated(true)
     group = pure.param_groups[0]
     assert (group["beta1"], group["beta2"], group["eps"]) == (0.9, 0.999, 1e-8)
     assert [g["weight_decay"] for g in pure.param_groups] == [0.01, 0.0]  # BERT's groups, as for AMP
@@ -494,3 +497,35 @@ def test_init_loss_scale_goes_to_fp16_only_when_a_compare_also_trains_bf16_pure(
     )
     runs = {r["precision"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
     assert runs["fp16"]["history"]["loss_scale"][0] == 128.0 and runs["bf16-pure"]["final_loss_scale"] is None
+
+
+def _encoder_weight_norm(model_dir: Path) -> float:
+    """The norm of a saved encoder's layer matrices (AdamW decays them; biases and LayerNorms it does not)."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(next(model_dir.glob("*.safetensors"))))
+    return math.sqrt(
+        sum(float(t.float().pow(2).sum()) for name, t in tensors.items() if t.dim() == 2 and ".layer." in name)
+    )
+
+
+def test_weight_decay_shrinks_bf16_pure_weights_as_it_shrinks_fp32s_through_the_cli(
+    tiny_bert_dir, tiny_data_dir, tmp_path
+):
+    # Gradients clipped to ~0, so Adam's update is ~0 (m / (sqrt(v) + eps) with v ~ 1e-64) and decay alone acts:
+    # each constant-lr step multiplies every decayed matrix by 1 - lr * wd = 0.999, below half a bf16 spacing
+    # (0.2-0.4 % of a weight), so optimi's own decay rounded back to the same bf16 weight every step (ratio
+    # exactly 1); through the compensation the 16 steps' 1.6 % reach the weights as they reach fp32's.
+    flags = ("--lr", "1e-3", "--lr-scheduler", "constant", "--max-grad-norm", "1e-30", "--epochs", "1")
+    flags += ("--batch-size", "1", "--save-model")  # 16 rows: 16 steps
+    norms = {}
+    for precision in ("bf16-pure", "fp32"):
+        for wd in ("1", "0"):
+            out = tmp_path / f"{precision}-{wd}"
+            assert _cli(tiny_bert_dir, tiny_data_dir, out, "--precision", precision, "--weight-decay", wd, *flags) == 0
+            norms[precision, wd] = _encoder_weight_norm(out / "model")
+    fp32 = norms["fp32", "1"] / norms["fp32", "0"]
+    pure = norms["bf16-pure", "1"] / norms["bf16-pure", "0"]
+    assert fp32 == pytest.approx(0.999**16, abs=1e-4)  # the reference: 16 steps of decay alone
+    # A bf16 weight lags the decay not yet taken by at most half its spacing (<= 2^-8 = 0.4 %): no more.
+    assert pure == pytest.approx(fp32, abs=4e-3), (pure, fp32)
