@@ -36,28 +36,23 @@ def test_the_console_script_names_itself_mixft(tmp_path):
     assert not list(tmp_path.iterdir())  # refused before any work: nothing written where it ran
 
 
-def test_a_refusal_under_torchrun_is_one_line_from_process_0(tmp_path, tiny_bert_dir, tiny_data_dir):
-    # A refusal that exists only under torchrun: every process meets it. Was: one line per process,
-    # each process exiting 2 at its own moment.
+def test_a_refusal_under_torchrun_is_one_line_from_process_0(tmp_path):
+    # A refusal every process meets once it has joined the process group (the model has no blocks to shard).
+    # Was: one line per process, each exiting 2 at its own moment. (The refusals checked before joining,
+    # such as --fsdp with bf16-pure, are tests/train/test_fsdp.py's, in one process.)
     out = tmp_path / "out"
     proc = torchrun(
         "scripts/finetune.py",
         "--recipe",
-        "bert-sst2",
-        "--model",
-        str(tiny_bert_dir),
-        "--data-dir",
-        str(tiny_data_dir),
+        "mlp-synthetic",
+        "--fsdp",
         "--output-dir",
         str(out),
         "--no-progress",
-        "--fsdp",
-        "--precision",
-        "bf16-pure",
         check=False,
     )
     (line,) = error_lines(proc.stderr, "finetune.py")
-    assert line.startswith("finetune.py: error: --fsdp with bf16-pure: the sharded run keeps fp32 shards"), line
+    assert line.startswith("finetune.py: error: --fsdp found no transformer blocks to shard in Sequential"), line
     assert_torchrun_reports_exit_2_of_process_0(proc)
     assert proc.stdout == "" and not out.exists()
 
