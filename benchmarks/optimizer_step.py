@@ -11,7 +11,7 @@ the figure is the median round's time per step.
 
 Usage::
 
-    flock /tmp/mixft-cpu.lock python benchmarks/optimizer_step.py --rounds 5 --steps 10
+    python benchmarks/optimizer_step.py --rounds 5 --steps 10
 """
 
 from __future__ import annotations
