@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,28 @@ def build_parser() -> OneLineParser:
     p.add_argument("--tiny", action="store_true", help="a 1-layer, 32-wide BERT and tiny sizes (the suite's CPU run)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"which, comma-separated (default {','.join(PARTS)})")
     p.add_argument(
+        "--step-shapes",
+        metavar="BxT,...",
+        help="the step part's batch x tokens shapes, e.g. 32x16,128x16 (default: the sizes' own)",
+    )
+    p.add_argument(
         "--site",
         help="where to register mixft's recipes when mixft is not installed (default: a temporary folder)",
     )
     return p
+
+
+def check_step_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """``"32x16,128x64"`` -> ((32, 16), (128, 64)); anything else is a UsageError."""
+    shapes = []
+    for item in text.split(","):
+        batch, sep, length = item.strip().lower().partition("x")
+        if not (sep and batch.isdigit() and length.isdigit() and int(batch) > 0 and int(length) > 0):
+            raise UsageError(
+                f"--step-shapes must list BATCHxTOKENS pairs of positive integers, e.g. 32x16, got {text!r}"
+            )
+        shapes.append((int(batch), int(length)))
+    return tuple(shapes)
 
 
 def check_parts(text: str) -> list[str]:
@@ -256,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         names = check_parts(args.parts)
+        sizes = TINY if args.tiny else GPU
+        if args.step_shapes is not None:
+            sizes = replace(sizes, step_shapes=check_step_shapes(args.step_shapes))
         device = resolve_device(args.device)
         out_dir = Path(args.out_dir)
         try:
@@ -268,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget_s)  # the clock starts once the options are known
     site = Path(args.site) if args.site else None
     command = shlex.join(["python", "-m", "benchmarks.gpu_check", *argv])
-    return run_check(out_dir, device, names, TINY if args.tiny else GPU, budget, site, command)
+    return run_check(out_dir, device, names, sizes, budget, site, command)
 
 
 if __name__ == "__main__":

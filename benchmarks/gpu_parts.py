@@ -88,8 +88,7 @@ class Sizes:
     check's own JSON records each part's real time, from which they can be set."""
 
     name: str
-    step_batches: tuple[int, ...]  # BERT step: batch sizes, each at step_length tokens
-    step_length: int
+    step_shapes: tuple[tuple[int, int], ...]  # BERT step: (batch size, tokens per row) of each row group
     step_steps: int  # timed steps per row, after step_warmup untimed ones
     step_warmup: int
     train: int  # compare and peers: generated sentences to train on, to evaluate on
@@ -104,8 +103,7 @@ class Sizes:
 
 GPU = Sizes(
     name="gpu",
-    step_batches=(32, 128),
-    step_length=128,
+    step_shapes=((32, 128), (128, 128)),
     step_steps=20,
     step_warmup=5,
     train=2000,  # bert-sst2's demo budget: 2000 train, 872 eval, 2 epochs, batch 32
@@ -113,14 +111,15 @@ GPU = Sizes(
     epochs=2,
     batch=32,
     peers_precisions=("bf16", "fp16"),
-    estimates={"tests": 120.0, "steps": 90.0, "compare": 120.0, "peers": 90.0},
+    # From the first GPU run (one H200, 2026-11-27): tests 28 s, steps 42 s for 10 rows, compare 65 s,
+    # peers 22 s; each estimate about twice that, for an H100's slower memory and a colder machine.
+    estimates={"tests": 60.0, "steps": 90.0, "compare": 120.0, "peers": 45.0},
     step_row_s=8.0,
-    peers_run_s=40.0,
+    peers_run_s=20.0,
 )
 TINY = Sizes(
     name="tiny",
-    step_batches=(4,),
-    step_length=16,
+    step_shapes=((4, 16),),
     step_steps=2,
     step_warmup=1,
     train=32,
@@ -150,7 +149,7 @@ class Context:
 
     @property
     def tiny(self) -> bool:
-        return self.sizes is TINY
+        return self.sizes.name == TINY.name  # also after --step-shapes replaced its shapes
 
     def model_dir(self) -> Path:
         if self._model is None:
@@ -263,7 +262,7 @@ def run_tests(ctx: Context) -> Outcome:
 
 
 # ----------------------------------------------------------------------------- steps
-def _step_row(ctx: Context, name: str, batch_size: int) -> dict[str, Any]:
+def _step_row(ctx: Context, name: str, batch_size: int, length: int) -> dict[str, Any]:
     """One BERT step row: ``warmup`` + ``steps`` optimizer steps of mixft's Trainer on one batch."""
     from transformers import BertModel
 
@@ -276,7 +275,7 @@ def _step_row(ctx: Context, name: str, batch_size: int) -> dict[str, Any]:
     from .bert import bert_matmul_flops
 
     s, dev = ctx.sizes, ctx.device
-    row: dict[str, Any] = {"precision": name, "batch_size": batch_size, "length": s.step_length}
+    row: dict[str, Any] = {"precision": name, "batch_size": batch_size, "length": length}
     try:
         precision = resolve_precision(name, dev)
     except UsageError as e:  # tf32 on a CPU or a pre-Ampere GPU: not a choice here
@@ -284,9 +283,9 @@ def _step_row(ctx: Context, name: str, batch_size: int) -> dict[str, Any]:
     config = bert_config(ctx.tiny)
     gen = torch.Generator().manual_seed(0)
     batch = {
-        "input_ids": torch.randint(config.vocab_size, (batch_size, s.step_length), generator=gen),
-        "attention_mask": torch.ones(batch_size, s.step_length, dtype=torch.long),
-        "token_type_ids": torch.zeros(batch_size, s.step_length, dtype=torch.long),
+        "input_ids": torch.randint(config.vocab_size, (batch_size, length), generator=gen),
+        "attention_mask": torch.ones(batch_size, length, dtype=torch.long),
+        "token_type_ids": torch.zeros(batch_size, length, dtype=torch.long),
         "labels": torch.randint(0, 2, (batch_size,), generator=gen).float(),
     }
     batch = {k: v.to(dev) for k, v in batch.items()}  # on the device once: the step is timed, not the copy
@@ -316,8 +315,8 @@ def _step_row(ctx: Context, name: str, batch_size: int) -> dict[str, Any]:
         "median_step_ms": median * 1e3,
         "min_step_ms": min(timer.step_times_s[s.step_warmup :]) * 1e3,
         "samples_per_s": batch_size / median,
-        "tokens_per_s": batch_size * s.step_length / median,
-        "matmul_tflops_per_s": bert_matmul_flops(config, [(batch_size, s.step_length)]) / median / 1e12,
+        "tokens_per_s": batch_size * length / median,
+        "matmul_tflops_per_s": bert_matmul_flops(config, [(batch_size, length)]) / median / 1e12,
         "peak_memory_bytes": region.peak_bytes,
         "peak_memory_kind": region.memory_kind,
         "skipped_steps": result.skipped_steps,
@@ -331,14 +330,14 @@ def _step_row(ctx: Context, name: str, batch_size: int) -> dict[str, Any]:
 def run_steps(ctx: Context) -> Outcome:
     s = ctx.sizes
     rows = []
-    for batch_size in s.step_batches:
+    for batch_size, length in s.step_shapes:
         for name in STEP_PRECISIONS:
-            row = {"precision": name, "batch_size": batch_size, "length": s.step_length}
+            row = {"precision": name, "batch_size": batch_size, "length": length}
             if not ctx.budget.covers(s.step_row_s):
                 rows.append({**row, "status": "skipped", "note": ctx.budget.shortfall(s.step_row_s)})
                 continue
             try:
-                rows.append(_step_row(ctx, name, batch_size))
+                rows.append(_step_row(ctx, name, batch_size, length))
             except Exception as e:  # one row's failure (out of memory at a large batch) is that row's
                 traceback.print_exc()
                 rows.append({**row, "status": "failed", "note": one_line(e)})
@@ -346,9 +345,12 @@ def run_steps(ctx: Context) -> Outcome:
                 gc.collect()
                 if ctx.device.type == "cuda":
                     torch.cuda.empty_cache()
-            print(f"gpu_check: step {name} batch {batch_size}: {rows[-1].get('median_step_ms', rows[-1]['status'])}")
+            print(
+                f"gpu_check: step {name} {batch_size} x {length}: {rows[-1].get('median_step_ms', rows[-1]['status'])}"
+            )
     for row in rows:
-        base = next((r for r in rows if r["batch_size"] == row["batch_size"] and r["precision"] == "fp32"), None)
+        shape = (row["batch_size"], row["length"])
+        base = next((r for r in rows if (r["batch_size"], r["length"]) == shape and r["precision"] == "fp32"), None)
         ok = row["status"] == "ok" and base is not None and base["status"] == "ok"
         row["speedup_vs_fp32"] = ratio(base["median_step_ms"], row["median_step_ms"]) if ok else None
     table = [
@@ -375,7 +377,7 @@ def run_steps(ctx: Context) -> Outcome:
     )
     figures = {"model": describe_model(ctx.tiny), "rows": rows}
     done = [r for r in rows if r["status"] == "ok"]
-    failed = [f"{r['precision']} batch {r['batch_size']}" for r in rows if r["status"] == "failed"]
+    failed = [f"{r['precision']} {r['batch_size']} x {r['length']}" for r in rows if r["status"] == "failed"]
     note = f"{len(done)} of {len(rows)} rows measured" + (f"; failed: {', '.join(failed)}" if failed else "")
     status = "failed" if failed else ("ok" if done else "skipped")
     return Outcome(figures, head + "\n\n" + markdown_table(headers, table), note, status)

@@ -31,7 +31,7 @@ def tiny_check(tmp_path):
     Function-scoped, so that conftest's in-process CPU memory figure applies to its --compare too
     (as to every compare of the suite: tests/conftest.py, ``fresh_memory``)."""
     out = tmp_path / "gpu-check"
-    code = gpu_check.main([str(out), "--device", "cpu", "--tiny", "--budget-s", "300"])
+    code = gpu_check.main([str(out), "--device", "cpu", "--tiny", "--budget-s", "300", "--step-shapes", "4x16,2X8"])
     doc = json.loads((out / gpu_check.JSON_NAME).read_text(encoding="utf-8"))
     return code, doc, (out / gpu_check.MARKDOWN_NAME).read_text(encoding="utf-8"), out
 
@@ -52,17 +52,23 @@ def test_every_part_runs_on_the_cpu_with_a_status_and_real_figures(tiny_check):
     assert len(cases) >= 10 and {c["outcome"] for c in cases} == {"skipped"}
     assert all("CUDA" in c["message"] for c in cases) and f"all {len(cases)} skipped" in tests["note"]
 
-    rows = {r["precision"]: r for r in parts["steps"]["figures"]["rows"]}
-    assert list(rows) == list(STEP_PRECISIONS)
-    assert rows["tf32"]["status"] == "skipped" and "CUDA" in rows["tf32"]["note"]
-    for name in ("fp32", "bf16", "fp16", "bf16-pure"):
-        r = rows[name]
-        assert r["status"] == "ok" and r["batch_size"] == TINY.step_batches[0] and r["length"] == TINY.step_length
-        assert r["median_step_ms"] > 0 and r["samples_per_s"] > 0 and r["peak_memory_bytes"] > 0
-        assert r["peak_memory_kind"] == "cpu_rss" and r["timed_steps"] == TINY.step_steps
-        assert len(r["step_times_ms"]) == TINY.step_warmup + TINY.step_steps
-        assert r["median_step_ms"] == pytest.approx(statistics.median(r["step_times_ms"][TINY.step_warmup :]))
-    assert rows["fp32"]["speedup_vs_fp32"] == 1.0 and rows["fp16"]["final_loss_scale"] is not None
+    all_rows = parts["steps"]["figures"]["rows"]  # one group of rows per --step-shapes shape, in its order
+    assert [(r["batch_size"], r["length"]) for r in all_rows] == [(4, 16)] * 5 + [(2, 8)] * 5
+    for shape in ((4, 16), (2, 8)):
+        rows = {r["precision"]: r for r in all_rows if (r["batch_size"], r["length"]) == shape}
+        assert list(rows) == list(STEP_PRECISIONS)
+        assert rows["tf32"]["status"] == "skipped" and "CUDA" in rows["tf32"]["note"]
+        for name in ("fp32", "bf16", "fp16", "bf16-pure"):
+            r = rows[name]
+            assert r["status"] == "ok" and r["samples_per_s"] == pytest.approx(shape[0] / r["median_step_ms"] * 1e3)
+            assert r["median_step_ms"] > 0 and r["peak_memory_bytes"] > 0
+            assert r["peak_memory_kind"] == "cpu_rss" and r["timed_steps"] == TINY.step_steps
+            assert len(r["step_times_ms"]) == TINY.step_warmup + TINY.step_steps
+            assert r["median_step_ms"] == pytest.approx(statistics.median(r["step_times_ms"][TINY.step_warmup :]))
+            # each shape against its own fp32 row
+            assert r["speedup_vs_fp32"] == pytest.approx(rows["fp32"]["median_step_ms"] / r["median_step_ms"])
+        assert rows["fp32"]["speedup_vs_fp32"] == 1.0 and rows["fp16"]["final_loss_scale"] is not None
+    assert "| fp32 | 2 x 8 |" in markdown
 
     runs = parts["compare"]["figures"]["runs"]
     assert [r["precision"] for r in runs] == ["fp32", "bf16", "fp16"]
@@ -87,7 +93,7 @@ def test_every_part_runs_on_the_cpu_with_a_status_and_real_figures(tiny_check):
 
 def test_the_script_with_no_budget_skips_every_part_and_still_writes_its_files(tmp_path):
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": sys.executable, "MIXFT_GPU_CHECK_SITE": str(tmp_path / "site")}
+    env = {**os.environ, "PYTHON": sys.executable, "MIXFT_GPU_CHECK_SITE": str(tmp_path / "site-packages")}
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out), "--device", "cpu", "--tiny", "--budget-s", "0"],
         capture_output=True,
@@ -104,7 +110,8 @@ def test_the_script_with_no_budget_skips_every_part_and_still_writes_its_files(t
 
 
 def test_bad_options_are_one_line_exit_2(tmp_path, capsys):
-    for argv in ([str(tmp_path), "--parts", "tests,nope"], [str(tmp_path), "--budget-s", "-1"]):
+    bad = (["--parts", "tests,nope"], ["--budget-s", "-1"], ["--step-shapes", "32x"], ["--step-shapes", "0x16"])
+    for argv in ([str(tmp_path), *options] for options in bad):
         assert gpu_check.main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("gpu_check: error:")
@@ -212,3 +219,21 @@ def test_the_tokenizer_comes_from_the_shipped_model_the_carried_folder_or_the_ge
 def _folder(path: Path) -> Path:
     path.mkdir(parents=True)
     return path
+
+
+def test_the_script_refuses_a_wheel_folder_not_named_site_packages(tmp_path):
+    # dill pickles by value the modules outside a site-packages folder: datasets' fingerprints then
+    # fail on pyarrow's types, as they did on the first GPU machine.
+    env = {**os.environ, "PYTHON": sys.executable, "MIXFT_GPU_CHECK_SITE": str(tmp_path / "wheels")}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path / "out"), "--device", "cpu", "--tiny"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"gpu_check.sh: error: MIXFT_GPU_CHECK_SITE must name a folder called site-packages, got {tmp_path / 'wheels'}"
+    )
+    assert not (tmp_path / "out" / "gpu_check.json").exists()
