@@ -53,13 +53,17 @@ def collective_timeout() -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
-def init_from_env() -> bool:
-    """Join the process group the launcher describes; False when running alone."""
+def init_from_env(device_type: str) -> bool:
+    """Join the process group the launcher describes; False when running alone.
+
+    ``device_type``: where the run trains ("cuda" or "cpu"). NCCL for CUDA, gloo for the CPU: a
+    ``--device cpu`` run on a machine with GPUs keeps its tensors on the CPU, which NCCL cannot reduce.
+    """
     if dist.is_available() and dist.is_initialized():
         return True
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
-    backend = "nccl" if torch.cuda.is_available() and os.environ.get("MIXFT_DIST_BACKEND") != "gloo" else "gloo"
+    backend = "nccl" if device_type == "cuda" and os.environ.get("MIXFT_DIST_BACKEND") != "gloo" else "gloo"
     timeout = collective_timeout()  # a bad value: one line before any group is joined
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

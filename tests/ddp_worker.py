@@ -105,7 +105,7 @@ def summary(trainer, result) -> dict:
 
 if __name__ == "__main__":
     out, runs = sys.argv[1], sys.argv[2].split(",")
-    assert distributed.init_from_env(), "expected to run under torchrun"
+    assert distributed.init_from_env("cpu"), "expected to run under torchrun"
     saved = {}
     for run in runs:
         *kind, precision, grad_accum = run.split(":")

@@ -252,7 +252,7 @@ def whole_parameters(module) -> torch.Tensor:
 
 if __name__ == "__main__":
     out, checks = sys.argv[1], sys.argv[2].split(",")
-    assert distributed.init_from_env(), "expected to run under torchrun"
+    assert distributed.init_from_env("cpu"), "expected to run under torchrun"
     from mixft.distributed import is_sharded
     from mixft.train.fsdp import local
 

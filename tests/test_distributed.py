@@ -198,7 +198,7 @@ def test_predict_file_is_refused_under_torchrun(tmp_path, tiny_bert_dir, monkeyp
     from mixft.cli.main import main
 
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setattr(distributed, "init_from_env", lambda: False)
+    monkeypatch.setattr(distributed, "init_from_env", lambda device_type: False)
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
     rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'},{'pos' if i % 2 else 'neg'}\n" for i in range(16))
     (tmp_path / "t.csv").write_text("text,label\n" + rows)

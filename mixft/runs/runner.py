@@ -115,7 +115,7 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
     if cfg.fsdp:
         _check_fsdp(cfg)  # before joining a process group: the launcher is what it checks
     device = resolve_device(cfg.device)
-    if distributed.init_from_env() and device.type == "cuda":
+    if distributed.init_from_env(device.type) and device.type == "cuda":
         device = torch.device(distributed.local_device("cuda"))  # one GPU per rank
     # "amp" here is the device's mixed precision (what --probe and --compare measure); what an --amp run
     # trains in is decided in run(), once the model is known (choose_precisions).

@@ -143,7 +143,7 @@ def test_fsdp_resume_from_the_middle_of_an_epoch_equals_the_run_never_stopped(re
 def fake_launch(monkeypatch, world: int) -> None:
     """What the run layer sees under torchrun with ``world`` processes, without joining a group."""
     monkeypatch.setenv("WORLD_SIZE", str(world))
-    monkeypatch.setattr(distributed, "init_from_env", lambda: False)
+    monkeypatch.setattr(distributed, "init_from_env", lambda device_type: False)
     monkeypatch.setattr(distributed, "world_size", lambda: world)
 
 

@@ -254,12 +254,29 @@ def test_the_process_group_is_joined_with_that_timeout_and_a_bad_one_joins_none(
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("MIXFT_DIST_BACKEND", "gloo")
     monkeypatch.setenv("MIXFT_DIST_TIMEOUT", "42")
-    assert distributed.init_from_env()
+    assert distributed.init_from_env("cpu")
     assert joined == [("gloo", {"timeout": datetime.timedelta(seconds=42)})]
     monkeypatch.setenv("MIXFT_DIST_TIMEOUT", "soon")
     with pytest.raises(UsageError):
-        distributed.init_from_env()
+        distributed.init_from_env("cpu")
     assert len(joined) == 1
+
+
+def test_the_backend_follows_the_runs_device_not_whether_the_machine_has_a_gpu(monkeypatch):
+    # A --device cpu run under torchrun on a machine with GPUs: gloo (NCCL reduces CUDA tensors only).
+    joined, devices = [], []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, **kw: joined.append(backend))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", devices.append)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.delenv("MIXFT_DIST_BACKEND", raising=False)
+    monkeypatch.delenv("MIXFT_DIST_TIMEOUT", raising=False)
+    assert distributed.init_from_env("cpu") and distributed.init_from_env("cuda")
+    assert joined == ["gloo", "nccl"] and devices == [1]  # each rank on its own GPU, only for NCCL
+    monkeypatch.setenv("MIXFT_DIST_BACKEND", "gloo")  # asked for: gloo for CUDA too
+    assert distributed.init_from_env("cuda") and joined[-1] == "gloo"
 
 
 def gloo_pair(timeout: datetime.timedelta):
