@@ -375,7 +375,8 @@ def _refuse_other_format(path: Path) -> None:
             world = "N"
         raise CheckpointError(
             f"--resume: {other} is the sharded checkpoint of an --fsdp run; resume it with torchrun "
-            f"--nproc-per-node {world} scripts/finetune.py ... --fsdp --resume, or rerun without --resume to start over"
+            f"--nproc-per-node {world} scripts/finetune.py ... --fsdp --resume ({world} processes in all: on several "
+            f"machines, nodes x --nproc-per-node = {world}), or rerun without --resume to start over"
         )
 
 

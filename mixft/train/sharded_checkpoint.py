@@ -206,8 +206,9 @@ def verify_sharded_checkpoint(directory: str | os.PathLike, world_size: int | No
     if world_size is not None and manifest["world_size"] != world_size:
         raise CheckpointError(
             f"sharded checkpoint {directory} was written by {manifest['world_size']} processes, "
-            f"this run has {world_size}: resume it with torchrun --nproc-per-node "
-            f"{manifest['world_size']}"
+            f"this run has {world_size}: resume it with {manifest['world_size']} processes in all "
+            f"(torchrun --nproc-per-node {manifest['world_size']} on one machine, or nodes x --nproc-per-node = "
+            f"{manifest['world_size']})"
         )
     return manifest
 

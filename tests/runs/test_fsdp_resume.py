@@ -167,7 +167,8 @@ def test_fsdp_resume_with_another_number_of_processes_is_refused(reference, tmp_
     out = copy_of(ref, tmp_path / "out", "checkpoint.dcp")
     fake_launch(monkeypatch, 3)
     line = refused(capsys, args(model, data, out, "--fsdp", "--resume"))
-    assert "written by 2 processes, this run has 3: resume it with torchrun --nproc-per-node 2" in line
+    assert "written by 2 processes, this run has 3: resume it with 2 processes in all " in line
+    assert line.endswith("(torchrun --nproc-per-node 2 on one machine, or nodes x --nproc-per-node = 2)")
     assert line.startswith("finetune.py: error: --resume: sharded checkpoint")
     assert verify_sharded_checkpoint(out / "checkpoint.dcp")["meta"]["step"] == STEPS  # untouched
 
@@ -321,6 +322,7 @@ def test_a_sharded_checkpoint_resumed_without_fsdp_is_refused(reference, tmp_pat
     assert (
         "checkpoint.dcp is the sharded checkpoint of an --fsdp run; resume it with torchrun --nproc-per-node 2" in line
     )
+    assert "(2 processes in all: on several machines, nodes x --nproc-per-node = 2)" in line
     assert not (out / "checkpoint.pt").exists()
 
 
