@@ -48,6 +48,7 @@ from mixft.runs.plan import RunPlan, make_plan
 from mixft.runs.predict import predict_and_write, read_predict_file
 from mixft.runs.set_aside import set_aside_earlier_run
 from mixft.runs.shape import check_run_shape
+from mixft.runs.shared_dir import check_shared_output_dir
 from mixft.runs.watch import RunWatch
 from mixft.train.checkpoint import resume
 from mixft.train.hooks import Callback
@@ -198,6 +199,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     lock = OutputLock(run_plan.out) if distributed.is_main_process() else contextlib.nullcontext()
     with lock:
+        check_shared_output_dir(run_plan.out)  # under torchrun: the nodes write into one directory, or exit 2 now
         aside = None
         if distributed.is_main_process() and not cfg.resume:
             # A new run never mixes with an earlier one: all of the earlier run moves aside, together.
