@@ -1,7 +1,14 @@
-"""``--report-to``'s names and the packages they need, checked before any work (no tracker imported).
+"""``--report-to``'s trackers, one spec each in one table, and the checks of a choice (no tracker imported).
 
-Its own module so that ``RunConfig.validate`` checks ``--report-to`` without importing the
-trackers themselves (``mixft.callbacks.trackers``: torch, the hardware description...).
+``TRACKERS`` is the one table every reader of a tracker reads: the choices and their help
+(``RunConfig``), the package check (``check_trackers``), building the callbacks
+(``mixft.callbacks.trackers.build_trackers``), checking where they write before any work
+(``mixft.callbacks.tracker_prepare``) and setting an earlier run's stores aside
+(``mixft.runs.outdir``, ``mixft.runs.set_aside``). Adding a tracker is one ``Tracker``
+subclass in ``mixft.callbacks.trackers``, one spec line here, one extra in pyproject.toml.
+
+Its own module, plain data, so that ``RunConfig`` and the output directory read it without
+importing the trackers (``mixft.callbacks.trackers``: torch, the tracker libraries' writers).
 
 Usage: ``check_trackers("tensorboard,mlflow")  # ["tensorboard", "mlflow"], or a UsageError naming the extra``
 """
@@ -10,15 +17,34 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from mixft.errors import UsageError
 
-#: ``--report-to`` name -> (the module that must be importable, the mixft extra that installs it).
-TRACKERS = {
-    "tensorboard": ("tensorboard", "tensorboard"),
-    "mlflow": ("mlflow", "mlflow"),
-    "trackio": ("trackio", "trackio"),
+
+@dataclass(frozen=True)
+class TrackerSpec:
+    """One tracker: what ``--report-to`` calls it, what it needs, where it writes, which class writes."""
+
+    name: str  # the --report-to name (also the class's KIND, for its messages)
+    module: str  # the package that must be importable (looked for, never imported here)
+    extra: str  # the mixft extra that installs it: pip install "mixft[<extra>]"
+    folder: str | None  # its store under OUTPUT_DIR, set aside with the run; None: it writes elsewhere
+    callback: str  # its Tracker subclass in mixft.callbacks.trackers (a name: this table imports no tracker)
+
+
+#: ``--report-to`` name -> its spec, in the order the help lists them and the checks run.
+TRACKERS: dict[str, TrackerSpec] = {
+    spec.name: spec
+    for spec in (
+        TrackerSpec("tensorboard", "tensorboard", "tensorboard", folder="tensorboard", callback="TensorBoardTracker"),
+        TrackerSpec("mlflow", "mlflow", "mlflow", folder="mlruns", callback="MLflowTracker"),
+        TrackerSpec("trackio", "trackio", "trackio", folder=None, callback="TrackioTracker"),
+    )
 }
+
+#: The folders the trackers keep under OUTPUT_DIR (``tensorboard``, ``mlruns``).
+TRACKER_FOLDERS = tuple(spec.folder for spec in TRACKERS.values() if spec.folder)
 
 
 def parse_report_to(value: str | Iterable[str] | None) -> list[str]:
@@ -40,8 +66,13 @@ def parse_report_to(value: str | Iterable[str] | None) -> list[str]:
         raise UsageError(f"--report-to: none means no tracker; it cannot be combined with {', '.join(names)}")
     unknown = [n for n in names if n not in TRACKERS]
     if unknown:
-        raise UsageError(f"--report-to: unknown tracker {unknown[0]!r} (choose from {', '.join(TRACKERS)}, or none)")
+        raise UsageError(unknown_tracker(unknown[0]))
     return names
+
+
+def unknown_tracker(name: str) -> str:
+    """The message for a name that is not in the table."""
+    return f"--report-to: unknown tracker {name!r} (choose from {', '.join(TRACKERS)}, or none)"
 
 
 def check_trackers(value: str | Iterable[str] | None) -> list[str]:
@@ -53,7 +84,7 @@ def check_trackers(value: str | Iterable[str] | None) -> list[str]:
     """
     names = parse_report_to(value)
     for name in names:
-        module, extra = TRACKERS[name]
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f'--report-to {name} needs the {module} package: pip install "mixft[{extra}]"')
+        spec = TRACKERS[name]
+        if importlib.util.find_spec(spec.module) is None:
+            raise UsageError(f'--report-to {name} needs the {spec.module} package: pip install "mixft[{spec.extra}]"')
     return names

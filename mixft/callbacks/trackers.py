@@ -30,14 +30,20 @@ import io
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from mixft.callbacks.tracker_guard import bounded_mlflow_requests, contained
-from mixft.callbacks.tracker_names import TRACKERS, check_trackers, parse_report_to  # noqa: F401 (re-exported)
+from mixft.callbacks.tracker_names import (  # noqa: F401 (check_trackers, parse_report_to: re-exported)
+    TRACKERS,
+    TrackerSpec,
+    check_trackers,
+    parse_report_to,
+    unknown_tracker,
+)
 from mixft.distributed import is_main_process
 from mixft.errors import UsageError
 from mixft.log import logger
@@ -45,6 +51,8 @@ from mixft.train.hooks import Callback
 
 #: Steps between reads of the device tensors (loss, gradient norm).
 DEFAULT_EVERY = 20
+#: Seconds the start-up question to an MLflow server may take (``MLflowTracker.prepare``).
+PROBE_TIMEOUT_S = 5
 
 
 def run_name(precision: str, seed: int) -> str:
@@ -91,18 +99,42 @@ def build_trackers(
     # MLflow and trackio keep runs in one store for every directory: the start time tells two
     # runs of one directory apart (TensorBoard's folder is the run's own, set aside with it).
     started = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    kwargs = {"hparams": hparams, "hardware": hardware, "every": every}
     made: list[Tracker] = []
     for tracker in names:
-        if tracker == "tensorboard":
-            made.append(TensorBoardTracker(out / "tensorboard", name, **kwargs))
-        elif tracker == "mlflow":
-            made.append(MLflowTracker(out / "mlruns", started, experiment=project, **kwargs))
-        elif tracker == "trackio":
-            made.append(TrackioTracker(project, started, **kwargs))
-        else:
-            raise UsageError(f"--report-to: unknown tracker {tracker!r} (choose from {', '.join(TRACKERS)}, or none)")
+        spec = TRACKERS.get(tracker)
+        if spec is None:
+            raise UsageError(unknown_tracker(tracker))
+        made.append(
+            tracker_class(spec).for_run(
+                tracker_folder(spec, out),
+                name,
+                started=started,
+                project=project,
+                hparams=hparams,
+                hardware=hardware,
+                every=every,
+            )
+        )
     return made
+
+
+def tracker_class(spec: TrackerSpec) -> type[Tracker]:
+    """The ``Tracker`` subclass a spec names (``TRACKERS["mlflow"]`` -> ``MLflowTracker``).
+
+    The table names its class rather than holding it, so that reading the table imports no
+    tracker; the class is this module's, found here.
+
+    Usage: ``tracker_class(TRACKERS["tensorboard"])  # TensorBoardTracker``
+    """
+    found = globals().get(spec.callback)
+    if not (isinstance(found, type) and issubclass(found, Tracker)):
+        raise TypeError(f"tracker {spec.name!r}: {spec.callback!r} is not a Tracker in {__name__}")
+    return found
+
+
+def tracker_folder(spec: TrackerSpec, out: str | os.PathLike) -> Path | None:
+    """Where the tracker of ``spec`` keeps its store under ``out``; None when it writes elsewhere."""
+    return Path(out) / spec.folder if spec.folder else None
 
 
 def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str | int | float | bool]:
@@ -128,7 +160,9 @@ class Tracker(Callback):
     """What every tracker shares: buffer the steps, read them every ``every`` steps, log evaluations.
 
     A subclass writes: ``_open(trainer)``, ``_log_params(params)``,
-    ``_log_metrics(step, {name: float})``, ``_close()``.
+    ``_log_metrics(step, {name: float})``, ``_close()``; it says how one run's tracker is made
+    (``for_run``) and, when its folder is not all, what to check before any work (``prepare``).
+    Its spec (``mixft.callbacks.tracker_names.TRACKERS``) names it; ``KIND`` is the spec's name.
 
     A tracker's failure never costs the run (a full disk, a server gone mid-run, a bug in
     the tracker's library): the first exception in a hook is said in one warning, the
@@ -152,6 +186,22 @@ class Tracker(Callback):
         self.hparams, self.hardware, self.every = hparams, hardware, every
         self._pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float | None, bool]] = []
         self._open_now = False
+
+    # ------------------------------------------------------------ from the spec
+    @classmethod
+    def for_run(cls, folder: Path | None, name: str, *, started: str, project: str, **kwargs) -> Tracker:
+        """One run's tracker (``build_trackers``): ``folder`` is the spec's store under OUTPUT_DIR
+        (None for a tracker that writes elsewhere), ``name`` the run's name (``bf16-seed0``),
+        ``started`` the name with the start time, ``project`` the directory's project; ``kwargs``
+        are ``Tracker``'s (hparams, hardware, every)."""
+        raise NotImplementedError
+
+    @classmethod
+    def prepare(cls, folder: Path | None, run_names: Sequence[str]) -> list[Path]:
+        """Before any work: the folders this tracker will write in, each of which must be a directory
+        or absent (``mixft.callbacks.tracker_prepare`` checks them); a subclass checks here whatever
+        else it needs (a UsageError). Default: its store under OUTPUT_DIR."""
+        return [folder] if folder is not None else []
 
     # -------------------------------------------------------------- the hooks
     @contained
@@ -258,6 +308,14 @@ class TensorBoardTracker(Tracker):
         self.log_dir = Path(log_dir) / name
         self.writer = None
 
+    @classmethod
+    def for_run(cls, folder, name, *, started, project, **kwargs) -> TensorBoardTracker:
+        return cls(folder, name, **kwargs)  # the run's own folder: no start time needed
+
+    @classmethod
+    def prepare(cls, folder, run_names) -> list[Path]:
+        return [folder, *(folder / name for name in run_names)]
+
     def _open(self, trainer) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -308,6 +366,18 @@ class MLflowTracker(Tracker):
         self.client = None
         self.run_id: str | None = None
 
+    @classmethod
+    def for_run(cls, folder, name, *, started, project, **kwargs) -> MLflowTracker:
+        return cls(folder, started, experiment=project, **kwargs)
+
+    @classmethod
+    def prepare(cls, folder, run_names) -> list[Path]:
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if uri:  # a server (or another store) instead of OUTPUT_DIR/mlruns: it must answer now
+            _probe_mlflow(uri)
+            return []
+        return [folder]
+
     def _open(self, trainer) -> None:
         from mlflow import MlflowClient
 
@@ -343,6 +413,23 @@ class MLflowTracker(Tracker):
             self.client.set_terminated(self.run_id)
 
 
+def _probe_mlflow(uri: str) -> None:
+    """One bounded question to the tracking store (no retries, a 5 s timeout: a closed port answers in
+    about 2 s instead of MLflow's four minutes of retries); UsageError naming the URI and why it does not answer."""
+    from mlflow import MlflowClient
+
+    try:
+        with bounded_mlflow_requests(retries=0, timeout_s=PROBE_TIMEOUT_S), _env(MLFLOW_ALLOW_FILE_STORE="true"):
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as e:  # noqa: BLE001 - any failure is the answer
+        text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        why = "connection refused" if "refused" in text.lower() else f"{type(e).__name__}: {text[:160]}"
+        raise UsageError(
+            f"--report-to mlflow: MLFLOW_TRACKING_URI {uri} does not answer ({why}); start the server, or "
+            f"unset MLFLOW_TRACKING_URI to log into OUTPUT_DIR/{TRACKERS[MLflowTracker.KIND].folder}"
+        ) from None
+
+
 class TrackioTracker(Tracker):
     """A trackio run per precision/seed in a local project (``trackio show --project NAME``).
 
@@ -359,6 +446,15 @@ class TrackioTracker(Tracker):
         self.project = project
         self.run = None
         self._params_once: dict[str, Any] = {}
+
+    @classmethod
+    def for_run(cls, folder, name, *, started, project, **kwargs) -> TrackioTracker:
+        return cls(project, started, **kwargs)
+
+    @classmethod
+    def prepare(cls, folder, run_names) -> list[Path]:
+        store = os.environ.get("TRACKIO_DIR")  # trackio's own store, outside OUTPUT_DIR
+        return [Path(store).expanduser()] if store else []
 
     def _open(self, trainer) -> None:
         pass  # trackio takes the parameters when the run starts: _log_params starts it

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mixft.amp.hardware import DEVICE_CHOICES
+from mixft.callbacks.tracker_names import TRACKERS
 from mixft.config.option_rules import check_option_combinations
 from mixft.errors import UsageError
 from mixft.options import (
@@ -317,8 +318,8 @@ class RunConfig:
     )
     report_to: str | None = option(
         None,
-        "experiment trackers, comma-separated: tensorboard, mlflow, trackio "
-        '(local files; each an optional extra: pip install "mixft[tensorboard]"; default: none)',
+        f"experiment trackers, comma-separated: {', '.join(TRACKERS)} "
+        f'(local files; each an optional extra: pip install "mixft[{list(TRACKERS.values())[0].extra}]"; default: none)',
         check=TEXT,
         metavar="LIST",
         group=REAL_RUN,

@@ -7,7 +7,8 @@
     agreement     fp32 vs AMP predictions: flips, paired interval, McNemar (and add_agreement after a --compare)
     probe_result  what a --probe found: its cache, table and words
 
-Imports the layers below only; never the run layer (runs/ asks this package for its file names).
+Imports the layers below only; never the run layer. Its file name, like every name in OUTPUT_DIR, is
+``mixft.output_names``'s (``REPORT_NAME``, ``CHART_PATTERN``); ``mixft.runs.outdir`` lists them all.
 """
 
-REPORT_NAME = "report.md"  # the comparison report the run layer writes into OUTPUT_DIR
+from mixft.output_names import REPORT_NAME  # noqa: F401 - the comparison report's file name, spelled at the ground

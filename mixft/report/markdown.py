@@ -24,7 +24,7 @@ from typing import Any
 
 from mixft.atomic import write_text
 from mixft.log import logger
-from mixft.report import REPORT_NAME
+from mixft.output_names import REPORT_NAME
 from mixft.report.comparison_table import cell, fmt_count, only_evaluated, render_table
 from mixft.report.hardware_section import measured_speed_sentence, render_hardware
 from mixft.report.memory_section import lighter_sentence, render_memory

@@ -1,18 +1,25 @@
 """The output directory: the name of every file in it, checked before any work, held by one run at a time.
 
-This module is the one place that names what OUTPUT_DIR holds::
+This module is the one place that lists what OUTPUT_DIR holds and composes each run's names::
 
     results.json                      every run's measurements (mixft.results)
-    report.md                         the comparison report, with its charts (mixft.report.markdown)
+    report.md, *.png                  the comparison report, with its charts (mixft.report.markdown, .plots)
     checkpoint.pt                     a single run's checkpoint (mixft.train.checkpoint)
     checkpoint-<prec>-seed<k>.pt      one per run of a comparison or of several seeds
     checkpoint[-<prec>-seed<k>]-step<N>.pt   --save-total-limit's kept step checkpoints (hard links)
     checkpoint[...].dcp/              the same under --fsdp: sharded directories (mixft.train.sharded_checkpoint)
     config.yaml                       the run's effective options (--config reproduces the run)
     predictions[-<prec>-seed<k>].csv|jsonl   --predict-file's labels, one row per input
-    tensorboard/, mlruns/             --report-to's local trackers (mixft.callbacks.trackers)
+    tensorboard/, mlruns/             --report-to's local trackers (TRACKER_FOLDERS; mixft.callbacks.trackers)
     model/, model-<prec>-seed<k>/     --save-model's fine-tuned model, named the same way
     .mixft.lock                       held while a run uses the directory
+    probe.json, probe.md              --probe's own files (never a run's)
+    previous-<time>/                  an earlier run, set aside whole (mixft.runs.set_aside)
+
+Where each name is spelled, once: the fixed names in ``mixft.output_names`` (the ground, so that
+the report below this layer reads ``REPORT_NAME`` from there too), each tracker's folder in its
+spec (``mixft.callbacks.tracker_names.TRACKERS``: a new tracker brings its folder with it).
+Everything else reads them from here.
 
 It imports no torch: the reports and the CLI read these names too.
 
@@ -34,24 +41,59 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mixft.callbacks.tracker_names import TRACKER_FOLDERS
 from mixft.errors import UsageError
-from mixft.report import REPORT_NAME  # the report names its own file; this directory lists it
+from mixft.output_names import (
+    CHART_PATTERN,
+    CHECKPOINT_NAME,
+    CHECKPOINT_PATTERN,
+    CHECKPOINT_STEM,
+    CHECKPOINT_SUFFIX,
+    CONFIG_NAME,
+    LOCK_NAME,
+    PREDICTIONS_STEM,
+    PREDICTIONS_SUFFIXES,
+    PREVIOUS_PREFIX,
+    PROBE_REPORT_NAME,
+    PROBE_RESULTS_NAME,
+    REPORT_NAME,
+    RESULTS_NAME,
+    SAVED_MODEL_NAME,
+    SHARDED_ASIDE_PATTERN,
+    SHARDED_CHECKPOINT_PATTERN,
+    SHARDED_SUFFIX,
+)
 
-RESULTS_NAME = "results.json"
-CHECKPOINT_NAME = "checkpoint.pt"
-SAVED_MODEL_NAME = "model"
-LOCK_NAME = ".mixft.lock"
-CONFIG_NAME = "config.yaml"
-PROBE_RESULTS_NAME = "probe.json"  # --probe writes its own files: it never replaces a run's results
-PROBE_REPORT_NAME = "probe.md"
-PREVIOUS_PREFIX = "previous-"  # where a new run sets an earlier run aside (mixft.runs.set_aside)
-# Matches every checkpoint name below, single or one of a comparison.
-CHECKPOINT_PATTERN = "checkpoint*.pt"
-# A sharded (--fsdp) run's checkpoints: directories, the same names ending .dcp (mixft.train.sharded_checkpoint).
-SHARDED_SUFFIX = ".dcp"
-SHARDED_CHECKPOINT_PATTERN = "checkpoint*" + SHARDED_SUFFIX
-# A sharded save killed between its two renames leaves the previous checkpoint here (mixft.train.sharded_checkpoint).
-SHARDED_ASIDE_PATTERN = ".checkpoint*" + SHARDED_SUFFIX + ".old"
+__all__ = [  # the names, for every reader above the ground (re-exported from mixft.output_names and the specs)
+    "CHART_PATTERN",
+    "CHECKPOINT_NAME",
+    "CHECKPOINT_PATTERN",
+    "CONFIG_NAME",
+    "LOCK_NAME",
+    "PREDICTIONS_STEM",
+    "PREDICTIONS_SUFFIXES",
+    "PREVIOUS_PREFIX",
+    "PROBE_REPORT_NAME",
+    "PROBE_RESULTS_NAME",
+    "REPORT_NAME",
+    "RESULTS_NAME",
+    "SAVED_MODEL_NAME",
+    "SHARDED_ASIDE_PATTERN",
+    "SHARDED_CHECKPOINT_PATTERN",
+    "SHARDED_SUFFIX",
+    "TRACKER_FOLDERS",
+    "OutputLock",
+    "RunNames",
+    "check_output_dir",
+    "checkpoint_name",
+    "has_checkpoint",
+    "planned_entries",
+    "predictions_name",
+    "recorded_runs",
+    "run_names",
+    "saved_model_name",
+    "step_checkpoint_pattern",
+]
 
 
 def checkpoint_name(precision: str, seed: int, single: bool = True, sharded: bool = False) -> str:
@@ -60,8 +102,8 @@ def checkpoint_name(precision: str, seed: int, single: bool = True, sharded: boo
 
     Usage: ``out / checkpoint_name("bf16", 0, single=False)``
     """
-    name = CHECKPOINT_NAME if single else f"checkpoint-{precision}-seed{seed}.pt"
-    return name.removesuffix(".pt") + SHARDED_SUFFIX if sharded else name
+    name = CHECKPOINT_NAME if single else f"{CHECKPOINT_STEM}-{precision}-seed{seed}{CHECKPOINT_SUFFIX}"
+    return name.removesuffix(CHECKPOINT_SUFFIX) + SHARDED_SUFFIX if sharded else name
 
 
 def saved_model_name(precision: str, seed: int, single: bool = True) -> str:
@@ -79,9 +121,9 @@ def step_checkpoint_pattern(precision: str, seed: int, single: bool = True, shar
     Usage: ``step_checkpoint_pattern("bf16", 0, single=False).format(step=40)  # checkpoint-bf16-seed0-step40.pt``
     """
     return (
-        checkpoint_name(precision, seed, single).removesuffix(".pt")
+        checkpoint_name(precision, seed, single).removesuffix(CHECKPOINT_SUFFIX)
         + "-step{step}"
-        + (SHARDED_SUFFIX if sharded else ".pt")
+        + (SHARDED_SUFFIX if sharded else CHECKPOINT_SUFFIX)
     )
 
 
@@ -90,8 +132,9 @@ def predictions_name(input_file: str, precision: str, seed: int, single: bool = 
 
     Usage: ``out / predictions_name("new.jsonl", "bf16", 0)  # predictions.jsonl``
     """
-    suffix = ".jsonl" if Path(input_file).suffix.lower() in (".json", ".jsonl") else ".csv"
-    return "predictions" + ("" if single else f"-{precision}-seed{seed}") + suffix
+    csv, jsonl = PREDICTIONS_SUFFIXES
+    suffix = jsonl if Path(input_file).suffix.lower() in (".json", ".jsonl") else csv
+    return PREDICTIONS_STEM + ("" if single else f"-{precision}-seed{seed}") + suffix
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,12 @@
 
 An earlier run is everything a run writes (``run_entries``): results.json, report.md and
 its charts, config.yaml, predictions, every checkpoint (step checkpoints included), saved
-models, and the trackers' ``tensorboard/`` and ``mlruns/`` (a later run would otherwise
-append to the same curves). Before a new run (not ``--resume``) all of it moves, together
-and by renames only (nothing copied, nothing deleted), to ``OUTPUT_DIR/previous-<stamp>/``,
-with one notice; an identical re-run (the same config.yaml) is said to be one. A run
-killed before its first results.json is an earlier run too: its checkpoints are set aside,
-not overwritten. Files mixft did not write, ``--probe``'s probe.json/probe.md, the lock
+models, and the trackers' folders (``tensorboard/``, ``mlruns/``: each tracker's spec names
+its own) where a later run would otherwise append to the same curves. Before a new run (not
+``--resume``) all of it moves, together and by renames only (nothing copied, nothing deleted),
+to ``OUTPUT_DIR/previous-<stamp>/``, with one notice; an identical re-run (the same
+config.yaml) is said to be one. A run killed before its first results.json is an earlier run
+too: its checkpoints are set aside, not overwritten. Files mixft did not write, ``--probe``'s probe.json/probe.md, the lock
 and earlier ``previous-*`` folders stay where they are.
 
 Usage::
@@ -22,24 +22,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mixft.runs.outdir import (
+    CHART_PATTERN,
     CHECKPOINT_PATTERN,
     CONFIG_NAME,
+    PREDICTIONS_STEM,
+    PREDICTIONS_SUFFIXES,
     PREVIOUS_PREFIX,
     REPORT_NAME,
     RESULTS_NAME,
     SAVED_MODEL_NAME,
     SHARDED_ASIDE_PATTERN,
     SHARDED_CHECKPOINT_PATTERN,
+    TRACKER_FOLDERS,
 )
 
 #: Files a run writes, by pattern (besides results.json, report.md and config.yaml).
-RUN_FILE_PATTERNS = ("*.png", "predictions*.csv", "predictions*.jsonl", CHECKPOINT_PATTERN)
-#: Folders a run writes: saved models, and the local trackers' stores (mixft.callbacks.tracker_prepare's names).
+RUN_FILE_PATTERNS = (
+    CHART_PATTERN,
+    *(f"{PREDICTIONS_STEM}*{suffix}" for suffix in PREDICTIONS_SUFFIXES),
+    CHECKPOINT_PATTERN,
+)
+#: Folders a run writes: saved models, and the local trackers' stores (each tracker's spec names its folder).
 RUN_DIR_PATTERNS = (
     f"{SAVED_MODEL_NAME}",
     f"{SAVED_MODEL_NAME}-*",
-    "tensorboard",
-    "mlruns",
+    *TRACKER_FOLDERS,
     SHARDED_CHECKPOINT_PATTERN,  # an --fsdp run's checkpoints are directories
     SHARDED_ASIDE_PATTERN,  # ... and one a kill left aside, which --resume would otherwise find
 )
