@@ -208,8 +208,63 @@ def test_no_package_level_cycle():
     assert cycle is None, "package-level import cycle: " + " -> ".join(cycle)
 
 
-def test_checkpoint_is_only_the_file_format():
+def reachable(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module ``start`` imports, directly or through others: ``{module: the module that imports it}``."""
+    via: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        for dep in sorted(graph.get(module, ())):
+            if dep not in via and dep != start:
+                via[dep] = module
+                todo.append(dep)
+    return via
+
+
+def import_path(via: dict[str, str], start: str, target: str) -> str:
+    chain = [target]
+    while chain[-1] != start:
+        chain.append(via[chain[-1]])
+    return " -> ".join(reversed(chain))
+
+
+def test_reachable_follows_imports_through_other_modules():
+    # Guards the test below: a walk that stopped at direct imports would miss format -> x -> trainer.
+    graph = {"f": {"x"}, "x": {"t", "f"}, "t": set()}
+    via = reachable(graph, "f")
+    assert set(via) == {"x", "t"} and import_path(via, "f", "t") == "f -> x -> t"
+
+
+# The checkpoint files' format saves and loads state; restoring it into a trainer is the trainer's
+# own load_state_dict. Neither format module may import the loop, not even through another module.
+CHECKPOINT_FORMAT = ("mixft.train.checkpoint", "mixft.train.sharded_checkpoint")
+
+
+def test_the_checkpoint_format_does_not_import_the_loop():
     graph = import_graph()
-    assert "mixft.train.trainer" in graph["mixft.train.checkpoint"]  # the walk saw its imports
+    for module in CHECKPOINT_FORMAT:
+        assert "mixft.train.hooks" in graph[module]  # the walk saw its imports
+        via = reachable(graph, module)
+        assert "mixft.train.trainer" not in via, "the checkpoint format imports the loop: " + import_path(
+            via, module, "mixft.train.trainer"
+        )
     assert "Checkpointer" not in (PACKAGE / "train" / "checkpoint.py").read_text(encoding="utf-8").split('"""', 2)[2]
     assert "mixft.train.checkpoint" in graph["mixft.callbacks.checkpointer"]
+
+
+def test_callbacks_read_the_trainer_through_its_protocol():
+    # A callback gets the running trainer from the loop: it annotates it with hooks.TrainerLike
+    # and imports no mixft.train.trainer for that.
+    graph = import_graph()
+    callbacks = [m for m in graph if m.startswith("mixft.callbacks.")]
+    assert "mixft.callbacks.checkpointer" in callbacks  # the walk found them
+    offenders = [m for m in callbacks if "mixft.train.trainer" in graph[m]]
+    assert not offenders, offenders
+
+
+def test_the_sharding_names_no_model():
+    # FSDP asks the model for the methods it calls instead of forward (fsdp_forward_methods);
+    # it does not import one model's trick (BertClassifier's [CLS]-only last layer).
+    graph = import_graph()
+    assert "mixft.amp.precision" in graph["mixft.train.fsdp"]  # the walk saw its imports
+    assert "mixft.models.first_token_encoder" not in graph["mixft.train.fsdp"]

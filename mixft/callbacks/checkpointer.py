@@ -25,8 +25,7 @@ from typing import Any
 from mixft.distributed import any_process
 from mixft.options import NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_INT
 from mixft.train.checkpoint import save_checkpoint
-from mixft.train.hooks import Callback, StepInfo
-from mixft.train.trainer import Trainer
+from mixft.train.hooks import Callback, StepInfo, TrainerLike
 
 __all__ = ["Checkpointer"]
 
@@ -87,7 +86,7 @@ class Checkpointer(Callback):
         self.write_time_s = 0.0  # seconds spent writing checkpoints (a resumed run starts from the checkpoint's)
         self._last_save = time.monotonic()
 
-    def save(self, trainer: Trainer) -> Path:
+    def save(self, trainer: TrainerLike) -> Path:
         if self.saved_step is None and not self.sharded:  # a sharded save clears its own temporary
             _remove_stale_temporaries(self.path)
         start = time.perf_counter()
@@ -107,10 +106,10 @@ class Checkpointer(Callback):
         self._last_save = time.monotonic()
         return self.path
 
-    def on_train_begin(self, trainer: Trainer) -> None:
+    def on_train_begin(self, trainer: TrainerLike) -> None:
         self._last_save = time.monotonic()  # the time cadence counts from the start of this fit
 
-    def on_step_end(self, trainer: Trainer, info: StepInfo) -> None:
+    def on_step_end(self, trainer: TrainerLike, info: StepInfo) -> None:
         by_steps = bool(self.every and info.step % self.every == 0)  # the same in every process
         by_time = bool(self.minutes and time.monotonic() - self._last_save >= self.minutes * 60)
         if not (by_steps or by_time or (self.sharded and self.minutes)):  # no process can be due
@@ -119,7 +118,7 @@ class Checkpointer(Callback):
         if due and finite:
             self.save(trainer)
 
-    def on_epoch_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_epoch_end(self, trainer: TrainerLike, metrics: dict[str, float]) -> None:
         losses = trainer.state.history["loss"]
         _, finite = self._agreed(True, not losses or _loss_is_finite(losses[-1]))
         if finite:

@@ -25,8 +25,7 @@ import torch
 from mixft.distributed import all_gather_objects, any_process, is_distributed
 from mixft.log import logger
 from mixft.options import POSITIVE_INT
-from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
-from mixft.train.trainer import Trainer
+from mixft.train.hooks import Callback, StepInfo, StopTraining, TrainerLike, stop_kind_of
 
 # The start of the stopped_early message of a run a CollapseDetector ended (for people;
 # code reads stop_kind).
@@ -69,7 +68,7 @@ class InjectNonFinite(Callback):
         """Whether optimizer step ``step`` (1-based) gets a fault."""
         return self._rng(step).random() < self.rate
 
-    def on_before_optimizer_step(self, trainer: Trainer) -> None:
+    def on_before_optimizer_step(self, trainer: TrainerLike) -> None:
         step = trainer.state.step + 1  # the step about to be taken
         rng = self._rng(step)
         if not rng.random() < self.rate:
@@ -136,10 +135,10 @@ class CollapseDetector(Callback):
         self.diagnosis = None  # a mixft.amp.diagnose.Diagnosis after a stop
         self._checked = 0  # history entries already checked for non-finite losses
 
-    def on_train_begin(self, trainer: Trainer) -> None:
+    def on_train_begin(self, trainer: TrainerLike) -> None:
         self._checked = len(trainer.state.history["loss"])  # a resumed run's past was checked
 
-    def on_step_end(self, trainer: Trainer, info: StepInfo) -> None:
+    def on_step_end(self, trainer: TrainerLike, info: StepInfo) -> None:
         reason = None
         if info.loss_scale is not None and info.loss_scale < self.min_loss_scale:
             reason = f"the loss scale fell to {info.loss_scale:g}, below the floor {self.min_loss_scale:g}"
@@ -154,7 +153,7 @@ class CollapseDetector(Callback):
         if reason:
             self._stop(trainer, reason)
 
-    def on_epoch_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_epoch_end(self, trainer: TrainerLike, metrics: dict[str, float]) -> None:
         reason = self._check_losses(trainer)
         if reason is None and "loss" in metrics and not math.isfinite(metrics["loss"]):
             reason = f"the evaluation loss is {metrics['loss']}"
@@ -162,7 +161,7 @@ class CollapseDetector(Callback):
         if reason:
             self._stop(trainer, reason)
 
-    def _check_losses(self, trainer: Trainer) -> str | None:
+    def _check_losses(self, trainer: TrainerLike) -> str | None:
         hist = trainer.state.history
         start, self._checked = self._checked, len(hist["loss"])
         recent = hist["loss"][start:]
@@ -182,7 +181,7 @@ class CollapseDetector(Callback):
         first = int((~finite).nonzero()[0])
         return f"the loss is {values[first].item()} at step {hist['step'][start + first]}"
 
-    def _stop(self, trainer: Trainer, reason: str) -> None:
+    def _stop(self, trainer: TrainerLike, reason: str) -> None:
         self.reason = reason
         message = f"{COLLAPSE}: {reason}"
         if self.diagnose and getattr(trainer, "fsdp", False):

@@ -25,8 +25,7 @@ from typing import Protocol, runtime_checkable
 
 from mixft.distributed import is_distributed, max_over_processes
 from mixft.log import logger
-from mixft.train.hooks import Callback, StepInfo, StopTraining, stop_kind_of
-from mixft.train.trainer import Trainer
+from mixft.train.hooks import Callback, StepInfo, StopTraining, TrainerLike, stop_kind_of
 
 # The start of the stopped_early message of a run a signal ended (for people; code reads stop_kind).
 INTERRUPTED = "interrupted"
@@ -47,7 +46,7 @@ class SavesCheckpoints(Protocol):
     A protocol, not an import: this module stays below the checkpoint module.
     """
 
-    def save(self, trainer: Trainer) -> Path: ...
+    def save(self, trainer: TrainerLike) -> Path: ...
 
 
 class Interrupted(KeyboardInterrupt):
@@ -128,19 +127,19 @@ class StopOnSignal(Callback):
         self.handler = handler
         self.checkpoint: Path | None = None
 
-    def on_train_begin(self, trainer: Trainer) -> None:
+    def on_train_begin(self, trainer: TrainerLike) -> None:
         self.handler.armed = True
 
-    def on_step_end(self, trainer: Trainer, info: StepInfo) -> None:
+    def on_step_end(self, trainer: TrainerLike, info: StepInfo) -> None:
         self._maybe_stop(trainer)
 
-    def on_epoch_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_epoch_end(self, trainer: TrainerLike, metrics: dict[str, float]) -> None:
         self._maybe_stop(trainer)
 
-    def on_train_end(self, trainer: Trainer, result) -> None:
+    def on_train_end(self, trainer: TrainerLike, result) -> None:
         self.handler.armed = False
 
-    def _maybe_stop(self, trainer: Trainer) -> None:
+    def _maybe_stop(self, trainer: TrainerLike) -> None:
         signum = _signal_anywhere(self.handler.signum)
         if signum is None:
             return

@@ -24,7 +24,7 @@ from torch import nn
 
 from mixft.errors import UsageError
 from mixft.log import logger
-from mixft.models.first_token_encoder import first_token_states, reads_first_tokens_only
+from mixft.models.first_token_encoder import first_token_methods, first_token_states, reads_first_tokens_only
 from mixft.models.packed import block_diagonal_mask, check_packs, first_token_places
 from mixft.models.positions import first_position
 
@@ -82,6 +82,11 @@ class BertClassifier(nn.Module):
             input_ids=input_ids, attention_mask=mask, token_type_ids=token_type_ids, position_ids=position_ids
         )
         return out.last_hidden_state[rows, positions]
+
+    def fsdp_forward_methods(self) -> list[tuple[nn.Module, str]]:
+        """The sharded units' methods this model calls instead of their ``forward`` (``mixft.train.fsdp``'s
+        protocol): the [CLS]-only last layer's, which FSDP must gather the layer's weights around."""
+        return first_token_methods(self.encoder)
 
     @torch.no_grad()
     def predict_proba(self, **inputs) -> torch.Tensor:

@@ -14,8 +14,9 @@ the last layer's matmul work gone, ~11 % of the encoder's.
 Only ``transformers``' ``BertModel`` (BERT, MiniLM) with an attention implementation that takes
 a mask tensor (``sdpa``, ``eager``, mixft's fast-dropout sdpa): :func:`reads_first_tokens_only`
 says when; the caller runs the whole encoder otherwise. Under FSDP2 the last layer's weights are
-shards that FSDP gathers only around a call it knows of, so :func:`gather_for_first_tokens`
-gives the layer this computation as a method registered with FSDP (``--fsdp`` calls it after
+shards that FSDP gathers only around a call it knows of, so :func:`first_token_methods` gives a
+sharded last layer this computation as a method and names it for FSDP to register
+(``BertClassifier.fsdp_forward_methods``, asked by ``mixft.train.fsdp.shard_model`` after
 sharding); a sharded last layer without it runs the whole encoder.
 
 Usage::
@@ -37,7 +38,7 @@ from mixft.distributed import is_sharded
 
 # Attention implementations that take the 4-D mask built below (flash attention takes none).
 _MASKED_ATTENTION = ("sdpa", "eager", "mixft_fast_dropout_sdpa")
-# The last layer's method FSDP2 gathers the layer's weights around (gather_for_first_tokens).
+# The last layer's method FSDP2 gathers the layer's weights around (first_token_methods).
 _FSDP_METHOD = "mixft_first_tokens"
 
 
@@ -56,26 +57,26 @@ def reads_first_tokens_only(encoder: nn.Module) -> bool:
     return not is_sharded(last) or hasattr(last, _FSDP_METHOD)
 
 
-def gather_for_first_tokens(model: nn.Module) -> int:
-    """Make :func:`first_token_states` work on FSDP2-sharded ``BertModel`` encoders in ``model``.
+def first_token_methods(encoder: nn.Module) -> list[tuple[nn.Module, str]]:
+    """``[(last layer, method name)]``: the method :func:`first_token_states` calls on ``encoder``'s
+    sharded last layer instead of its ``forward``; ``[]`` for any other encoder or an unsharded layer.
 
-    Each encoder's last layer gets the last-layer computation as a method registered with
-    ``torch.distributed.fsdp.register_fsdp_forward_method``: FSDP gathers the layer's weights
-    before it, frees them after and reduces their gradients in backward, as around the layer's
-    own forward. Call after ``fully_shard`` of the layers. Returns how many layers it set up.
-    Usage: ``fully_shard(layer) for each layer ...; gather_for_first_tokens(model)``
+    The method is set on the layer here (once); FSDP must then gather the layer's weights around it,
+    free them after and reduce their gradients in backward, as around the layer's own forward:
+    ``mixft.train.fsdp.shard_model`` registers it (``register_fsdp_forward_method``) after
+    ``fully_shard`` of the layers.
+    Usage: ``for layer, name in first_token_methods(model.encoder): register_fsdp_forward_method(layer, name)``
     """
-    from torch.distributed.fsdp import register_fsdp_forward_method
     from transformers import BertModel
 
-    count = 0
-    for encoder in (m for m in model.modules() if isinstance(m, BertModel)):
-        last = encoder.encoder.layer[-1]
-        if is_sharded(last) and not hasattr(last, _FSDP_METHOD):
-            setattr(last, _FSDP_METHOD, MethodType(_last_layer, last))
-            register_fsdp_forward_method(last, _FSDP_METHOD)
-            count += 1
-    return count
+    if not isinstance(encoder, BertModel):
+        return []
+    last = encoder.encoder.layer[-1]
+    if not is_sharded(last):
+        return []
+    if not hasattr(last, _FSDP_METHOD):
+        setattr(last, _FSDP_METHOD, MethodType(_last_layer, last))
+    return [(last, _FSDP_METHOD)]
 
 
 def first_token_states(

@@ -25,6 +25,9 @@ This module is the file format and the restore only (the ``Checkpointer`` callba
 decides when to save is ``mixft.callbacks.checkpointer``): which options a checkpoint records
 and when a resume may go on (same options, unchanged data files) is the run layer's
 policy (``mixft.runs.identity``), and where checkpoints live is ``mixft.runs.outdir``'s.
+It does not import the loop: it reads the trainer through ``mixft.train.hooks.TrainerLike``,
+and what goes into the file and back into the trainer's objects is the trainer's own
+``state_dict()`` / ``load_state_dict()`` (``mixft.train.trainer``).
 
 When and where to save during training is the policy, ``mixft.callbacks.checkpointer``'s
 ``Checkpointer`` (Lightning's split: ``ModelCheckpoint`` apart from ``CheckpointIO``).
@@ -53,7 +56,7 @@ from mixft.atomic import atomic_path
 from mixft.errors import UsageError, shortened
 from mixft.log import logger
 from mixft.rng import capture_rng_state, restore_rng_state
-from mixft.train.trainer import Trainer
+from mixft.train.hooks import TrainerLike
 
 FORMAT = "mixft-checkpoint"
 VERSION = 1
@@ -65,7 +68,7 @@ class CheckpointError(UsageError):
 
 # ---------------------------------------------------------------------- save / load
 def save_checkpoint(
-    trainer: Trainer,
+    trainer: TrainerLike,
     path: str | os.PathLike,
     meta: Mapping[str, Any] | None = None,
     states: Mapping[str, Any] | None = None,
@@ -154,7 +157,7 @@ def load_checkpoint(path: str | os.PathLike, *, verify: bool = True, mmap: bool 
 
 
 def resume(
-    trainer: Trainer, path: str | os.PathLike, *, verify: bool = True, states: Mapping[str, Any] | None = None
+    trainer: TrainerLike, path: str | os.PathLike, *, verify: bool = True, states: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``trainer``; its next ``fit()`` continues the run.
 
@@ -224,7 +227,7 @@ def fit_reason(exc: BaseException) -> str:
     )
 
 
-def start_persistent_loaders(trainer: Trainer) -> None:
+def start_persistent_loaders(trainer: TrainerLike) -> None:
     """Start the worker-backed loaders the interrupted process had started, without drawing.
 
     A DataLoader with ``persistent_workers`` draws its workers' base seed from the global

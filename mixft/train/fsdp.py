@@ -13,6 +13,12 @@ rank: the memory sharding is there to save (measured: docs/fsdp.md).
 What mixft does not do: write its own sharding, or shard a model without repeated blocks
 (a ModuleList of ``num_hidden_layers`` blocks of one class): refused in one line.
 
+The sharding names no model. A model (or any module in it) that calls a method of a sharded unit
+instead of its ``forward`` says so by defining ``fsdp_forward_methods(self) -> [(unit, name), ...]``
+(``mixft.models.classifiers.BertClassifier``: its [CLS]-only last layer); ``shard_model`` asks it
+once the blocks are sharded and registers each method with FSDP2, which gathers the unit's shards
+around it as around ``forward``. A model without the method has none.
+
 Usage::
 
     world = check_launch()                                 # UsageError without torchrun / N < 2
@@ -32,10 +38,10 @@ from torch import nn
 from ..amp.precision import Precision, fsdp_policies
 from ..errors import UsageError
 from ..models.classifiers import transformers_model
-from ..models.first_token_encoder import gather_for_first_tokens
 
 __all__ = [
     "check_launch",
+    "forward_methods",
     "fp32_units",
     "full_state_dict",
     "local",
@@ -134,7 +140,7 @@ def shard_model(model: nn.Module, precision: Precision, device: torch.device) ->
     Usage: ``model = shard_model(model, precision, torch.device("cpu"))``
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     check_shardable(model)
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
@@ -144,11 +150,27 @@ def shard_model(model: nn.Module, precision: Precision, device: torch.device) ->
             fully_shard(unit, mesh=mesh, mp_policy=fp32_policy)
     for block in transformer_blocks(model):
         fully_shard(block, mesh=mesh, mp_policy=policy)
-    gather_for_first_tokens(model)  # BertClassifier's [CLS]-only last layer calls a method, not forward
+    for unit, name in forward_methods(model):  # e.g. BertClassifier's [CLS]-only last layer
+        register_fsdp_forward_method(unit, name)
     # Registered before the root's fully_shard, so it runs before FSDP2's own post-forward hook.
     model.register_forward_hook(_output_not_a_view)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
+
+
+def forward_methods(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    """The ``(unit, method name)`` pairs the modules of ``model`` call instead of a sharded unit's ``forward``:
+    what their ``fsdp_forward_methods()`` return (looked up on each module's class, so a wrapper that
+    forwards attributes to the module it wraps, as peft's do, is not asked twice).
+
+    Usage: ``for unit, name in forward_methods(model): register_fsdp_forward_method(unit, name)``
+    """
+    pairs: list[tuple[nn.Module, str]] = []
+    for module in model.modules():
+        ask = getattr(type(module), "fsdp_forward_methods", None)
+        if callable(ask):
+            pairs += ask(module)
+    return pairs
 
 
 def _output_not_a_view(module: nn.Module, args, output):

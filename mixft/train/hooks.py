@@ -15,17 +15,51 @@ import these types without importing the loop, and the loop reads as the loop.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from torch import nn
 
 from mixft.results import RunResult
 
-# The hooks receive the running ``mixft.train.trainer.Trainer``. Not imported: the trainer
-# imports this module.
-TrainerLike = Any
+if TYPE_CHECKING:  # annotations only: the protocol names the types, importing them is not needed to run
+    from mixft.amp.precision import Precision
+    from mixft.train.state import TrainState
+
+
+class TrainerLike(Protocol):
+    """What hooks, callbacks and the checkpoint format read of the running trainer.
+
+    ``mixft.train.trainer.Trainer`` is one. A protocol, not an import: the trainer imports this
+    module, and a callback or the checkpoint format that names the concrete class would import
+    the loop for an annotation.
+    Usage: ``def on_step_end(self, trainer: TrainerLike, info: StepInfo) -> None: ...``
+    """
+
+    state: TrainState  # the loop's progress (step, epoch, history)
+    precision: Precision
+    device: torch.device
+    seed: int | None
+    optimizers: list[torch.optim.Optimizer]
+    callbacks: list[Callback]
+    train_loader: Any
+    eval_loader: Any
+
+    @property
+    def module(self) -> nn.Module: ...  # the model without a DDP wrapper
+    @property
+    def params(self) -> list[nn.Parameter]: ...  # what the optimizers update
+    def untimed(self) -> contextlib.AbstractContextManager: ...  # leaves its body out of train_time_s
+    def fit(self) -> RunResult: ...
+    def evaluate(self, loader=None) -> dict[str, float]: ...
+    def state_dict(self) -> dict[str, Any]: ...  # everything a checkpoint saves
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None: ...
+    def loop_state_dict(self) -> dict[str, Any]: ...  # state_dict() without the model and optimizers
+    def load_loop_state_dict(self, sd: Mapping[str, Any]) -> None: ...
+
 
 #: How a run can end early: RunResult.stop_kind (None: it ran its budget).
 STOP_KINDS = ("collapse", "interrupt", "callback", "early_stopping")

@@ -13,7 +13,8 @@ use. But a sharded model's state is written by every process, each its own shard
 The model and optimizers go through DCP's ``get_state_dict`` / ``set_state_dict`` (sharded
 DTensors). The rest (``Trainer.loop_state_dict()``: schedulers, GradScaler, loop state and
 the RNG states) is one serialized blob per process under its own key, so each process gets
-its own random generators back. The directory is written under a temporary name and
+its own random generators back. Like the one-file format, this module does not import the
+loop: it reads the trainer through ``mixft.train.hooks.TrainerLike``. The directory is written under a temporary name and
 renamed into place by process 0 once every process has written and the manifest is on disk:
 a kill at any moment leaves the previous checkpoint or the new one. Resuming needs the same
 number of processes (the data each reads and its RNG depend on it): another is refused.
@@ -49,7 +50,7 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint import CheckpointError, fit_reason, start_persistent_loaders
-from .trainer import Trainer
+from .hooks import TrainerLike
 
 FORMAT = "mixft-sharded-checkpoint"
 VERSION = 1
@@ -91,7 +92,7 @@ def _rest_key(rank: int) -> str:
     return f"trainer/rank{rank}"
 
 
-def _state(trainer: Trainer, rest: bytes, tensors: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def _state(trainer: TrainerLike, rest: bytes, tensors: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model, optimizers = get_state_dict(trainer.module, trainer.optimizers)
@@ -124,7 +125,7 @@ def _split_states(states: Mapping[str, Any] | None) -> tuple[dict[str, Any], dic
 
 
 def save_sharded_checkpoint(
-    trainer: Trainer,
+    trainer: TrainerLike,
     directory: str | os.PathLike,
     meta: Mapping[str, Any] | None = None,
     states: Mapping[str, Any] | None = None,
@@ -264,7 +265,7 @@ def _some(names: list[str], shown: int = 3) -> str:
 
 
 def load_sharded_checkpoint(
-    trainer: Trainer,
+    trainer: TrainerLike,
     directory: str | os.PathLike,
     *,
     verify: bool = True,
@@ -358,7 +359,7 @@ def _unusable(directory: Path, cause: BaseException) -> CheckpointError:
     return CheckpointError(f"--resume: sharded checkpoint {directory} does not fit this run ({fit_reason(cause)})")
 
 
-def _tensor_layout(trainer: Trainer, names: Any) -> dict[str, Any]:
+def _tensor_layout(trainer: TrainerLike, names: Any) -> dict[str, Any]:
     # The saved tensor maps are copies of the model's state dict (the best weights): fresh tensors
     # of its shards' shapes and placements, for DCP to fill in place.
     if not names:

@@ -215,6 +215,27 @@ def test_transformer_blocks_found_in_every_tiny_architecture_and_lora():
     assert transformer_blocks(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == []
 
 
+def test_the_sharding_asks_the_model_for_the_methods_it_calls_instead_of_forward():
+    # The protocol shard_model follows (its torchrun runs above: bertcls_*): each module whose class
+    # defines fsdp_forward_methods is asked once, wherever it sits; other models name none.
+    from mixft.train.fsdp import forward_methods
+
+    class CallsAMethod(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Linear(2, 2)
+
+        def fsdp_forward_methods(self):
+            return [(self.block, "its_method")]
+
+    inner = CallsAMethod()
+    assert forward_methods(nn.Sequential(nn.ReLU(), inner)) == [(inner.block, "its_method")]
+    assert forward_methods(fsdp_worker.classifier("qwen2", True)) == []
+    bert = fsdp_worker.classifier("bertcls", False)
+    assert forward_methods(bert) == []  # unsharded: the last layer keeps its own forward
+    assert not hasattr(bert.encoder.encoder.layer[-1], "mixft_first_tokens")
+
+
 def finetune_args(model, data, out, *extra):
     return ["scripts/finetune.py", *bert_sst2_args(model, data, out, *extra, batch_size=2, epochs=1)]
 
