@@ -30,3 +30,5 @@ LOCK_NAME = ".mixft.lock"  # held while a run uses the directory
 PROBE_RESULTS_NAME = "probe.json"  # --probe writes its own files: it never replaces a run's results
 PROBE_REPORT_NAME = "probe.md"
 PREVIOUS_PREFIX = "previous-"  # where a new run sets an earlier run aside (mixft.runs.set_aside)
+# For a moment at the start of a run under torchrun: the file every process must see (mixft.runs.shared_dir).
+SHARED_CHECK_PREFIX = ".mixft-shared-check-"

@@ -13,6 +13,7 @@ This module is the one place that lists what OUTPUT_DIR holds and composes each 
     tensorboard/, mlruns/             --report-to's local trackers (TRACKER_FOLDERS; mixft.callbacks.trackers)
     model/, model-<prec>-seed<k>/     --save-model's fine-tuned model, named the same way
     .mixft.lock                       held while a run uses the directory
+    .mixft-shared-check-<random>      for a moment under torchrun: seen by every process? (mixft.runs.shared_dir)
     probe.json, probe.md              --probe's own files (never a run's)
     previous-<time>/                  an earlier run, set aside whole (mixft.runs.set_aside)
 

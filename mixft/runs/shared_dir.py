@@ -15,8 +15,8 @@ from pathlib import Path
 
 from mixft import distributed
 from mixft.errors import UsageError
+from mixft.output_names import SHARED_CHECK_PREFIX as MARKER_PREFIX
 
-MARKER_PREFIX = ".mixft-shared-check-"
 # A network file system may show a file created on another client a moment later: look again for this long.
 SEEN_WITHIN_S = 2.0
 
