@@ -1,5 +1,7 @@
-"""``scripts/finetune.py``: parse -> validate -> run. The logic lives in the library.
+"""``mixft`` / ``scripts/finetune.py``: parse -> check -> run. The logic lives in the library.
 
+What a run prints on the way (header, progress bar, estimate, result lines) is ``cli/console.py``'s;
+this module says only the one-line errors, once per launch, and turns outcomes into exit codes.
 Every bad input ends with one line on stderr and exit code 2, before any work starts.
 
 Exit codes: 0 done; 2 bad input (nothing written); 3 a run collapsed (results and the
@@ -22,17 +24,16 @@ from pathlib import Path
 from mixft.amp.precision import PRECISIONS, amp_precision_names, resolve_device
 from mixft.atomic import WriteFailed
 from mixft.callbacks.faults import is_collapse
-from mixft.callbacks.interrupt import SignalHandler, StopOnSignal
+from mixft.callbacks.interrupt import SignalHandler
+from mixft.cli.console import ConsoleObserver, print_outputs, print_probe, quiet_library_progress
+from mixft.cli.console import ProgressBar as ProgressBar  # tests/callbacks/test_interrupt.py patches it here
 from mixft.cli.parser import OneLineParser, int_list, setup_logging
 from mixft.config.run_config import RunConfig
-from mixft.distributed import is_main_process, shutdown, world_size
+from mixft.distributed import is_main_process, shutdown
 from mixft.errors import UsageError
-from mixft.metrics.task import UNDEFINED_KEY
 from mixft.options import SEED, add_arguments
 from mixft.recipe import recipe_names
-from mixft.report.summary import is_eval_only
-from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, has_checkpoint
-from mixft.train.hooks import Callback, StepInfo
+from mixft.runs.outdir import RESULTS_NAME, has_checkpoint
 
 PROG = "finetune.py"  # the name main(argv) gives itself when called from Python (tests, notebooks)
 EXIT_USAGE = 2  # bad input: one line, before any work
@@ -135,332 +136,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**recipe, precisions=precisions, seeds=seeds, **generated)
 
 
-class ProgressBar(Callback):
-    """A tqdm bar per run; the loss is read (a host sync) only every ``every`` steps."""
-
-    def __init__(self, label: str, every: int = 10, enabled: bool = True):
-        self.label, self.every, self.enabled = label, every, enabled
-        self.bar = None
-
-    def on_train_begin(self, trainer) -> None:
-        if self.enabled:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(
-                total=trainer.total_steps,
-                initial=trainer.state.step,
-                desc=self.label,
-                unit="step",
-                file=sys.stderr,
-                dynamic_ncols=True,
-            )
-
-    def on_step_end(self, trainer, info: StepInfo) -> None:
-        if self.bar is None:
-            return
-        self.bar.update(1)
-        if info.step % self.every == 0:
-            postfix = {"loss": f"{info.loss.item():.4f}", "lr": f"{info.lr:.2e}"}
-            if info.loss_scale is not None:
-                postfix["scale"] = f"{info.loss_scale:g}"
-            self.bar.set_postfix(postfix)
-
-    def on_train_end(self, trainer, result) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-class DurationEstimate(Callback):
-    """Prints, once the first steps are timed, how long the run will take.
-
-    The first step is left out of the rate (it pays for lazy initialisation); the
-    estimate is the measured seconds per step times the steps planned.
-    """
-
-    def __init__(self, label: str, warmup: int = 1, timed: int = 4):
-        self.label, self.warmup, self.timed = label, warmup, timed
-        self._t0: float | None = None
-        self._first_step = 0
-        self.done = False
-
-    def on_train_begin(self, trainer) -> None:
-        self._first_step = trainer.state.step  # a resumed run counts from where it is
-
-    def on_step_end(self, trainer, info: StepInfo) -> None:
-        if self.done or trainer.total_steps is None:
-            return
-        taken = info.step - self._first_step
-        if taken == self.warmup:
-            self._t0 = time.perf_counter()
-        elif taken == self.warmup + self.timed and self._t0 is not None:
-            per_step = (time.perf_counter() - self._t0) / self.timed
-            left = max(trainer.total_steps - info.step, 0)
-            say(
-                f"  estimate   [{self.label}] {per_step:.2f} s/step: ~{_duration(per_step * trainer.total_steps)} "
-                f"for {trainer.total_steps} steps, ~{_duration(per_step * left)} to go (training only)"
-            )
-            self.done = True
-
-
-def say(*parts, flush: bool = True) -> None:
-    """print() to stdout, where a closed pipe (``finetune.py ... | head -1``) is not an error.
-
-    Training goes on and results.json is written; only the terminal output is dropped.
-    """
-    try:
-        print(*parts, flush=flush)
-    except BrokenPipeError:
-        # Python's documented fix: point stdout at devnull so the exit-time flush is quiet.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, processes: int = 1) -> str:
-    """The header's batch arithmetic, true to the data: ``"4 x 2 accumulation = 8 effective"``.
-
-    An optimizer step cannot see more examples than the training data holds (an epoch's
-    last window is a step of its own): when the batch asked for is larger, say what each
-    step really sees, ``"1000 x 8 accumulation = 8000 asked, but the training data has 16
-    rows: each optimizer step sees all 16 (one step per epoch)"``.
-    """
-    effective = batch_size * grad_accum
-    text = f"{batch_size} x {grad_accum} accumulation = {effective} effective"
-    if train_rows is None or effective * processes <= train_rows:
-        return text
-    asked = f"{effective * processes} asked across {processes} processes" if processes > 1 else f"{effective} asked"
-    return (
-        f"{batch_size} x {grad_accum} accumulation = {asked}, but the training data has {train_rows} "
-        f"row{'s' if train_rows != 1 else ''}: each optimizer step sees all {train_rows} (one step per epoch)"
-    )
-
-
-def batch_order_text(cfg: RunConfig) -> str:
-    """Which sentences share a batch, and whether its padding is computed: ``"; random, packed (no padding)"``.
-
-    ``cfg``: the run's, after the recipe settled packing for the model (``Prepared.settled``).
-    """
-    order = f"length-grouped ({cfg.length_group_size} batches per group)" if cfg.group_by_length else "random"
-    if cfg.pack_sequences:
-        return f"; {order}, packed (no padding computed)"
-    if cfg.pack_sequences is False:  # a recipe that packs, not packing this run: say so
-        return f"; {order}, padded"
-    return f"; {order}" if cfg.group_by_length else ""
-
-
-def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | None, hardware: dict) -> None:
-    from mixft.amp.hardware import hardware_line, native_line
-    from mixft.report.probe_result import CacheProblem, ProbeResult, probe_line
-
-    say("mixft run")
-    say(f"  recipe     {cfg.recipe}")
-    say(f"  model      {run_info.get('model', cfg.model)}")
-    say(f"  data       {run_info.get('dataset', cfg.data_dir)}")
-    if run_info.get("task"):
-        say(f"  task       {run_info['task']}")
-    if run_info.get("parameters"):
-        params, lora = run_info["parameters"], run_info.get("lora")
-        how = (
-            (
-                f" (LoRA r={lora['r']}, alpha {lora['alpha']:g}, dropout {lora['dropout']:g} on "
-                f"{', '.join(lora['target_modules'])}; the head in full)"
-            )
-            if lora
-            else ""
-        )
-        say(f"  params     {params['trainable']:,} trainable / {params['total']:,} total{how}")
-    say(f"  device     {device}: {hardware_line(hardware)}")
-    if "native" in hardware:  # torch's own check: is there a hardware path for bf16/fp16 here
-        say(f"  native     {native_line(hardware['native'])}")
-    if hardware.get("probe"):
-        say(f"  speed      {probe_line(ProbeResult.from_dict(hardware['probe']))}")
-    elif hardware.get("probe_cache_problem"):  # a cached probe is there but unreadable: not "not probed"
-        say(f"  speed      {CacheProblem.from_dict(hardware['probe_cache_problem']).line()}")
-    else:
-        say("  speed      not probed on this machine yet (--probe measures it in under a minute)")
-    chosen = " (--amp)" if list(cfg.precisions) == ["amp"] else ""  # why: the notice above and results.json
-    say(
-        f"  precision  {', '.join(p.name for p in precisions)}{chosen}"
-        + (f"  (seeds {cfg.seeds})" if len(cfg.seeds) > 1 else "")
-    )
-    if cfg.eval_only:  # nothing trains: no batch arithmetic or budget to announce
-        say(f"  evaluate   --eval-only: no training; evaluation batches of {cfg.batch_size * 2}")
-        say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
-        return
-    batch = batch_text(cfg.batch_size, cfg.grad_accum, run_info.get("train_rows"), world_size())
-    say(f"  batch      {batch}{batch_order_text(cfg)}")
-    budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
-    steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
-    say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
-    warmup = (
-        f"{cfg.warmup_steps} warm-up steps"
-        if cfg.warmup_steps is not None
-        else f"{cfg.warmup_ratio if cfg.warmup_ratio is not None else 0.1:g} warm-up"
-    )
-    decay = cfg.weight_decay if cfg.weight_decay is not None else 0.01
-    if (cfg.lr_scheduler, warmup, decay) != ("linear", "0.1 warm-up", 0.01):  # the defaults go unsaid
-        say(f"  schedule   {cfg.lr_scheduler}, {warmup}, weight decay {decay:g}")
-    say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
-
-
-def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
-    """The header's ``--fsdp`` lines: how the model is sharded at each precision, and the CPU speed paths.
-
-    Usage: ``sharding_lines(cfg, torch.device("cpu"), [resolve_precision("bf16", cpu)], 2)``
-    """
-    how = []
-    for p in precisions:
-        if p.autocast_enabled:
-            how.append(
-                f"{p.name}: {p.name} weights gathered per block, fp32 master shards and gradient reduction, "
-                "norms and embeddings gathered in fp32"
-            )
-        else:
-            how.append(f"{p.name}: {p.name} weights gathered per block")
-    lines = [
-        f"  sharding   FSDP2 over {processes} processes (weights, gradients, optimizer state: 1/{processes} "
-        f"each), global batch {cfg.batch_size * cfg.grad_accum * processes}",
-        *(f"             {text}" for text in how),
-    ]
-    if device.type == "cpu":
-        dropout = "fast dropout on" if cfg.fast_dropout else "torch's dropout"
-        lines.append(f"  paths      {dropout}; row-gradient embeddings off (FSDP needs dense gradients)")
-    if cfg.eval_only:
-        return lines  # nothing trains: no checkpoint
-    single = len(precisions) * len(cfg.seeds) == 1
-    where = f"{cfg.output_dir}/checkpoint.dcp" if single else f"{cfg.output_dir}/checkpoint-<precision>-seed<k>.dcp"
-    lines.append(
-        f"  checkpoint sharded: each process writes its shards into {where}/; --resume continues it with "
-        f"--nproc-per-node {processes}; --save-model writes the whole model at the end"
-    )
-    return lines
-
-
-# Evaluation figures that are not task metrics (they have their own places in the line).
-_NOT_METRICS = {"loss", "time_s", "samples_per_s"}
-
-
-def print_result(result) -> None:
-    """One line per run: the figures a user came for."""
-    mem = result.peak_memory_bytes
-    mem_s = (
-        f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
-    )
-    metrics = {k: v for k, v in result.eval.items() if k not in _NOT_METRICS and isinstance(v, (int, float))}
-    undefined = result.eval.get(UNDEFINED_KEY) or {}
-    if metrics:
-        # A NaN is a metric the data leaves undefined: say why (mixft.metrics.task.undefined_reasons), not "nan".
-        shown, by_reason = [], {}
-        for k, v in metrics.items():
-            if k in undefined and v != v:
-                by_reason.setdefault(str(undefined[k]), []).append(k)
-            else:
-                shown.append(f"{k} {v:.4f}")
-        quality = ", ".join(shown + [f"{' and '.join(names)} undefined: {why}" for why, names in by_reason.items()])
-    elif "loss" in result.eval:
-        quality = f"eval loss {result.eval['loss']:.4f}"
-    else:
-        quality = "not evaluated"  # stopped before the first evaluation
-    scale = f", final loss scale {result.final_loss_scale:g}" if result.final_loss_scale is not None else ""
-    if is_eval_only(result):
-        # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained"
-        # (report.md's table does the same: mixft.report.summary.is_eval_only decides for both).
-        say(
-            f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
-            f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)",
-            flush=True,
-        )
-        return
-    best = result.best or {}
-    if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
-        ties = best.get("ties") or 0
-        tied = f"; {ties} later evaluation{'s' if ties != 1 else ''} tied, the first is kept" if ties else ""
-        quality += f" (best, step {best['step']} of {result.steps}{tied})"
-    if result.stop_kind == "early_stopping":
-        quality += ", early stopping"
-    writes = f" + checkpoints {result.checkpoint_time_s:.1f} s" if result.checkpoint_time_s else ""
-    saved = (result.memory or {}).get("saved_activations_peak")
-    saved_s = (
-        f" | saved activations {saved / 2**20:.{0 if saved >= 10 * 2**20 else 1}f} MiB" if saved else ""
-    )  # what a precision shrinks
-    say(
-        f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
-        f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s}{saved_s} | steps {result.steps}, "
-        f"skipped {result.skipped_steps}{scale}",
-        flush=True,
-    )
-
-
-class ConsoleObserver:
-    """Prints the run summary, a progress bar per run, and one result line per run."""
-
-    def __init__(self, progress: bool = True, signals: SignalHandler | None = None):
-        self.signals = signals  # Ctrl-C / SIGTERM: stop at the next step, save, exit 130 / 143
-        self.stoppers: list[StopOnSignal] = []
-        self.show_progress = progress
-
-    @property
-    def main(self) -> bool:
-        # Asked when needed, not at construction: run() joins the process group first.
-        from mixft.distributed import is_main_process
-
-        return is_main_process()  # under data parallelism only rank 0 talks
-
-    @property
-    def progress(self) -> bool:
-        return self.show_progress and self.main
-
-    def on_plan(self, cfg, device, precisions, run_info, steps, hardware) -> None:
-        if self.main:
-            print_plan(cfg, device, precisions, run_info, steps, hardware)
-            if world_size() > 1 and cfg.fsdp:
-                for line in sharding_lines(cfg, device, precisions, world_size()):
-                    say(line)
-            elif world_size() > 1:
-                say(
-                    f"  parallel   {world_size()} processes (DistributedDataParallel), "
-                    f"global batch {cfg.batch_size * cfg.grad_accum * world_size()}"
-                )
-
-    def callbacks(self, cfg, precision, seed):
-        label = precision.name + (f" seed {seed}" if len(cfg.seeds) > 1 else "")
-        callbacks = [ProgressBar(label, enabled=self.progress)]
-        if self.main:
-            callbacks.append(DurationEstimate(label))
-        if self.signals is not None:
-            self.stoppers.append(StopOnSignal(self.signals))
-            callbacks.append(self.stoppers[-1])
-        return callbacks
-
-    def on_result(self, result) -> None:
-        if self.main:
-            print_result(result)
-
-    def stop_requested(self) -> bool:
-        return self.signals is not None and self.signals.signum is not None
-
-
-def _quiet_library_progress() -> None:
-    """--no-progress means none: also the libraries' own bars (weight loading, shard writing, datasets maps).
-
-    The CLI owns this process's terminal, so it may switch them off; the library never does.
-    """
-    import datasets
-    import huggingface_hub.utils
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    huggingface_hub.utils.disable_progress_bars()
-
-
 def _launch_rank() -> int:
     """This process's rank under torchrun / accelerate launch (0 when alone), before or after it joins the group."""
     from mixft import distributed
@@ -521,16 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mixft.runs.runner import run, run_probe
 
         if cfg.probe:
-            from mixft.report.probe_result import render_probe_table
-
-            result = run_probe(cfg)
-            say(render_probe_table(result))
-            say(
-                f"results: {cfg.output_dir}/{PROBE_RESULTS_NAME} (hardware.probe); report: {cfg.output_dir}/{PROBE_REPORT_NAME}"
-            )
+            print_probe(cfg, run_probe(cfg))
             return 0
         if args.no_progress:
-            _quiet_library_progress()
+            quiet_library_progress()
         if cfg.num_workers:
             # Tokenizers warn in every forked DataLoader worker; mixft tokenises before forking.
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -573,6 +242,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(line, file=sys.stderr, flush=True)
         return EXIT_PEER_LOST
+    return _finish(prog, cfg, results, observer)
+
+
+def _finish(prog: str, cfg: RunConfig, results, observer: ConsoleObserver) -> int:
+    """The exit code of a run that returned: stopped by a signal, collapsed, or done (its last lines said)."""
+    signals = observer.signals
     if signals.signum is not None:
         saved = next((s.checkpoint for s in reversed(observer.stoppers) if s.checkpoint), None)
         where = f"checkpoint saved to {saved}" if saved else f"results so far in {cfg.output_dir}"
@@ -589,8 +264,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             EXIT_COLLAPSE,
         )
     if is_main_process():
-        if len(results) > 1:
-            say(f"comparison report: {cfg.output_dir}/{REPORT_NAME}")
-        say(f"results: {cfg.output_dir}/{RESULTS_NAME}")
+        print_outputs(cfg, results)
     shutdown()
     return 0

@@ -109,7 +109,7 @@ def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, 
     ), line
     assert json.loads((out / "results.json").read_text())["runs"][0]["steps"] == 2  # one per epoch, as said
     # A batch the data fills is said as before; under a launcher the global batch is what counts.
-    from mixft.cli.main import batch_text
+    from mixft.cli.console import batch_text
 
     assert batch_text(4, 2, 16) == "4 x 2 accumulation = 8 effective"
     assert batch_text(4, 4, 16) == "4 x 4 accumulation = 16 effective"

@@ -2,38 +2,81 @@
 (``mixft``, the console script; ``finetune.py``, the script) and, under torchrun, one line from
 process 0 instead of one per process.
 
-Each case starts a real process, as a user would: the console script from this environment's
-bin folder, the script with this Python, torchrun with two CPU processes.
+The console script (the one pip wrote into this environment's bin folder) and the script run in this
+process, started as the shell starts them (argv[0], a ``__main__`` without a spec); torchrun starts
+two real CPU processes.
 """
 
 from __future__ import annotations
 
-import subprocess
+import runpy
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from launch import torchrun
 from launch_output import assert_torchrun_reports_exit_2_of_process_0, error_lines
 
 import mixft.cli.main
-from mixft.cli.main import main
+from mixft.cli.main import main, program_name
 
 # pip writes the console script beside the environment's python (bin/ or Scripts/).
 CONSOLE = Path(sys.executable).with_name("mixft")
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "finetune.py"
 
 
-def test_the_console_script_names_itself_mixft(tmp_path):
+def _started_as(monkeypatch, capsys, path: Path, *args: str) -> tuple[int, str, str]:
+    """Runs the file ``path`` in this process as ``python path`` / the shell would start it: ``argv[0]`` its
+    path and ``__main__`` a module without a spec (runpy does both). Returns (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", [str(path), *args])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(path), run_name="__main__")
+    out, err = capsys.readouterr()
+    return done.value.code, out, err
+
+
+def test_the_console_script_names_itself_mixft(tmp_path, monkeypatch, capsys):
     # Was: `mixft --help` printed "usage: finetune.py", and its errors began "finetune.py: error:".
-    # (`python scripts/finetune.py` keeps its name: the torchrun case below runs the script.)
+    # The console script pip wrote, run in this process (no interpreter start-up: milliseconds).
+    (entry,) = entry_points(group="console_scripts", name="mixft")
+    assert entry.value == "mixft.cli.main:main"  # pyproject's [project.scripts]
     assert CONSOLE.is_file(), f"the console script is not installed beside {sys.executable}"
-    usage = subprocess.run([str(CONSOLE), "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert usage.returncode == 0 and usage.stdout.startswith("usage: mixft [-h] [--recipe RECIPE]"), usage.stdout[:200]
-    proc = subprocess.run(
-        [str(CONSOLE), "train", "--recipe", "bert-sst2"], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["mixft: error: unrecognized arguments: train"], proc.stderr
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _started_as(monkeypatch, capsys, CONSOLE, "--help")
+    assert code == 0 and out.startswith("usage: mixft [-h] [--recipe RECIPE]"), out[:200]
+    code, out, err = _started_as(monkeypatch, capsys, CONSOLE, "train", "--recipe", "bert-sst2")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == ["mixft: error: unrecognized arguments: train"], err
     assert not list(tmp_path.iterdir())  # refused before any work: nothing written where it ran
+
+
+def test_the_script_names_itself_finetune_py(tmp_path, monkeypatch, capsys):
+    # `python scripts/finetune.py`, the documented command, keeps its name (torchrun starts it the same way).
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _started_as(monkeypatch, capsys, SCRIPT, "--help")
+    assert code == 0 and out.startswith("usage: finetune.py [-h] [--recipe RECIPE]"), out[:200]
+    code, _, err = _started_as(monkeypatch, capsys, SCRIPT, "--recipe", "bert-sst2", "--epochs", "0")
+    assert code == 2
+    assert err.strip().splitlines() == ["finetune.py: error: argument --epochs: must be a positive integer, got '0'"]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("argv0", "main_spec", "prog"),
+    [
+        ("/venv/bin/mixft", None, "mixft"),
+        ("scripts/finetune.py", None, "finetune.py"),
+        ("-c", None, "finetune.py"),  # python -c: no name of its own
+        ("/src/tool/__main__.py", "tool.__main__", "python -m tool"),  # argv[0] is a file the user never typed
+    ],
+)
+def test_the_program_name_comes_from_how_the_process_started(monkeypatch, argv0, main_spec, prog):
+    spec = SimpleNamespace(name=main_spec) if main_spec else None
+    monkeypatch.setitem(sys.modules, "__main__", SimpleNamespace(__spec__=spec))
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert program_name() == prog
 
 
 def test_a_refusal_under_torchrun_is_one_line_from_process_0(tmp_path):
