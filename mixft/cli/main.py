@@ -26,7 +26,6 @@ from mixft.atomic import WriteFailed
 from mixft.callbacks.faults import is_collapse
 from mixft.callbacks.interrupt import SignalHandler
 from mixft.cli.console import ConsoleObserver, print_outputs, print_probe, quiet_library_progress
-from mixft.cli.console import ProgressBar as ProgressBar  # tests/callbacks/test_interrupt.py patches it here
 from mixft.cli.parser import OneLineParser, int_list, setup_logging
 from mixft.config.run_config import RunConfig
 from mixft.distributed import is_main_process, shutdown

@@ -16,7 +16,7 @@ from conftest import without_timings
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import mixft.cli.main
+import mixft.cli.console
 from mixft.callbacks.checkpointer import Checkpointer
 from mixft.callbacks.interrupt import Interrupted, SignalHandler, StopOnSignal, is_interrupted
 from mixft.cli.main import main
@@ -166,14 +166,14 @@ def test_cli_compare_interrupted_then_resumed_matches_uninterrupted(
     compare = ("--compare", "fp32,bf16", "--checkpoint-every", "0")  # 4 steps each; saves at the end
     assert main(_args(tiny_bert_dir, tiny_data_dir, ref_out, *compare, epochs="1")) == 0
 
-    original = mixft.cli.main.ProgressBar.on_step_end
+    original = mixft.cli.console.ProgressBar.on_step_end
 
     def ctrl_c_in_bf16_step_2(self, trainer, info):
         original(self, trainer, info)
         if trainer.precision.name == "bf16" and info.step == 2:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(mixft.cli.main.ProgressBar, "on_step_end", ctrl_c_in_bf16_step_2)
+    monkeypatch.setattr(mixft.cli.console.ProgressBar, "on_step_end", ctrl_c_in_bf16_step_2)
     capsys.readouterr()
     assert main(_args(tiny_bert_dir, tiny_data_dir, out, *compare, epochs="1")) == 130
     err = capsys.readouterr().err.strip().splitlines()
@@ -186,7 +186,7 @@ def test_cli_compare_interrupted_then_resumed_matches_uninterrupted(
     assert load_checkpoint(out / "checkpoint-bf16-seed0.pt")["meta"]["step"] == 2
     assert not (out / "report.md").exists()  # no comparison report from half a comparison
 
-    monkeypatch.setattr(mixft.cli.main.ProgressBar, "on_step_end", original)
+    monkeypatch.setattr(mixft.cli.console.ProgressBar, "on_step_end", original)
     assert main(_args(tiny_bert_dir, tiny_data_dir, out, *compare, "--resume", epochs="1")) == 0
     reference = json.loads((ref_out / "results.json").read_text())["runs"]
     resumed = json.loads((out / "results.json").read_text())["runs"]
