@@ -136,6 +136,21 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+LONG_FUNCTION = 80  # lines, from `def` to its last line (issue 43's goal: none longer in mixft/)
+
+
+def long_functions(files: list[Path]) -> list[tuple[int, str]]:
+    """(length, "path:function") of each function or method longer than LONG_FUNCTION, longest first."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > LONG_FUNCTION:
+                    found.append((length, f"{path.relative_to(ROOT)}:{node.name}"))
+    return sorted(found, reverse=True)
+
+
 def static_figures() -> list[str]:
     lines = []
     per_folder = Counter(str(p.parent.relative_to(ROOT)) for p in PACKAGE.rglob("*.py"))
@@ -159,6 +174,11 @@ def static_figures() -> list[str]:
     lines.append(f"rooms (folders + top-level modules): {len(rooms)}, edges between rooms: {room_edges}")
     lines.append(f"import cycles, package level (rooms; components > 1 room): {len(room_cycles)}")
     lines.extend(f"  {' <-> '.join(c)}" for c in room_cycles)
+    runner = "mixft.runs.runner"  # the conductor: how much of mixft it must know (issue 43: <= 20)
+    lines.append(f"{runner} imports {len(graph.get(runner, ()))} of mixft's {len(graph)} modules")
+    long = long_functions(files)
+    lines.append(f"functions over {LONG_FUNCTION} lines in mixft/: {len(long)}")
+    lines.extend(f"  {length} {where}" for length, where in long)
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
     lines.append(f"README.md: {len(text.splitlines())} lines, {len(text.encode())} bytes")
