@@ -222,43 +222,11 @@ def preflight(
 
     Usage: ``result = preflight(model, loss_fn, loader, device=torch.device("cpu"))``
     """
-    if not (
-        isinstance(init_scale, (int, float))
-        and not isinstance(init_scale, bool)
-        and math.isfinite(init_scale)
-        and init_scale > 0
-    ):
-        raise UsageError(f"preflight: init_scale must be a positive finite number, got {init_scale!r}")
-    if not (isinstance(max_batches, int) and not isinstance(max_batches, bool) and max_batches >= 1):
-        raise UsageError(f"preflight: max_batches must be a positive integer, got {max_batches!r}")
+    _check_arguments(init_scale, max_batches)
     device = torch.device(device)
     names = {module: (name or ROOT) for name, module in model.named_modules()}
     stats: dict[str, _Stats] = {}
-    # Below this an unscaled gradient becomes 0 in fp16 even after multiplying by init_scale.
-    flush_below = FP16_SMALLEST_SUBNORMAL / init_scale
-
-    def record_gradient(s: _Stats):
-        def hook(grad: torch.Tensor):
-            g = grad.detach().abs()
-            s.grad_max = _fold(s.grad_max, _abs_max(g), torch.maximum)  # NaN counts as inf there
-            nonzero = g != 0
-            s.flushed = _fold(s.flushed, (nonzero & (g < flush_below)).sum(), torch.add)
-            s.nonzero = _fold(s.nonzero, nonzero.sum(), torch.add)
-
-        return hook
-
-    def record_forward(module, args, kwargs, output):
-        name = names[module]
-        s = stats.get(name)
-        if s is None:  # first call: execution order (leaves finish before their containers)
-            s = stats[name] = _Stats(len(stats), type(module).__name__)
-        for t in floating_tensors(output):
-            s.out_max = _fold(s.out_max, _abs_max(t), torch.maximum)
-            if t.requires_grad:
-                t.register_hook(record_gradient(s))
-        for t in floating_tensors((args, kwargs)):
-            s.in_max = _fold(s.in_max, _abs_max(t), torch.maximum)
-
+    record_forward = _forward_recorder(names, stats, init_scale)
     handles = [m.register_forward_hook(record_forward, with_kwargs=True) for m in names]
     rng = capture_rng_state()  # dropout draws numbers: the run must draw the same ones as without us
     modes = {m: m.training for m in names}
@@ -289,6 +257,50 @@ def preflight(
     result = _assess(stats, init_scale, bf16_supported, n, shares)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _check_arguments(init_scale, max_batches) -> None:
+    """The arguments' checks, before any batch runs."""
+    if not (
+        isinstance(init_scale, (int, float))
+        and not isinstance(init_scale, bool)
+        and math.isfinite(init_scale)
+        and init_scale > 0
+    ):
+        raise UsageError(f"preflight: init_scale must be a positive finite number, got {init_scale!r}")
+    if not (isinstance(max_batches, int) and not isinstance(max_batches, bool) and max_batches >= 1):
+        raise UsageError(f"preflight: max_batches must be a positive integer, got {max_batches!r}")
+
+
+def _forward_recorder(names: dict, stats: dict[str, _Stats], init_scale: float):
+    """A forward hook (``with_kwargs=True``) that folds each module's input and output maxima into
+    ``stats`` (by the module's name in ``names``) and hooks the outputs for their gradients."""
+    # Below this an unscaled gradient becomes 0 in fp16 even after multiplying by init_scale.
+    flush_below = FP16_SMALLEST_SUBNORMAL / init_scale
+
+    def record_gradient(s: _Stats):
+        def hook(grad: torch.Tensor):
+            g = grad.detach().abs()
+            s.grad_max = _fold(s.grad_max, _abs_max(g), torch.maximum)  # NaN counts as inf there
+            nonzero = g != 0
+            s.flushed = _fold(s.flushed, (nonzero & (g < flush_below)).sum(), torch.add)
+            s.nonzero = _fold(s.nonzero, nonzero.sum(), torch.add)
+
+        return hook
+
+    def record_forward(module, args, kwargs, output):
+        name = names[module]
+        s = stats.get(name)
+        if s is None:  # first call: execution order (leaves finish before their containers)
+            s = stats[name] = _Stats(len(stats), type(module).__name__)
+        for t in floating_tensors(output):
+            s.out_max = _fold(s.out_max, _abs_max(t), torch.maximum)
+            if t.requires_grad:
+                t.register_hook(record_gradient(s))
+        for t in floating_tensors((args, kwargs)):
+            s.in_max = _fold(s.in_max, _abs_max(t), torch.maximum)
+
+    return record_forward
 
 
 def _assess(

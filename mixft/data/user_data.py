@@ -25,6 +25,7 @@ caller's decision.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -336,91 +337,107 @@ def load_text_data(
 
     Usage: ``data = load_text_data(train_file="train.csv", validation_split=0.1, seed=0)``
     """
-    evaluation_only = model_labels is not None
-    _check_arguments(
-        train_file,
-        validation_file,
-        data_dir,
-        dataset,
-        dataset_config,
-        eval_split,
-        task_kind,
-        validation_split,
-        max_train_samples,
-        max_eval_samples,
-        evaluation_only,
-    )
-    if evaluation_only and task_kind is not None and task_kind != model_labels.kind:
-        raise UsageError(
-            f"--task-kind {task_kind}: {model_labels.source} is a {model_labels.kind} model; drop "
-            "--task-kind (a saved model's task is its own)"
-        )
-    user_eval_split = eval_split is not None
-    if dataset is not None and glue_task is None:
-        glue_task = _glue_config(dataset, dataset_config)
-    if glue_task is not None:
-        task_kind, eval_split, text_column, text_pair_column = _glue_defaults(
-            glue_task, dataset is not None, task_kind, eval_split, text_column, text_pair_column
-        )
-    columns = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
-
-    if evaluation_only and train_file is None and data_dir is None and dataset is None:  # evaluation data alone
-        return _validation_file_for_model(validation_file, columns, model_labels, max_eval_samples, glue_task)
-    src = _read_source(
-        train_file,
-        validation_file,
-        data_dir,
-        dataset,
-        dataset_config,
-        eval_split,
-        user_eval_split,
-        seed,
-        hub_timeout,
-        stand_in,
-        max_train_samples or demo_train_size,
-        max_eval_samples or demo_eval_size,
-        dataset_shown,
-        other_data,
-    )
+    # First statement: locals() holds the arguments alone here, as one value for the steps below.
+    req = _Request(**locals())
+    _check_request(req)
+    req = _with_glue_defaults(req)
+    if req.evaluation_only and train_file is None and data_dir is None and dataset is None:  # evaluation data alone
+        return _validation_file_for_model(validation_file, req.columns, model_labels, max_eval_samples, req.glue_task)
+    src = _read_source(req)
     _check_validation_source(src, validation_split)
-    cols = _checked_columns(src, columns)
-    if evaluation_only:  # the model's labels, not the training data's, say what each name means
-        eval_ds, eval_where = src.eval, src.eval_where
-        if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
-            _, eval_ds = _carve(src.train, validation_split, seed, src.where, model_labels.kind, cols.label)
-            eval_where = f"{src.where} (rows held out by --validation-split {validation_split})"
-        return _for_model(
-            eval_ds,
-            cols,
-            model_labels,
-            eval_where,
-            max_eval_samples,
-            glue_task,
-            name=src.name,
-            source=src.source,
-            notice=src.notice,
-        )
+    cols = _checked_columns(src, req.columns)
+    if req.evaluation_only:  # the model's labels, not the training data's, say what each name means
+        return _held_out_for_model(src, cols, req)
     train, eval_ds, labels = _labelled_and_capped(
-        src, cols, task_kind, validation_split, seed, max_train_samples, max_eval_samples
+        src, cols, req.task_kind, validation_split, seed, max_train_samples, max_eval_samples
     )
-    notice = src.notice
-    if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
-        # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
-        notice = (
-            f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
-            "well the model fits its training data, not how it does on unseen data"
-        )
-    task = TextTask(
-        text_column=cols.text,
-        text_pair_column=cols.text_pair,
-        label_column=cols.label,
-        labels=labels,
-        glue_task=glue_task,
-    )
+    task = _text_task(cols, labels, req.glue_task)
+    notice = _notice(src, train_file, validation_file)
     return TextData(train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice)
 
 
 # The steps of load_text_data, in its order. ---------------------------------------------------
+@dataclass(frozen=True)
+class _Request:
+    """load_text_data's arguments, name for name (it builds this from its ``locals()``: a parameter
+    missing here fails every call at once), plus what its steps settle from them."""
+
+    train_file: Any
+    validation_file: Any
+    data_dir: Any
+    dataset: str | None
+    dataset_config: str | None
+    eval_split: str | None
+    text_column: str | None
+    text_pair_column: str | None
+    label_column: str | None
+    task_kind: str | None
+    validation_split: float | None
+    max_train_samples: int | None
+    max_eval_samples: int | None
+    seed: int
+    hub_timeout: float
+    stand_in: Any
+    demo_train_size: int
+    demo_eval_size: int
+    glue_task: str | None
+    dataset_shown: str | None
+    other_data: str | None
+    model_labels: ModelLabels | None
+    # Whether the user named the evaluation split: a GLUE task's default split is the table's choice.
+    user_eval_split: bool = False
+
+    @property
+    def evaluation_only(self) -> bool:
+        """The data is for evaluating a saved model (``model_labels``)."""
+        return self.model_labels is not None
+
+    @property
+    def columns(self) -> dict:
+        """The column arguments, as mixft.data.columns.resolve_columns takes them."""
+        return dict(
+            text_column=self.text_column, text_pair_column=self.text_pair_column, label_column=self.label_column
+        )
+
+
+def _check_request(req: _Request) -> None:
+    """Every check of the arguments alone, in order, before any file is opened."""
+    _check_arguments(
+        req.train_file,
+        req.validation_file,
+        req.data_dir,
+        req.dataset,
+        req.dataset_config,
+        req.eval_split,
+        req.task_kind,
+        req.validation_split,
+        req.max_train_samples,
+        req.max_eval_samples,
+        req.evaluation_only,
+    )
+    if req.evaluation_only and req.task_kind is not None and req.task_kind != req.model_labels.kind:
+        raise UsageError(
+            f"--task-kind {req.task_kind}: {req.model_labels.source} is a {req.model_labels.kind} model; drop "
+            "--task-kind (a saved model's task is its own)"
+        )
+
+
+def _with_glue_defaults(req: _Request) -> _Request:
+    """The request with its GLUE task named (a ``dataset="glue"`` with a GLUE config is one) and,
+    for a GLUE task, the task's kind, evaluation split and text columns where the user named none."""
+    req = dataclasses.replace(req, user_eval_split=req.eval_split is not None)
+    if req.dataset is not None and req.glue_task is None:
+        req = dataclasses.replace(req, glue_task=_glue_config(req.dataset, req.dataset_config))
+    if req.glue_task is None:
+        return req
+    task_kind, eval_split, text_column, text_pair_column = _glue_defaults(
+        req.glue_task, req.dataset is not None, req.task_kind, req.eval_split, req.text_column, req.text_pair_column
+    )
+    return dataclasses.replace(
+        req, task_kind=task_kind, eval_split=eval_split, text_column=text_column, text_pair_column=text_pair_column
+    )
+
+
 def _glue_defaults(glue_task: str, from_hub: bool, task_kind, eval_split, text_column, text_pair_column):
     """A GLUE task's own kind, evaluation split and text columns, where the user named none."""
     from mixft.data.glue import glue_task as lookup
@@ -475,23 +492,9 @@ class _Source:
     listing: str | None  # a hub dataset's split names (for the message when none is the evaluation split)
 
 
-def _read_source(
-    train_file,
-    validation_file,
-    data_dir,
-    dataset,
-    dataset_config,
-    eval_split,
-    user_eval_split,
-    seed,
-    hub_timeout,
-    stand_in,
-    demo_train,
-    demo_eval,
-    dataset_shown,
-    other_data,
-) -> _Source:
+def _read_source(req: _Request) -> _Source:
     """Files, a GLUE directory, or a hub dataset (or its generated stand-in), read whole."""
+    train_file, validation_file, data_dir = req.train_file, req.validation_file, req.data_dir
     if train_file is not None:
         from mixft.data.files import load_data_file
 
@@ -522,17 +525,17 @@ def _read_source(
             None,
         )
     train, eval_ds, name, source, notice, where, eval_where, listing = _from_hub(
-        dataset,
-        dataset_config,
-        eval_split,
-        user_eval_split,
-        seed,
-        hub_timeout,
-        stand_in,
-        demo_train,
-        demo_eval,
-        dataset_shown,
-        other_data,
+        req.dataset,
+        req.dataset_config,
+        req.eval_split,
+        req.user_eval_split,
+        req.seed,
+        req.hub_timeout,
+        req.stand_in,
+        req.max_train_samples or req.demo_train_size,
+        req.max_eval_samples or req.demo_eval_size,
+        req.dataset_shown,
+        req.other_data,
     )
     return _Source(train, eval_ds, name, source, notice, where, eval_where, listing)
 
@@ -587,6 +590,48 @@ def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, 
     return train, eval_ds, labels
 
 
+def _held_out_for_model(src: _Source, cols, req: _Request) -> TextData:
+    """``--eval-only`` with training data: its validation split, or the rows the training run held out
+    (the same file, fraction and seed), read against the model's labels."""
+    eval_ds, eval_where = src.eval, src.eval_where
+    if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
+        _, eval_ds = _carve(src.train, req.validation_split, req.seed, src.where, req.model_labels.kind, cols.label)
+        eval_where = f"{src.where} (rows held out by --validation-split {req.validation_split})"
+    return _for_model(
+        eval_ds,
+        cols,
+        req.model_labels,
+        eval_where,
+        req.max_eval_samples,
+        req.glue_task,
+        name=src.name,
+        source=src.source,
+        notice=src.notice,
+    )
+
+
+def _notice(src: _Source, train_file, validation_file) -> str | None:
+    """The line for the user: the source's, or a warning when the validation file is the training file."""
+    notice = src.notice
+    if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
+        # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
+        notice = (
+            f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
+            "well the model fits its training data, not how it does on unseen data"
+        )
+    return notice
+
+
+def _text_task(cols, labels: LabelInfo, glue_task: str | None) -> TextTask:
+    return TextTask(
+        text_column=cols.text,
+        text_pair_column=cols.text_pair,
+        label_column=cols.label,
+        labels=labels,
+        glue_task=glue_task,
+    )
+
+
 def _for_model(
     eval_ds,
     cols,
@@ -602,13 +647,7 @@ def _for_model(
     """Evaluation data for a saved model: its labels read against the model's, no training rows."""
     eval_ds = _first(eval_ds, max_eval_samples)
     labels = labels_for_model(eval_ds, cols.label, model_labels, where=eval_where)
-    task = TextTask(
-        text_column=cols.text,
-        text_pair_column=cols.text_pair,
-        label_column=cols.label,
-        labels=labels,
-        glue_task=glue_task,
-    )
+    task = _text_task(cols, labels, glue_task)
     return TextData(train=eval_ds.select([]), eval=eval_ds, task=task, name=name, source=source, notice=notice)
 
 

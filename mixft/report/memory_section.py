@@ -84,29 +84,8 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
     rows = memory_rows(doc)
     if not rows:
         return None
-    kinds = {r["device_figure_kind"] for r in rows if r["device_figure"] is not None}
-    kind = memory_label(next(iter(kinds))) if len(kinds) == 1 and None not in kinds else "device"
     base = next((r for r in rows if r["precision"] == baseline), None)
-    header = [
-        "precision",
-        *(f"{label} (MiB)" for _, label in MEMORY_PARTS),
-        f"device figure (MiB, {kind})",
-        f"saved vs {baseline}",
-    ]
-    lines = ["## Memory breakdown", "", "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
-    words = []
-    for r in rows:
-        ratio = NA
-        if base is not None and r is not base and r["saved_activations_peak"] and base["saved_activations_peak"]:
-            ratio = f"{r['saved_activations_peak'] / base['saved_activations_peak']:.2f}×"
-            words.append(
-                lighter_sentence(r["precision"], r["saved_activations_peak"], base["saved_activations_peak"], baseline)
-            )
-        elif r is base:
-            ratio = "baseline"
-        cells = [r["precision"], *(_mib_of(r[key]) for key, _ in MEMORY_PARTS), _mib_of(r["device_figure"]), ratio]
-        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
-    lines.append("")
+    lines, words = _table(rows, base, baseline)
     held = [
         held_sentence(r["precision"], _held(r), _held(base), baseline)
         for r in rows
@@ -134,17 +113,7 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
         "counted once, autocast's cached low-precision weight copies included; the parameters' own "
         f"storages are under parameters. {autocast}"
     )
-    for r in rows:
-        dtypes = list(r["saved_by_dtype"].items())
-        ops = [(str(op), float(b)) for op, b in r["saved_by_op"][:3] if number(b) is not None]
-        total = r["saved_activations_peak"] or 0
-        parts = []
-        if dtypes:
-            parts.append("by dtype: " + _shares(dtypes, total))
-        if ops:
-            parts.append("top ops: " + _shares(ops, total))
-        if parts:
-            lines.append(f"- **{r['precision']}** saved " + " · ".join(parts) + ".")
+    lines += _saved_breakdown(rows)
     if any(r["device_figure_kind"] == "cpu_rss" for r in rows):
         fresh = fresh_rss_steps(doc.get("runs") or [])
         where = (
@@ -156,3 +125,48 @@ def render_memory(doc: dict, baseline: str = "fp32") -> str | None:
             f"- The device figure on CPU is {where}: the whole process (runtime, libraries, data), not tensors alone."
         )
     return "\n".join(lines)
+
+
+def _table(rows: list[dict], base: dict | None, baseline: str) -> tuple[list[str], list[str]]:
+    """(the section's heading and table, one line per precision; the "lighter" sentences): one loop,
+    since a row's saved-vs-baseline cell and its sentence come from the same two figures."""
+    kinds = {r["device_figure_kind"] for r in rows if r["device_figure"] is not None}
+    kind = memory_label(next(iter(kinds))) if len(kinds) == 1 and None not in kinds else "device"
+    header = [
+        "precision",
+        *(f"{label} (MiB)" for _, label in MEMORY_PARTS),
+        f"device figure (MiB, {kind})",
+        f"saved vs {baseline}",
+    ]
+    lines = ["## Memory breakdown", "", "| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    words = []
+    for r in rows:
+        ratio = NA
+        if base is not None and r is not base and r["saved_activations_peak"] and base["saved_activations_peak"]:
+            ratio = f"{r['saved_activations_peak'] / base['saved_activations_peak']:.2f}×"
+            words.append(
+                lighter_sentence(r["precision"], r["saved_activations_peak"], base["saved_activations_peak"], baseline)
+            )
+        elif r is base:
+            ratio = "baseline"
+        cells = [r["precision"], *(_mib_of(r[key]) for key, _ in MEMORY_PARTS), _mib_of(r["device_figure"]), ratio]
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+    lines.append("")
+    return lines, words
+
+
+def _saved_breakdown(rows: list[dict]) -> list[str]:
+    """One bullet per precision: its saved bytes by dtype and its top three ops (none where it has neither)."""
+    lines = []
+    for r in rows:
+        dtypes = list(r["saved_by_dtype"].items())
+        ops = [(str(op), float(b)) for op, b in r["saved_by_op"][:3] if number(b) is not None]
+        total = r["saved_activations_peak"] or 0
+        parts = []
+        if dtypes:
+            parts.append("by dtype: " + _shares(dtypes, total))
+        if ops:
+            parts.append("top ops: " + _shares(ops, total))
+        if parts:
+            lines.append(f"- **{r['precision']}** saved " + " · ".join(parts) + ".")
+    return lines

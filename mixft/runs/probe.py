@@ -127,25 +127,9 @@ def probe(
     deadline = start + float(time_budget_s) - RESERVE_S
     share = float(time_budget_s) / len(required)  # each precision's steps, warm-up included
 
-    with _isolated_global_state(dev):
-        prepared = recipe.prepare(cfg)
-        notices = list(getattr(prepared, "notices", ()))
-        steppers, matmul_shapes = _warmed_up(recipe, cfg, prepared, required, dev)
-        fp32, batch, run_info = steppers[0], steppers[0].batch, steppers[0].run_info
-        rows = {
-            p.name: PrecisionProbe(p.name, matmul_flops_per_s=_matmul_rate(matmul_shapes, p, dev))
-            for p in [*required, *optional]
-        }
-        # Timed steps in rounds, one step per precision per round in a rotating order, so
-        # the load of a shared machine falls on every precision alike.
-        _round(steppers, 0, deadline, share)
-        steppers += _optional_steppers(recipe, cfg, prepared, optional, dev, fp32, rows, deadline, share, time_budget_s)
-        r = 1
-        while _round(steppers, r, deadline, share):
-            r += 1
-        _record_steps(steppers, rows, share)
-        _log_floors(steppers[0], rows, dev)
-
+    rows, notices, matmul_shapes, batch, run_info = _measure(
+        recipe, cfg, dev, required, optional, deadline, share, time_budget_s
+    )
     ordered = [rows[p.name] for p in [*required, *optional]]
     _fill_ratios(ordered)
     recommended, reason = recommend(ordered)
@@ -172,6 +156,33 @@ def probe(
 
 
 # The steps of probe, in its order. -------------------------------------------------------------
+def _measure(
+    recipe, cfg: RunConfig, dev, required: list[Precision], optional: list[Precision], deadline, share, time_budget_s
+):
+    """Build the recipe once and time every precision on it: (rows by precision name, the recipe's
+    notices, the matmul shapes, the batch, the run info). The process's RNG and matmul settings
+    are restored afterwards."""
+    with _isolated_global_state(dev):
+        prepared = recipe.prepare(cfg)
+        notices = list(getattr(prepared, "notices", ()))
+        steppers, matmul_shapes = _warmed_up(recipe, cfg, prepared, required, dev)
+        fp32, batch, run_info = steppers[0], steppers[0].batch, steppers[0].run_info
+        rows = {
+            p.name: PrecisionProbe(p.name, matmul_flops_per_s=_matmul_rate(matmul_shapes, p, dev))
+            for p in [*required, *optional]
+        }
+        # Timed steps in rounds, one step per precision per round in a rotating order, so
+        # the load of a shared machine falls on every precision alike.
+        _round(steppers, 0, deadline, share)
+        steppers += _optional_steppers(recipe, cfg, prepared, optional, dev, fp32, rows, deadline, share, time_budget_s)
+        r = 1
+        while _round(steppers, r, deadline, share):
+            r += 1
+        _record_steps(steppers, rows, share)
+        _log_floors(steppers[0], rows, dev)
+    return rows, notices, matmul_shapes, batch, run_info
+
+
 def _check_budget(time_budget_s) -> None:
     if (
         isinstance(time_budget_s, bool)
