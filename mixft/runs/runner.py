@@ -46,7 +46,7 @@ from mixft.log import logger
 from mixft.recipe import get_recipe
 from mixft.report.agreement import add_agreement
 from mixft.results import RunResult, write_results
-from mixft.runs.build import build_trainer
+from mixft.runs.build import build_trainer, recorded_config
 from mixft.runs.checks import check_before_training, keep_fp32_modules
 from mixft.runs.identity import final_weights
 from mixft.runs.memory_figures import measure_before_fit
@@ -400,7 +400,12 @@ def _train_one(
     files = run_plan.runs[(precision.name, seed)]  # where this run's files go, what its checkpoints record
     parts = recipe.build(cfg, prepared, precision, device, seed)
     keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
-    watch = None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed)
+    # The run's options go to results.json and its trackers from here, never through the loop.
+    config = recorded_config(cfg)
+    hparams = {**config, "precision": precision.name, "seed": seed}  # the lists' entries this run is
+    watch = (
+        None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed, hparams=hparams)
+    )
     reliability = reliability_callbacks(
         cfg,
         seed,
@@ -431,6 +436,7 @@ def _train_one(
             with trainer.untimed():  # the kept predictions must be the best weights', like its "eval"
                 trainer.evaluate()
         memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
+    result.config = config
     finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
     if cfg.save_model and not cfg.eval_only and finished:
         target = files.saved_model

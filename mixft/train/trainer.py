@@ -118,7 +118,8 @@ class Trainer:
         loss_hook: ``f(trainer, loss, outputs, inputs) -> loss`` called after the forward
             pass (outside autocast, before scaling): adds terms such as a gradient
             penalty (see ``mixft.amp.penalties.gradient_penalty``, which unscales by hand).
-        run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
+        run_info: extra fields for the RunResult (``model``, ``dataset``, ``labels``); the run's options
+            (its ``config``) are the run layer's to record (``mixft.runs.build.recorded_config``).
         fsdp: shard the model over the process group with FSDP2 (``mixft.train.fsdp``) instead of
             wrapping it in DDP: needs a process group of 2 or more (torchrun) and a model
             with transformer blocks. The step below is unchanged: gradients are sharded
