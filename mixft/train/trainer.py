@@ -88,10 +88,10 @@ class Trainer:
         loss_fn: ``loss_fn(outputs, labels) -> scalar``; runs inside autocast, so it must
             be autocast-safe (e.g. ``BCEWithLogitsLoss``, not sigmoid + ``BCELoss``).
         train_loader / eval_loader: iterables of batches (see module docstring).
-        precision: "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true", "amp" (resolved here for ``device``:
-            ``resolve_precision``) or a ``Precision`` already resolved for it, taken as it is (the run layer
-            resolves each run's once). The pure ones cast the model to bf16 here and need a compensated
-            optimizer: mixft.train.pure_bf16.
+        precision: "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true", "amp" (a notebook's name, resolved
+            here for ``device`` by ``resolve_precision``) or a ``Precision`` already resolved for it, taken as it
+            is (the run layer resolves each run's once, not twice). The pure ones cast the model to bf16 here and
+            need a compensated optimizer: mixft.train.pure_bf16.
         device: "auto", "cpu", "cuda" or a ``torch.device``.
         lr_scheduler: a scheduler (or list matching the optimizers), or a factory
             ``f(optimizer, total_steps) -> scheduler``. Each is stepped only after its own
@@ -161,7 +161,6 @@ class Trainer:
             raise ValueError(f"max_grad_norm must be a positive finite number or None, got {max_grad_norm}")
 
         self.device = resolve_device(device)
-        # A name is the notebook's spelling; a Precision is resolve_precision's answer already, not asked twice.
         self.precision = precision if isinstance(precision, Precision) else resolve_precision(precision, self.device)
         if self.precision.param_dtype is not None and scaler_kwargs:
             raise UsageError(
