@@ -105,6 +105,23 @@ def amp_precision_names(device: torch.device) -> list[str]:
     return [AMP_DEFAULT.get(device.type, "bf16")]
 
 
+def precision_row(name: str, device_type: str) -> Precision:
+    """The table's row for ``name`` ("amp": the device type's mixed precision, as ``--compare`` measures it),
+    not yet checked against a device (``resolve_precision`` checks it): what a check before any device
+    work reads the flags of. Raises UsageError for a name the table does not have.
+
+    Usage: ``precision_row("amp", "cpu").autocast_dtype  # torch.bfloat16``
+    """
+    name = name.lower()
+    if name == "amp":
+        name = AMP_DEFAULT.get(device_type)
+        if name is None:
+            raise UsageError(f"--amp: no mixed precision is defined for device type {device_type!r}")
+    if name not in PRECISIONS:
+        raise UsageError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
+    return PRECISIONS[name]
+
+
 def resolve_precision(name: str | Precision | None, device: torch.device, *, policy: bool = True) -> Precision:
     """Validate ``name`` ("amp", "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true") for ``device``.
 
@@ -127,13 +144,7 @@ def resolve_precision(name: str | Precision | None, device: torch.device, *, pol
             if choice.notice:
                 logger.warning(choice.notice)
             name = choice.precision
-        elif name == "amp":
-            name = AMP_DEFAULT.get(device.type)
-            if name is None:
-                raise UsageError(f"--amp: no mixed precision is defined for device type {device.type!r}")
-        if name not in PRECISIONS:
-            raise UsageError(f"unknown precision {name!r}; choose one of: {', '.join(PRECISIONS)}")
-        precision = PRECISIONS[name]
+        precision = precision_row(name, device.type)
 
     if precision.tf32:
         if device.type != "cuda":

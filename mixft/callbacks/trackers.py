@@ -84,8 +84,8 @@ def build_trackers(
 ) -> list[Tracker]:
     """The tracker callbacks for ``names`` (from ``check_trackers``), writing under ``output_dir``.
 
-    ``hparams`` and ``hardware`` default to the trainer's recorded run config (plus its
-    precision and seed) and ``mixft.amp.hardware.describe_hardware``. Under data parallelism
+    ``hparams``: the run's options, as the run layer hands them (default: the trainer's precision and
+    seed); ``hardware`` defaults to ``mixft.amp.hardware.describe_hardware``. Under data parallelism
     only the main process tracks (the others get ``[]``). ``project`` names the MLflow
     experiment and the trackio project (default: ``directory_project(output_dir)``); their run
     names carry the start time (``fp32-seed0-20261125-054817``).
@@ -268,12 +268,12 @@ class Tracker(Callback):
             self._log_metrics(step, finite)
 
     def _params(self, trainer) -> dict[str, Any]:
+        # The run layer hands a run's options (and its precision and seed) at construction; without them, the
+        # trainer's precision and seed are what a tracker knows of the run.
         if self.hparams is not None:
             config = dict(self.hparams)
         else:
-            config = dict(getattr(trainer, "run_info", {}).get("config") or {})
-            # A compared run's config leaves its precision and seed out: they are this run's.
-            config.update(precision=trainer.precision.name, seed=trainer.seed)
+            config = {"precision": trainer.precision.name, "seed": trainer.seed}
         hardware = self.hardware
         if hardware is None:
             from mixft.amp.hardware import describe_hardware

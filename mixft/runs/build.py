@@ -1,17 +1,21 @@
 """A Trainer from a recipe's parts and a run's options: the one place the run layer meets the loop.
 
 The loop (``mixft.train.trainer``) knows nothing of ``RunConfig`` or recipes; the runner, the
-probe, the benchmarks and the examples build their trainer here.
+probe, the benchmarks and the examples build their trainer here. What a run records of its options
+(results.json's ``config``, the trackers' hyper-parameters) is ``recorded_config``'s, attached by the
+runner: the loop does not carry it.
 
 Usage::
 
     parts = recipe.build(cfg, prepared, precision, device, seed)
     result = build_trainer(parts, cfg, precision=precision, device=device, seed=seed).fit()
+    result.config = recorded_config(cfg)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -38,8 +42,8 @@ def build_trainer(
     """The trainer for a recipe's parts under a run's options (``cfg`` with the recipe defaults applied).
 
     The model, optimizer, loss, loaders, scheduler, predict_fn and metric come from
-    ``parts``; accumulation, clipping, the budget, ``eval_steps`` and fp16's initial loss scale from ``cfg``; ``cfg`` itself is
-    recorded in the RunResult's ``config`` (one run's own: no ``precisions``/``seeds`` lists).
+    ``parts``; accumulation, clipping, the budget, ``eval_steps`` and fp16's initial loss scale from ``cfg``.
+    ``precision``: a resolved ``Precision`` is taken as it is (a name is resolved by the ``Trainer``).
 
     Usage: ``build_trainer(recipe.build(cfg, prepared, precision, device, seed), cfg,
     precision=precision, device=device, seed=seed).fit()``
@@ -68,11 +72,7 @@ def build_trainer(
         fsdp=cfg.fsdp,
         # --init-loss-scale: where fp16's GradScaler starts (a scaler that is off ignores it).
         scaler_kwargs={"init_scale": scale} if scale is not None else None,
-        # The data files' fingerprints too: --resume keeps a finished run only on unchanged data.
-        run_info={
-            **parts.run_info,
-            "config": {**cfg.to_dict(), "precisions": None, "seeds": None, "data_files": data_fingerprints(cfg)},
-        },
+        run_info=parts.run_info,
     )
     if cfg.fast_dropout and trainer.device.type == "cpu":
         # Every nn.Dropout and sdpa attention dropout of this run's own model draws its masks
@@ -84,3 +84,14 @@ def build_trainer(
         # step. DDP's reducer wants dense gradients; CUDA allocates and fills in one fast kernel.
         trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
     return trainer
+
+
+def recorded_config(cfg: RunConfig) -> dict[str, Any]:
+    """What one run records of its options: results.json's ``config`` and its trackers' hyper-parameters.
+
+    One run's own (no ``precisions``/``seeds`` lists: its ``precision`` and ``seed`` say them), with the
+    data files' fingerprints: ``--resume`` keeps a finished run only on unchanged data.
+
+    Usage: ``result.config = recorded_config(cfg)``
+    """
+    return {**cfg.to_dict(), "precisions": None, "seeds": None, "data_files": data_fingerprints(cfg)}

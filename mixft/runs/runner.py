@@ -26,7 +26,14 @@ import torch
 
 from mixft import distributed
 from mixft.amp.hardware import describe_hardware
-from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, resolve_device, resolve_precision
+from mixft.amp.precision import (
+    Precision,
+    PrecisionChoice,
+    choose_precision,
+    precision_row,
+    resolve_device,
+    resolve_precision,
+)
 from mixft.callbacks.checkpointer import Checkpointer
 from mixft.callbacks.faults import CollapseDetector, InjectNonFinite
 from mixft.callbacks.tracker_prepare import prepare_trackers
@@ -39,7 +46,7 @@ from mixft.log import logger
 from mixft.recipe import get_recipe
 from mixft.report.agreement import add_agreement
 from mixft.results import RunResult, write_results
-from mixft.runs.build import build_trainer
+from mixft.runs.build import build_trainer, recorded_config
 from mixft.runs.checks import check_before_training, keep_fp32_modules
 from mixft.runs.identity import final_weights
 from mixft.runs.memory_figures import measure_before_fit
@@ -129,18 +136,24 @@ def _check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[P
 
 
 def _check_fsdp(cfg: RunConfig) -> None:
-    """``--fsdp``'s launcher and combinations, before any work (its blocks: ``check_before_training``)."""
+    """``--fsdp``'s launcher and combinations, before any work (its blocks: ``check_before_training``).
+
+    The refusals read the flags of each precision's row in the table (no device work before the group).
+    """
     from ..train.fsdp import check_launch
 
     check_launch()  # --resume's checkpoint (a sharded directory, its world size) is make_plan's to check
-    pure = [name for name in cfg.precisions if name in ("bf16-pure", "bf16-true")]
+    # Each precision's row ("amp": the device's mixed precision), named in the messages as it was asked.
+    device_type = resolve_device(cfg.device).type
+    asked = [(name, precision_row(name, device_type)) for name in cfg.precisions]
+    pure = [name for name, row in asked if row.param_dtype is not None]
     if pure:
         # FSDP2's policy already keeps fp32 shards and gathers bf16: bf16 weights to shard is another design.
         raise UsageError(
             f"--fsdp with {', '.join(pure)}: the sharded run keeps fp32 shards and gathers them in "
             "bf16 (FSDP2's mixed-precision policy); use --precision bf16 with --fsdp"
         )
-    half = [name for name in cfg.precisions if name in ("bf16", "fp16", "amp")]
+    half = [name for name, row in asked if row.autocast_dtype is not None]  # the pure ones refused above
     if cfg.fp32_modules and half:
         # FSDP gathers every block's weights in the half dtype: an fp32 island would compute in
         # fp32 on rounded weights, which is not what --fp32-modules promises.
@@ -156,7 +169,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     Usage: ``results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"]))``
     """
     observer = observer or RunObserver()
-    recipe, cfg, device, _ = _check_options(cfg)
+    recipe, cfg, device, checked = _check_options(cfg)
     # Data and model errors surface here, still before training. Notices (offline
     # fallbacks, precisions) are shown only once everything resolved, so an error stays one line.
     prepared = recipe.prepare(cfg)
@@ -168,7 +181,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     hardware = describe_hardware(device)
     probe = _cached_probe(cfg, prepared, device, hardware)
     choices = choose_precisions(cfg, device, hardware, probe)
-    precisions = [resolve_precision(choice.precision, device) for choice in choices]
+    precisions = [_chosen(precision, choice, device) for precision, choice in zip(checked, choices)]
     # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's):
     # the one plan every later step asks where its files go.
     run_plan = make_plan(cfg, [p.name for p in precisions])
@@ -229,6 +242,12 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
             if back:
                 logger.warning(back)
             raise
+
+
+def _chosen(checked: Precision, choice: PrecisionChoice, device) -> Precision:
+    """What a run trains in: the precision checked at start-up (``_check_options``), resolved once, unless
+    ``--amp``'s policy chose another one (fp32 on a CPU without native bf16), resolved here."""
+    return checked if choice.precision == checked.name else resolve_precision(choice.precision, device)
 
 
 def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> list[PrecisionChoice]:
@@ -381,7 +400,12 @@ def _train_one(
     files = run_plan.runs[(precision.name, seed)]  # where this run's files go, what its checkpoints record
     parts = recipe.build(cfg, prepared, precision, device, seed)
     keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
-    watch = None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed)
+    # The run's options go to results.json and its trackers from here, never through the loop.
+    config = recorded_config(cfg)
+    hparams = {**config, "precision": precision.name, "seed": seed}  # the lists' entries this run is
+    watch = (
+        None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed, hparams=hparams)
+    )
     reliability = reliability_callbacks(
         cfg,
         seed,
@@ -412,6 +436,7 @@ def _train_one(
             with trainer.untimed():  # the kept predictions must be the best weights', like its "eval"
                 trainer.evaluate()
         memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
+    result.config = config
     finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
     if cfg.save_model and not cfg.eval_only and finished:
         target = files.saved_model

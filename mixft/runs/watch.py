@@ -100,14 +100,18 @@ class RunWatch:
     trackers: list[Callback] = field(default_factory=list)
 
     @classmethod
-    def for_run(cfg_cls, cfg: RunConfig, parts, *, precision: str, seed: int) -> RunWatch:
-        """Checks ``--metric-for-best`` against the task's metrics (UsageError before training) and builds the callbacks."""
+    def for_run(cfg_cls, cfg: RunConfig, parts, *, precision: str, seed: int, hparams=None) -> RunWatch:
+        """Checks ``--metric-for-best`` against the task's metrics (UsageError before training) and builds the callbacks.
+
+        ``hparams``: what the trackers log as the run's options (the runner's ``recorded_config`` with
+        the run's precision and seed).
+        """
         metric = cfg.metric_for_best or main_metric(parts.metric, parts.predict_fn)
         check_metric_for_best(metric, parts)
         load_best = load_best_default(cfg)
         stop = EarlyStopping(metric, cfg.early_stopping_patience) if cfg.early_stopping_patience else None
         names = check_trackers(cfg.report_to)
-        trackers = build_trackers(names, cfg.output_dir, run_name(precision, seed)) if names else []
+        trackers = build_trackers(names, cfg.output_dir, run_name(precision, seed), hparams=hparams) if names else []
         return cfg_cls(BestModel(metric, keep_weights=load_best), load_best, stop, list(trackers))
 
     @property

@@ -121,7 +121,6 @@ class TrainMeter:
             seed=trainer.seed,
             model=info.get("model"),
             dataset=info.get("dataset"),
-            config=dict(info.get("config", {})),
             task=info.get("labels"),
             stopped_early=None if stop is None else (str(stop) or "stopped by a callback"),
             stop_kind=None if stop is None else stop.kind,

@@ -88,8 +88,10 @@ class Trainer:
         loss_fn: ``loss_fn(outputs, labels) -> scalar``; runs inside autocast, so it must
             be autocast-safe (e.g. ``BCEWithLogitsLoss``, not sigmoid + ``BCELoss``).
         train_loader / eval_loader: iterables of batches (see module docstring).
-        precision: "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true", "amp" or a ``Precision``
-            (the pure ones cast the model to bf16 here and need a compensated optimizer: mixft.train.pure_bf16).
+        precision: "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true", "amp" (a notebook's name, resolved
+            here for ``device`` by ``resolve_precision``) or a ``Precision`` already resolved for it, taken as it
+            is (the run layer resolves each run's once, not twice). The pure ones cast the model to bf16 here and
+            need a compensated optimizer: mixft.train.pure_bf16.
         device: "auto", "cpu", "cuda" or a ``torch.device``.
         lr_scheduler: a scheduler (or list matching the optimizers), or a factory
             ``f(optimizer, total_steps) -> scheduler``. Each is stepped only after its own
@@ -116,7 +118,8 @@ class Trainer:
         loss_hook: ``f(trainer, loss, outputs, inputs) -> loss`` called after the forward
             pass (outside autocast, before scaling): adds terms such as a gradient
             penalty (see ``mixft.amp.penalties.gradient_penalty``, which unscales by hand).
-        run_info: extra fields for the RunResult (``model``, ``dataset``, ``config``).
+        run_info: extra fields for the RunResult (``model``, ``dataset``, ``labels``); the run's options
+            (its ``config``) are the run layer's to record (``mixft.runs.build.recorded_config``).
         fsdp: shard the model over the process group with FSDP2 (``mixft.train.fsdp``) instead of
             wrapping it in DDP: needs a process group of 2 or more (torchrun) and a model
             with transformer blocks. The step below is unchanged: gradients are sharded
@@ -158,7 +161,7 @@ class Trainer:
             raise ValueError(f"max_grad_norm must be a positive finite number or None, got {max_grad_norm}")
 
         self.device = resolve_device(device)
-        self.precision = resolve_precision(precision, self.device)
+        self.precision = precision if isinstance(precision, Precision) else resolve_precision(precision, self.device)
         if self.precision.param_dtype is not None and scaler_kwargs:
             raise UsageError(
                 f"precision {self.precision.name} has no GradScaler: scaler_kwargs {scaler_kwargs} "

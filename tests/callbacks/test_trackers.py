@@ -45,7 +45,6 @@ def tiny_run(callbacks, *, epochs: int = 2, n: int = 24, batch: int = 4, precisi
         predict_fn=lambda out: out.argmax(-1),
         seed=seed,
         callbacks=callbacks,
-        run_info={"config": {"lr": 0.5, "precisions": None, "seeds": None}},
     )
     return trainer, trainer.fit()
 
@@ -80,14 +79,25 @@ def test_tensorboard_logs_config_and_hardware_once(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    tracker = TensorBoardTracker(tmp_path, "bf16-seed3", hardware=HARDWARE)
-    tiny_run([tracker], precision="bf16", seed=3, epochs=1)
-    acc = EventAccumulator(str(tmp_path / "bf16-seed3"))
-    acc.Reload()
-    content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
-    hp = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+    def logged(name):
+        acc = EventAccumulator(str(tmp_path / name))
+        acc.Reload()
+        content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+        return plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+
+    # The run layer hands the run's options at construction; a tracker without them knows the trainer's
+    # precision and seed.
+    given = TensorBoardTracker(
+        tmp_path, "given", hardware=HARDWARE, hparams={"lr": 0.5, "precisions": None, "precision": "bf16", "seed": 3}
+    )
+    alone = TensorBoardTracker(tmp_path, "bf16-seed3", hardware=HARDWARE)
+    tiny_run([given, alone], precision="bf16", seed=3, epochs=1)
+    hp = logged("given")
     assert hp["config.precision"].string_value == "bf16" and hp["config.seed"].number_value == 3
     assert hp["config.lr"].number_value == 0.5 and hp["hardware.cpu.model"].string_value == "test-cpu"
+    hp = logged("bf16-seed3")
+    assert hp["config.precision"].string_value == "bf16" and hp["config.seed"].number_value == 3
+    assert "config.lr" not in hp
 
 
 def test_compared_runs_overlay_under_one_log_dir(tmp_path):

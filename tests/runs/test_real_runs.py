@@ -145,6 +145,14 @@ def test_tensorboard_event_file_from_a_cli_run_holds_loss_per_step_and_eval_metr
         (h["step"], pytest.approx(h["accuracy"])) for h in r["eval_history"]
     ]
     assert {"train/learning_rate", "train/grad_norm", "eval/loss", "eval/f1"} <= set(events.Tags()["scalars"])
+    # The run's options reach the tracker from the run layer: results.json's config, with this run's precision and seed.
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    hp = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+    assert hp["config.precision"].string_value == "fp32" and hp["config.seed"].number_value == r["seed"]
+    assert hp["config.eval_steps"].number_value == r["config"]["eval_steps"] == 3
+    assert hp["config.recipe"].string_value == r["config"]["recipe"]
 
 
 def test_predictions_keep_input_order_and_label_names(tmp_path, model, data):

@@ -56,6 +56,22 @@ class InjectAt(Callback):
 
 
 # --------------------------------------------------------------------- accumulation
+def test_a_resolved_precision_is_taken_as_it_is_and_a_name_is_resolved(monkeypatch):
+    import mixft.train.trainer as trainer_module
+    from mixft.amp.precision import PRECISIONS
+
+    asked = []
+    monkeypatch.setattr(
+        trainer_module, "resolve_precision", lambda name, device: asked.append(name) or PRECISIONS[name]
+    )
+    x, y = regression_data(8)
+    bf16 = PRECISIONS["bf16"]
+    assert Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 4), precision=bf16).precision is bf16
+    assert asked == []  # the run layer resolved it once: not again here
+    assert Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 4), precision="bf16").precision is bf16
+    assert asked == ["bf16"]  # the notebook's name
+
+
 def test_accumulating_k_micro_batches_equals_one_big_batch_fp32():
     x, y = regression_data(32)
     small = Trainer(make_mlp(), sgd(), nn.MSELoss(), loader(x, y, 4), grad_accum=4, max_grad_norm=None)
