@@ -152,14 +152,7 @@ class Trainer:
         run_info: dict[str, Any] | None = None,
         fsdp: bool = False,
     ):
-        POSITIVE_INT.validate("grad_accum", grad_accum)
-        POSITIVE_INT.validate("epochs", epochs)
-        NON_NEGATIVE_INT.validate("eval_steps", eval_steps)
-        if max_steps is not None:
-            POSITIVE_INT.validate("max_steps", max_steps)
-        if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
-            raise ValueError(f"max_grad_norm must be a positive finite number or None, got {max_grad_norm}")
-
+        _check_loop_options(grad_accum, epochs, eval_steps, max_steps, max_grad_norm)
         self.device = resolve_device(device)
         self.precision = precision if isinstance(precision, Precision) else resolve_precision(precision, self.device)
         if self.precision.param_dtype is not None and scaler_kwargs:
@@ -168,22 +161,7 @@ class Trainer:
                 "would be ignored (loss scaling is fp16's)"
             )
         self.fsdp = fsdp
-        if fsdp:
-            if self.precision.param_dtype is not None:
-                raise UsageError(
-                    f"precision {self.precision.name} with fsdp: FSDP2 keeps fp32 shards and gathers "
-                    "them in bf16 (its mixed-precision policy); use bf16 or fp32 with --fsdp"
-                )
-            # Sharded on the CPU, before any move: fully_shard moves only this process's shards
-            # to the device (a model larger than one GPU must never be moved whole).
-            self.model = _sharded(model, self.precision, self.device)
-        else:
-            # The model must be on its device (and, for bf16-pure, in bf16) before a factory builds
-            # the optimizer, or the optimizer's state would be created for the wrong tensors.
-            self.model = model.to(self.device, dtype=self.precision.param_dtype)
-            # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
-            # module stays reachable as ``self.module`` (saving, evaluation).
-            self.model = distributed.wrap_model(self.model, self.device)
+        self.model = self._placed(model)
         # Reversible swaps a builder made in the model (mixft.runs.build: fast dropout, row
         # embedding gradients), by name, each with .remove().
         self.cpu_swaps: dict[str, Any] = {}
@@ -219,6 +197,24 @@ class Trainer:
         self.state = TrainState()
         self._rng = ResumeRng()  # RNG states a checkpoint saves and a resumed fit restores
         self._meter: TrainMeter | None = None  # this fit's clock and counters (state_dict reads them mid-run)
+
+    def _placed(self, model: nn.Module) -> nn.Module:
+        """``model`` on this trainer's device in its precision: sharded (fsdp), DDP-wrapped under a launcher, or as is."""
+        if self.fsdp:
+            if self.precision.param_dtype is not None:
+                raise UsageError(
+                    f"precision {self.precision.name} with fsdp: FSDP2 keeps fp32 shards and gathers "
+                    "them in bf16 (its mixed-precision policy); use bf16 or fp32 with --fsdp"
+                )
+            # Sharded on the CPU, before any move: fully_shard moves only this process's shards
+            # to the device (a model larger than one GPU must never be moved whole).
+            return _sharded(model, self.precision, self.device)
+        # The model must be on its device (and, for bf16-pure, in bf16) before a factory builds
+        # the optimizer, or the optimizer's state would be created for the wrong tensors.
+        model = model.to(self.device, dtype=self.precision.param_dtype)
+        # Under a launcher (torchrun / accelerate launch) this is a DDP wrapper; the bare
+        # module stays reachable as ``self.module`` (saving, evaluation).
+        return distributed.wrap_model(model, self.device)
 
     @property
     def module(self) -> nn.Module:
@@ -585,3 +581,14 @@ def _len_or_none(loader) -> int | None:
         return len(loader)
     except TypeError:
         return None
+
+
+def _check_loop_options(grad_accum, epochs, eval_steps, max_steps, max_grad_norm) -> None:
+    """The loop's own numbers, before anything is moved or built (a ValueError names the bad one)."""
+    POSITIVE_INT.validate("grad_accum", grad_accum)
+    POSITIVE_INT.validate("epochs", epochs)
+    NON_NEGATIVE_INT.validate("eval_steps", eval_steps)
+    if max_steps is not None:
+        POSITIVE_INT.validate("max_steps", max_steps)
+    if max_grad_norm is not None and not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
+        raise ValueError(f"max_grad_norm must be a positive finite number or None, got {max_grad_norm}")
