@@ -28,7 +28,7 @@ from mixft.callbacks.interrupt import SignalHandler
 from mixft.cli.console import ConsoleObserver, print_outputs, print_probe, quiet_library_progress
 from mixft.cli.parser import OneLineParser, int_list, setup_logging
 from mixft.config.run_config import RunConfig
-from mixft.distributed import is_main_process, shutdown
+from mixft.distributed import is_main_process, lost_peer, shutdown
 from mixft.errors import UsageError
 from mixft.options import SEED, add_arguments
 from mixft.recipe import recipe_names
@@ -264,5 +264,36 @@ def _finish(prog: str, cfg: RunConfig, results, observer: ConsoleObserver) -> in
         )
     if is_main_process():
         print_outputs(cfg, results)
-    shutdown()
+    return _leave_the_job(prog, cfg)
+
+
+def _leave_the_job(prog: str, cfg: RunConfig) -> int:
+    """Leave the process group, whose barrier waits for every process: 0, or one line when a process is gone.
+
+    A process lost after training (its node died while process 0 wrote the results) breaks that
+    barrier: one line instead of a traceback. Process 0 wrote results.json before it got here, so its
+    run stands; another process cannot tell whether process 0 did.
+    """
+    try:
+        shutdown()
+    except Exception as e:
+        words = lost_peer(e)
+        if words is None:
+            raise
+        if is_main_process():
+            print(
+                f"{prog}: warning: another process of this run ended before the job did ({words}); "
+                f"the results in {cfg.output_dir} are complete",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 0
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # each node's first process, as for a peer lost mid-run
+            print(
+                f"{prog}: error: another process of this run is gone at its end ({words}); "
+                f"{Path(cfg.output_dir) / RESULTS_NAME} is complete only if process 0 wrote it",
+                file=sys.stderr,
+                flush=True,
+            )
+        return EXIT_PEER_LOST
     return 0

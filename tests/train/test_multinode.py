@@ -31,6 +31,7 @@ from launch_output import error_lines
 from test_distributed import ddp_runs  # noqa: F401  (its fixture, asked for by one_node_ddp)
 
 from mixft import distributed
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from tests.runs.test_fsdp_resume import (  # the one-node reference run and how the resume tests read it
     args,
@@ -353,3 +354,45 @@ def test_the_line_names_the_checkpoint_written_last_and_its_step(tmp_path):
         f"the last checkpoint, {tmp_path / 'checkpoint-bf16-seed0.dcp'} (step 5), is kept: "
         "rerun the same command with --resume on every node"
     )
+
+
+GLOO_CLOSED = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4711"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_process_lost_after_training_is_one_line_not_a_traceback(rank, tmp_path, monkeypatch, capsys):
+    # The last barrier (distributed.shutdown) breaks when a process is gone at the very end: process 0
+    # has written the results and says they stand (exit 0); another says it cannot tell (exit 5).
+    from mixft.cli import main as cli_main
+
+    def barrier_broken():
+        raise RuntimeError(GLOO_CLOSED)
+
+    monkeypatch.setattr(cli_main, "shutdown", barrier_broken)
+    monkeypatch.setattr(cli_main, "is_main_process", lambda: rank == 0)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    cfg = RunConfig(recipe="bert-sst2", output_dir=str(tmp_path))
+    code = cli_main._leave_the_job("finetune.py", cfg)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    words = "(gloo: Connection closed by peer [10.0.0.2]:4711)"
+    if rank == 0:
+        assert code == 0
+        assert line == f"finetune.py: warning: another process of this run ended before the job did {words}; " + (
+            f"the results in {tmp_path} are complete"
+        )
+    else:
+        assert code == cli_main.EXIT_PEER_LOST == 5
+        assert line == f"finetune.py: error: another process of this run is gone at its end {words}; " + (
+            f"{tmp_path / 'results.json'} is complete only if process 0 wrote it"
+        )
+
+
+def test_any_other_error_at_the_last_barrier_is_raised(tmp_path, monkeypatch):
+    from mixft.cli import main as cli_main
+
+    def bug():
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(cli_main, "shutdown", bug)
+    with pytest.raises(RuntimeError, match="something else"):
+        cli_main._leave_the_job("finetune.py", RunConfig(recipe="bert-sst2", output_dir=str(tmp_path)))
