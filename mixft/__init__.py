@@ -52,7 +52,7 @@ _EXPORTS = {
     "write_report": "mixft.report.markdown",
     "write_plots": "mixft.report.plots",
     # "is AMP faster here?"
-    "run_probe": "mixft.runs.runner",
+    "run_probe": "mixft.runs.probe",
     "cached_probe": "mixft.report.probe_result",
     "render_probe_table": "mixft.report.probe_result",
     "describe_hardware": "mixft.amp.hardware",

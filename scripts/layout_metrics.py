@@ -22,7 +22,11 @@ How each figure is counted (printed with the figures):
   arguments (as called) is named ``argv`` or holds the parsed ``argparse.Namespace``. After
   that it is ON the walk of (a) the precision option when one of its arguments is named
   ``precision``/``precisions``/``amp``/``requested`` or holds a ``Precision``/``PrecisionChoice``
-  object; of (b) the run config when one of its arguments holds a ``RunConfig``. Only frames whose code lives in ``mixft/`` count. After every call
+  object; of (b) the run config when one of its arguments holds a ``RunConfig``. An argument that
+  holds the run layer's plan object counts too, since it carries them: a ``RunPlan`` for both walks,
+  a ``PlannedRun`` for (a) (before issue 43's fold, no object handed down carried either: runner.py's
+  ``Plan`` was unpacked where it was made, and the ``RunPlan`` of then held only file names and
+  precision names, so the rule counts nothing more on older trees). Only frames whose code lives in ``mixft/`` count. After every call
   and return event the module of the innermost on-walk frame is noted; consecutive repeats
   collapse, leaving the sequence of rooms a reader goes through. Reported: modules opened
   (distinct modules in the sequence), transitions (length - 1), comebacks (entries of a
@@ -189,6 +193,9 @@ def static_figures() -> list[str]:
 
 PRECISION_ARGS = ("precision", "precisions", "amp", "requested")
 PRECISION_TYPES = ("Precision", "PrecisionChoice")
+# The run layer's plan objects carry both values: a frame handed one follows them as much as one handed the value.
+# (type name, the attribute that holds the value): the old files-only RunPlan had no ``cfg``, so it does not count.
+CARRIERS = {"precision": (("RunPlan", "cfg"), ("PlannedRun", "precision")), "config": (("RunPlan", "cfg"),)}
 
 
 def _on_walk(frame, walk: str) -> bool:
@@ -197,6 +204,8 @@ def _on_walk(frame, walk: str) -> bool:
     values = [(n, frame.f_locals.get(n)) for n in names]
     if any(n == "argv" or type(v).__name__ == "Namespace" for n, v in values):
         return True  # the option as the CLI holds it, before it becomes a RunConfig
+    if any(type(v).__name__ == kind and hasattr(v, held) for _, v in values for kind, held in CARRIERS[walk]):
+        return True
     if walk == "precision":
         return any(n in PRECISION_ARGS or type(v).__name__ in PRECISION_TYPES for n, v in values)
     return any(type(v).__name__ == "RunConfig" for _, v in values)

@@ -192,7 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = None
     try:
         args, cfg = config_from_argv(argv, prog)
-        from mixft.runs.runner import run, run_probe
+        from mixft.runs.probe import run_probe
+        from mixft.runs.runner import run
 
         if cfg.probe:
             print_probe(cfg, run_probe(cfg))
@@ -202,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.num_workers:
             # Tokenizers warn in every forked DataLoader worker; mixft tokenises before forking.
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        # run() makes every cheap check (plan()) before any work: bad input exits here.
+        # run() decides everything (make_plan()) before any work: bad input exits here.
         with SignalHandler() as signals:
             observer = ConsoleObserver(progress=not args.no_progress, signals=signals)
             results = run(cfg, observer)

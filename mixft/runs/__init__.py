@@ -1,14 +1,22 @@
 """Layer 7, the run layer: one run or many, from a ``RunConfig`` to results.json.
 
-    runner          plan -> prepare -> choose precisions -> build, train, record each (precision, seed) run
+    runner          make_plan, then the output directory, then build, train, record each planned run
+    plan            the RunPlan, made once before any work: the checked options, the prepared data, the
+                    hardware, and per run its resolved precision and why, its files, what --resume does
+    options         the cheap checks (recipe, options, device, precisions), before any file is read
+    observer        RunObserver: what a front end hears about a run
     build           a Trainer from a recipe's parts and a RunConfig
     outdir          the output directory: every file name in it, its checks, its lock, reading results.json
-    plan            the RunPlan: every run's files and identity and the --resume plan, made once before any work
-    identity        which run is which (trajectory options, data fingerprints) and the ``--resume`` plan
+    identity        which run is which (trajectory options, data fingerprints) and what ``--resume`` does
+    checks          before any run: --fp32-modules names and the fp16 preflight
+    shape           before any run: the options against the run's shape (warm-up, patience, --load-best)
     watch           the callbacks a RunConfig asks for (best model, early stopping, trackers)
-    checks          at run start: --fp32-modules names and the fp16 preflight
+    reliability     fault injection, collapse detection, checkpoints, continuing from one
     memory_figures  the memory breakdown and the fresh-process RSS figure (fresh_process: that process)
+    record          results.json and config.yaml after each run, report.md after a comparison
+    saved_model     --save-model: the trainer's model, or a finished run's from its final checkpoint
     predict         --predict-file (predictions_file: the CSV/JSON Lines writer)
+    set_aside       an earlier run in the directory moved aside whole; shared_dir: one directory under torchrun
     probe           --probe: a few timed steps per precision of the recipe's own workload
 
 Imports every layer below it (report/ included); only cli/ imports it.
@@ -25,13 +33,10 @@ from __future__ import annotations
 
 _EXPORTS = {
     "run": "mixft.runs.runner",
-    "plan": "mixft.runs.runner",
-    "run_probe": "mixft.runs.runner",
-    "RunObserver": "mixft.runs.runner",
-    "reliability_callbacks": "mixft.runs.runner",
+    "run_probe": "mixft.runs.probe",
+    "RunObserver": "mixft.runs.observer",
+    "reliability_callbacks": "mixft.runs.reliability",
     "build_trainer": "mixft.runs.build",
-    "ResumePlan": "mixft.runs.identity",
-    "plan_resume": "mixft.runs.identity",
     "RunPlan": "mixft.runs.plan",
     "make_plan": "mixft.runs.plan",
     "run_meta": "mixft.runs.identity",
@@ -45,7 +50,7 @@ __all__ = list(_EXPORTS)
 def __getattr__(name: str):
     module_name = _EXPORTS.get(name)
     if module_name is None:
-        raise AttributeError(f"module 'mixft.run' has no attribute {name!r}")
+        raise AttributeError(f"module 'mixft.runs' has no attribute {name!r}")
     import importlib
 
     value = getattr(importlib.import_module(module_name), name)

@@ -15,7 +15,7 @@ every RNG is restored afterwards.
 
 Usage::
 
-    checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)  # dict or None
+    checked = check_before_training(recipe, cfg, prepared, device, precisions)  # dict or None
     write_results(path, results, hardware=hardware, preflight=checked)
     keep_fp32_modules(parts.model, cfg)  # in each run, between recipe.build and build_trainer
 """
@@ -35,13 +35,12 @@ from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.rng import capture_rng_state, restore_rng_state
-from mixft.runs.plan import RunPlan
 
 DEFAULT_INIT_SCALE = 65536.0  # torch.amp.GradScaler's own default, what an fp16 run starts from
 
 
 def preflight_due(cfg: RunConfig, precisions: list[Precision]) -> bool:
-    """Whether this command runs the preflight: asked for, or (by default) before an fp16 run.
+    """Whether this command runs the preflight: asked for, or (by default) before a run that computes in fp16.
 
     Usage: ``preflight_due(cfg, [resolve_precision("fp16", device)])``
     """
@@ -49,26 +48,27 @@ def preflight_due(cfg: RunConfig, precisions: list[Precision]) -> bool:
         return False
     if cfg.preflight is None:
         # --fsdp: the check runs the whole model in each process, which a sharded run may not fit.
-        return any(p.name == "fp16" for p in precisions) and not cfg.fsdp
+        return any(_in_fp16(p) for p in precisions) and not cfg.fsdp
     return cfg.preflight
 
 
 def check_before_training(
-    recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], run_plan: RunPlan | None = None
+    recipe, cfg: RunConfig, prepared, device, precisions: list[Precision], *, trains: bool = True
 ) -> dict[str, Any] | None:
     """Validate ``--fp32-modules`` and ``--init-loss-scale``; run the preflight when due.
 
     Returns results.json's ``preflight`` record, or None when no preflight ran. Raises
-    UsageError (one line) for a module name the model does not have.
+    UsageError (one line) for a module name the model does not have. ``trains``: False when
+    every run is already finished (``--resume``): no preflight for a command that trains nothing.
 
-    Usage: ``checked = check_before_training(recipe, cfg, prepared, device, precisions, run_plan)``
+    Usage: ``checked = check_before_training(recipe, cfg, prepared, device, precisions)``
     """
     check_precision_combinations(cfg, precisions)  # --init-loss-scale, --min-loss-scale, --fp32-modules: not idle
-    due = preflight_due(cfg, precisions) and not _all_finished(cfg, precisions, run_plan)
+    due = preflight_due(cfg, precisions) and trains
     if not (due or cfg.fp32_modules or cfg.fsdp):
         return None
     # The run the check is about: fp16 when the command trains it, else the first precision.
-    precision = next((p for p in precisions if p.name == "fp16"), precisions[0])
+    precision = next((p for p in precisions if _in_fp16(p)), precisions[0])
     rng = capture_rng_state()  # building draws initial weights: the runs must draw the same ones
     try:
         parts = recipe.build(cfg, prepared, precision, device, cfg.seeds[0])
@@ -135,11 +135,9 @@ def _bf16_supported(device) -> bool:
     return True
 
 
-def _all_finished(cfg: RunConfig, precisions: list[Precision], run_plan: RunPlan | None) -> bool:
-    # --resume with every run already finished trains nothing.
-    return run_plan is not None and all(
-        run_plan.kept(p.name, seed) is not None for seed in cfg.seeds for p in precisions
-    )
+def _in_fp16(precision: Precision) -> bool:
+    # The values the preflight looks for are the ones fp16's narrow range cannot hold.
+    return precision.autocast_dtype == torch.float16
 
 
 def _record(result: PreflightResult, cfg: RunConfig) -> dict[str, Any]:

@@ -3,16 +3,18 @@
 A run is identified by its recipe and the options that change its trajectory
 (``TRAJECTORY_OPTIONS``), plus its precision and seed; its checkpoint records them
 (``run_meta``) with the size, modification time and SHA-256 of the data files it read.
-``plan_resume`` reads results.json and every checkpoint's metadata once, refuses a resume
+``resume_runs`` reads results.json and every checkpoint's metadata once, refuses a resume
 that cannot go on (changed options or data, damaged files, nothing to resume), and
-returns a ``ResumePlan``: the runs kept as they finished and the runs that continue from
-their checkpoint. The runner follows it without checking again.
+says which runs are kept as they finished and which continue from their checkpoint;
+``make_plan`` (``mixft.runs.plan``) writes that into each planned run, and the runner
+follows it without checking again.
 
 Usage::
 
-    plan = plan_resume(cfg, ["fp32", "bf16"])        # CheckpointError (exit 2) if it cannot go on
-    plan.kept("fp32", 0)                              # a finished RunResult, or None
-    plan.continues("bf16", 0)                         # True: resume from its checkpoint
+    finished, continued = resume_runs(cfg, {("fp32", 0): out / "checkpoint-fp32-seed0.pt",
+                                            ("bf16", 0): out / "checkpoint-bf16-seed0.pt"})
+    finished[("fp32", 0)]          # a finished RunResult --resume keeps as it is
+    ("bf16", 0) in continued       # True: resume from its checkpoint
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import functools
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from mixft.callbacks.interrupt import is_interrupted
 from mixft.config.run_config import RunConfig, is_recipe_default
 from mixft.options import flag_of
 from mixft.results import RunResult
-from mixft.runs.outdir import RESULTS_NAME, checkpoint_name, recorded_runs
+from mixft.runs.outdir import RESULTS_NAME, recorded_runs
 from mixft.train.checkpoint import CheckpointError, load_checkpoint
 from mixft.train.sharded_checkpoint import is_sharded_checkpoint, settled, verify_sharded_checkpoint
 
@@ -251,65 +253,23 @@ def check_meta(
             )
 
 
-# ---------------------------------------------------------------- resume plan
-@dataclass(frozen=True)
-class ResumePlan:
-    """What ``--resume`` does with each (precision, seed) run; made once by ``plan_resume``.
+# ---------------------------------------------------------------- what --resume does
+def resume_runs(
+    cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, Mapping[str, Any]] | None = None
+) -> tuple[dict[RunKey, RunResult], frozenset[RunKey]]:
+    """What ``--resume`` does with each run: ``(finished, continued)``, checked once before any work.
 
+    ``checkpoints``: ``{(precision, seed): path}`` in run order (the run plan's names); ``metas``:
+    each run's ``run_meta`` when the caller has it already (the data files are hashed once).
     ``finished``: runs results.json holds that ended (not interrupted): kept as they are.
-    ``continued``: runs whose checkpoint was checked (CRC, options, data files): they
-    continue from it. Any other run starts from scratch. Without ``--resume`` both are
-    empty: every run starts from scratch.
-    """
+    ``continued``: runs whose checkpoint was checked (CRC, options, data files): they continue
+    from it. Any other run starts from scratch. Without ``cfg.resume`` both are empty and
+    nothing is read. Raises CheckpointError when there is nothing at all to resume.
 
-    finished: Mapping[RunKey, RunResult] = field(default_factory=dict)
-    continued: frozenset[RunKey] = frozenset()
-
-    def kept(self, precision: str, seed: int) -> RunResult | None:
-        """The finished run kept as it is, or None when this run trains."""
-        return self.finished.get((precision, seed))
-
-    def continues(self, precision: str, seed: int) -> bool:
-        """Whether this run continues from its (already checked) checkpoint."""
-        return (precision, seed) in self.continued
-
-
-def plan_resume(cfg: RunConfig, precisions: Sequence[str]) -> ResumePlan:
-    """Check before any work that ``--resume`` can go on; returns what it will do with each run.
-
-    Every checkpoint a run would continue from must be intact and written with the same
-    options; runs with neither a checkpoint nor a finished result start from scratch.
-    Raises CheckpointError when there is nothing at all to resume. Without ``cfg.resume``:
-    an empty plan, and nothing is read.
-    Usage: ``plan_resume(cfg, ["fp32", "bf16"]).kept("fp32", 0)``
+    Usage: ``finished, continued = resume_runs(cfg, {("bf16", 0): out / "checkpoint.pt"})``
     """
     if not cfg.resume:
-        return ResumePlan()
-    out = Path(cfg.output_dir)
-    single = len(precisions) * len(cfg.seeds) == 1
-    checkpoints = {
-        (name, seed): out / checkpoint_name(name, seed, single, sharded=cfg.fsdp)
-        for seed in cfg.seeds
-        for name in precisions
-    }
-    return _resume_plan(cfg, checkpoints, {key: run_meta(cfg, *key) for key in checkpoints})
-
-
-def plan_identities(
-    cfg: RunConfig, checkpoints: Mapping[RunKey, Path]
-) -> tuple[ResumePlan, dict[RunKey, dict[str, Any]]]:
-    """Each run's identity (``run_meta``) and the ``--resume`` plan over its checkpoint, in one pass.
-
-    ``checkpoints``: ``{(precision, seed): path}`` in run order (the run plan's names).
-    Usage: ``resume, metas = plan_identities(cfg, {("bf16", 0): out / "checkpoint.pt"})``
-    """
-    metas = {key: run_meta(cfg, *key) for key in checkpoints}
-    return (_resume_plan(cfg, checkpoints, metas) if cfg.resume else ResumePlan()), metas
-
-
-def _resume_plan(
-    cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, dict[str, Any]]
-) -> ResumePlan:
+        return {}, frozenset()
     precisions = list(dict.fromkeys(name for name, _ in checkpoints))
     finished = finished_runs(cfg, precisions)
     continued = set()
@@ -321,7 +281,8 @@ def _resume_plan(
         if not _checkpoint_exists(path):
             _refuse_other_format(path)
             continue
-        check_meta(_read_checkpoint(path), metas[(name, seed)], path, cfg=cfg)
+        meta = metas[(name, seed)] if metas is not None else run_meta(cfg, name, seed)
+        check_meta(_read_checkpoint(path), meta, path, cfg=cfg)
         continued.add((name, seed))
     if not continued and not finished:
         first = next(iter(checkpoints.values()))
@@ -329,7 +290,7 @@ def _resume_plan(
         raise CheckpointError(
             f"--resume: no checkpoint in {out} (looked for {first.name}); run without --resume to start"
         )
-    return ResumePlan(finished=finished, continued=frozenset(continued))
+    return finished, frozenset(continued)
 
 
 def _checkpoint_exists(path: Path) -> bool:
@@ -450,7 +411,7 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
 def final_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """The weights a finished run ended with, from its final checkpoint: the best evaluation's under ``--load-best``.
 
-    ``plan_resume`` has checked the file (CRC, options, the run's last step) when it kept
+    ``resume_runs`` has checked the file (CRC, options, the run's last step) when it kept
     the run with ``--save-model``: it is read here without checking again.
     Usage: ``model.load_state_dict(final_weights("out/checkpoint.pt"))``
     """

@@ -200,7 +200,7 @@ def planned_entries(
 def recorded_runs(out: Path) -> list[Any]:
     """The ``runs`` of ``out``'s results.json as written (plain dicts); ``[]`` when there is no file.
 
-    The runner reads it once per invocation (``mixft.runs.identity.plan_resume`` keeps what
+    The runner reads it once per invocation (``mixft.runs.identity.resume_runs`` keeps what
     it needs). A file that is not JSON, or has no ``runs``, raises its parsing error
     (OSError, ValueError, KeyError, TypeError): the caller words it for its context.
     Usage: ``recorded_runs(Path("outputs/run"))[0]["precision"]``

@@ -1,69 +1,102 @@
-"""The run plan: every answer about the output directory and the runs' identities, made once before any work.
+"""The run plan: everything a command decides before any training, made once by ``make_plan``.
 
-``make_plan`` checks the output directory (writable, nothing in the way) and ``--resume``
-(checkpoints intact and from these options), then writes down, for each (precision, seed)
-run, the files it writes and what its checkpoint records. The runner asks this one object
-from then on (``plan.runs[("bf16", 0)].checkpoint``, ``plan.kept("fp32", 0)``) instead of
-going back to ``mixft.runs.outdir`` and ``mixft.runs.identity`` piece by piece; those two keep
-the rules (the names, the options that identify a run), this module the answers for one run.
+``make_plan(cfg)`` checks the options (``mixft.runs.options``), prepares the data once,
+gathers the machine's facts (torch's native bf16/fp16, the probe cached for this recipe and
+model), chooses and resolves each run's precision once with the reason it was chosen
+(``mixft.amp.precision.choose_precision``), checks the output directory and ``--resume``,
+and runs every check that needs the model before any run (the options against the run's
+shape, the trackers' folders, ``--fp32-modules``' names, the fp16 preflight, the
+``--predict-file``). What it returns is the one object the runner trains from: a
+``RunPlan`` with one ``PlannedRun`` per (precision, seed) run, in the order they train,
+each with its resolved ``Precision``, its reason, its files and what ``--resume`` does
+with it. ``mixft.runs.outdir`` and ``mixft.runs.identity`` keep the rules (the names, the
+options that identify a run); this module holds the answers for one command.
+
+Every refusal is a UsageError (exit 2 from the CLI) raised here, before the output
+directory is locked or anything in it moves. The notices (offline fallbacks, what
+``--amp`` chose and why) are logged once everything resolved, so an error stays one line.
 
 Usage::
 
-    plan = make_plan(cfg, ["fp32", "bf16"])     # UsageError/CheckpointError before any work
-    plan.runs[("bf16", 0)].checkpoint            # OUTPUT_DIR/checkpoint-bf16-seed0.pt
-    plan.kept("fp32", 0)                         # the finished run --resume keeps, or None
+    plan = make_plan(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], seeds=[0, 1]))
+    plan.run("bf16", 1).checkpoint     # OUTPUT_DIR/checkpoint-bf16-seed1.pt
+    plan.run("bf16", 1).precision      # the resolved Precision the Trainer takes as it is
+    plan.run("fp32", 0).kept           # the finished run --resume keeps, or None
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mixft import distributed
-from mixft.config.run_config import RunConfig
-from mixft.results import RunResult
-from mixft.runs.identity import RunKey, plan_identities
-from mixft.runs.outdir import CONFIG_NAME, RESULTS_NAME, check_output_dir, planned_entries, run_names
+import torch
 
-__all__ = ["RunFiles", "RunPlan", "make_plan"]
+from mixft import distributed
+from mixft.amp.hardware import describe_hardware
+from mixft.amp.precision import Precision, PrecisionChoice, choose_precision, resolve_precision
+from mixft.callbacks.tracker_prepare import prepare_trackers
+from mixft.callbacks.trackers import run_name
+from mixft.config.run_config import RunConfig, with_settled
+from mixft.errors import UsageError
+from mixft.log import logger
+from mixft.results import RunResult
+from mixft.runs.checks import check_before_training
+from mixft.runs.identity import resume_runs, run_meta
+from mixft.runs.options import check_options
+from mixft.runs.outdir import CONFIG_NAME, RESULTS_NAME, check_output_dir, planned_entries, run_names
+from mixft.runs.predict import read_predict_file
+from mixft.runs.shape import check_run_shape
+
+__all__ = ["PlannedRun", "RunPlan", "make_plan", "plan_runs", "choose_precisions"]
 
 
 @dataclass(frozen=True)
-class RunFiles:
-    """One (precision, seed) run's place in the output directory and its identity.
+class PlannedRun:
+    """One (precision, seed) run of the plan: what it trains in and why, where its files go, what --resume does.
 
     ``meta``: what its checkpoints record and a ``--resume`` must match (``run_meta``).
-    ``predictions``: where ``--predict-file``'s labels go (None without one).
+    ``kept``: the finished run ``--resume`` keeps as results.json holds it (None: this run trains);
+    ``continues``: it continues from its (already checked) checkpoint; otherwise it starts.
     """
 
+    precision: Precision  # resolved once: the Trainer takes it as it is
+    seed: int
+    requested: str  # as asked ("amp", "bf16"): results.json's precision_requested
+    reason: str  # why it trains in this precision: results.json's precision_reason
     checkpoint: Path  # a .dcp directory under --fsdp
     step_checkpoints: str  # the kept step checkpoints' name, "{step}" to fill (beside ``checkpoint``)
     saved_model: Path
-    predictions: Path | None
+    predictions: Path | None  # where --predict-file's labels go (None without one)
     meta: Mapping[str, Any]
+    kept: RunResult | None = None
+    continues: bool = False
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run writes where, and what ``--resume`` keeps and continues: made once by ``make_plan``.
+    """What a command trains and how, decided before any work (``make_plan``); the runner only follows it.
 
-    ``finished``: the runs ``--resume`` keeps as results.json holds them; ``continued``: the
-    runs that continue from their (already checked) checkpoint; every other run starts.
-    (An earlier run in the directory is set aside whole: ``mixft.runs.set_aside``.)
+    ``cfg``: the options with the recipe's defaults and what the recipe settled once the model
+    was known; ``prepared``: the recipe's data, prepared once for every run; ``hardware``:
+    results.json's ``hardware`` (``describe_hardware``, the cached probe under ``"probe"``);
+    ``preflight``: results.json's ``preflight`` (None when it did not run);
+    ``predict_source``: ``--predict-file`` read and checked (None without one).
     """
 
-    out: Path
-    precisions: tuple[str, ...]
-    seeds: tuple[int, ...]
-    runs: Mapping[RunKey, RunFiles]
-    finished: Mapping[RunKey, RunResult] = field(default_factory=dict)
-    continued: frozenset[RunKey] = frozenset()
+    recipe: Any
+    cfg: RunConfig
+    device: torch.device
+    prepared: Any
+    hardware: dict
+    runs: tuple[PlannedRun, ...]  # in the order they train: each seed, its precisions as asked
+    preflight: dict | None = None
+    predict_source: Any = None
 
     @property
-    def total(self) -> int:
-        return len(self.precisions) * len(self.seeds)
+    def out(self) -> Path:
+        return Path(self.cfg.output_dir)
 
     @property
     def results_path(self) -> Path:
@@ -73,39 +106,174 @@ class RunPlan:
     def config_path(self) -> Path:
         return self.out / CONFIG_NAME
 
-    def kept(self, precision: str, seed: int) -> RunResult | None:
-        """The finished run ``--resume`` keeps as it is, or None when this run trains."""
-        return self.finished.get((precision, seed))
+    @property
+    def total(self) -> int:
+        return len(self.runs)
 
-    def continues(self, precision: str, seed: int) -> bool:
-        """Whether this run continues from its (already checked) checkpoint."""
-        return (precision, seed) in self.continued
+    @property
+    def precisions(self) -> list[Precision]:
+        """The precisions each seed trains, in order (the header's, the fp16 preflight's)."""
+        return [r.precision for r in self.runs if r.seed == self.runs[0].seed]
+
+    def run(self, precision: str, seed: int) -> PlannedRun:
+        """The planned run of this precision and seed (KeyError when the plan has none)."""
+        for planned in self.runs:
+            if planned.precision.name == precision and planned.seed == seed:
+                return planned
+        raise KeyError((precision, seed))
 
 
-def make_plan(cfg: RunConfig, precisions: Sequence[str]) -> RunPlan:
-    """Check the output directory and ``--resume`` for these precisions; every run's files and identity.
+def make_plan(cfg: RunConfig) -> RunPlan:
+    """Check, prepare and decide everything before any training; returns the ``RunPlan`` the runner follows.
 
-    Nothing is written. Raises UsageError (a directory that cannot take the files) or
-    CheckpointError (``--resume`` with nothing to continue, or from other options).
-    Usage: ``make_plan(cfg.with_defaults(recipe.DEFAULTS).validate(), ["fp32", "bf16"])``
+    Raises UsageError (CheckpointError for ``--resume``) with one line before any work: nothing
+    is written and the output directory is not locked yet.
+    Usage: ``plan = make_plan(RunConfig(recipe="bert-sst2", precisions=["amp"]))``
+    """
+    recipe, cfg, device, checked = check_options(cfg)
+    # Data and model errors surface here, still before training.
+    prepared = recipe.prepare(cfg)
+    # What the recipe could decide only once the model was known (bert-sst2: no packing for a family that does
+    # not pack): applied before the runs are planned, so the header, config.yaml, results.json and --resume
+    # say what runs.
+    cfg = with_settled(cfg, getattr(prepared, "settled", None))
+    # The facts the precision policy is handed, gathered once: torch's native bf16/fp16 and
+    # the probe cached for this machine, recipe and model (results.json's "hardware").
+    hardware = describe_hardware(device)
+    probe = _cached_probe(cfg, prepared, device, hardware)
+    choices = choose_precisions(cfg, device, hardware, probe)
+    precisions = [_chosen(precision, choice, device) for precision, choice in zip(checked, choices)]
+    # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
+    runs = plan_runs(cfg, precisions, choices)
+    _say_notices(prepared, hardware, choices)
+    plan = RunPlan(recipe, cfg, device, prepared, hardware, runs)
+    return _checked_against_the_model(plan)
+
+
+def plan_runs(
+    cfg: RunConfig, precisions: Sequence[Precision], choices: Sequence[PrecisionChoice]
+) -> tuple[PlannedRun, ...]:
+    """Every (precision, seed) run's files, identity and what ``--resume`` does with it, in training order.
+
+    Checks the output directory (writable, nothing in the way) and ``--resume`` (checkpoints
+    intact and from these options); nothing is written. ``choices``: why each precision
+    (``choose_precisions``), one per entry of ``cfg.precisions``.
+    Usage: ``plan_runs(cfg, [resolve_precision("bf16", cpu)], choose_precisions(cfg, cpu, hardware))``
     """
     out = Path(cfg.output_dir)
-    names, seeds = tuple(precisions), tuple(cfg.seeds)
+    names, seeds = [p.name for p in precisions], list(cfg.seeds)
     # --fsdp: every checkpoint is a sharded directory (mixft.train.sharded_checkpoint)
     table = run_names(names, seeds, cfg.predict_file, sharded=cfg.fsdp)  # every run's names, asked once
     files, dirs = planned_entries(names, seeds, cfg.save_model, cfg.predict_file, sharded=cfg.fsdp)
     if distributed.is_main_process():
         check_output_dir(out, files=files, dirs=dirs)
-    # --resume: checkpoints intact and from these options. Read once, here, with each run's identity.
-    resume, metas = plan_identities(cfg, {key: out / n.checkpoint for key, n in table.items()})
-    runs = {
-        key: RunFiles(
-            checkpoint=out / n.checkpoint,
-            step_checkpoints=n.step_checkpoints,
-            saved_model=out / n.saved_model,
-            predictions=out / n.predictions if n.predictions else None,
-            meta=metas[key],
+    metas = {key: run_meta(cfg, *key) for key in table}  # hashes the data files once
+    # --resume: checkpoints intact and from these options. Read once, here.
+    finished, continued = resume_runs(cfg, {key: out / n.checkpoint for key, n in table.items()}, metas)
+    asked = {p.name: (p, requested, choice) for p, requested, choice in zip(precisions, cfg.precisions, choices)}
+    runs = []
+    for (name, seed), n in table.items():
+        precision, requested, choice = asked[name]
+        runs.append(
+            PlannedRun(
+                precision=precision,
+                seed=seed,
+                requested=requested,
+                reason=choice.reason,
+                checkpoint=out / n.checkpoint,
+                step_checkpoints=n.step_checkpoints,
+                saved_model=out / n.saved_model,
+                predictions=out / n.predictions if n.predictions else None,
+                meta=metas[(name, seed)],
+                kept=finished.get((name, seed)),
+                continues=(name, seed) in continued,
+            )
         )
-        for key, n in table.items()
-    }
-    return RunPlan(out, names, seeds, runs, dict(resume.finished), frozenset(resume.continued))
+    return tuple(runs)
+
+
+def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> list[PrecisionChoice]:
+    """What each precision of ``cfg`` trains in and why: ``mixft.amp.precision.choose_precision`` handed
+    this machine's facts (``hardware["native"]``, the cached ``probe`` or None).
+
+    Usage: ``choose_precisions(RunConfig(recipe="bert-sst2", precisions=["amp"]), device, describe_hardware(device))``
+    """
+    comparing = len(cfg.precisions) > 1
+    ratios = probe.step_ratios() if probe else None
+    date = probe.measured_at[:10] if probe else None
+    problem = hardware.get("probe_cache_problem")  # a cached probe there that could not be read
+    choices = []
+    for name in cfg.precisions:
+        option = f"--compare {','.join(cfg.precisions)}" if comparing else ("--amp" if name == "amp" else None)
+        choice = choose_precision(
+            name,
+            device.type,
+            hardware.get("native"),
+            probe_ratios=ratios,
+            probe_date=date,
+            option=option,
+            comparing=comparing,
+        )
+        if problem and name == "amp" and not comparing:  # --amp decided without the probe it would have followed
+            from mixft.report.probe_result import CacheProblem
+
+            reason = f"{choice.reason}; {CacheProblem.from_dict(problem).amp_clause()}"
+            choice = choice._replace(reason=reason, notice=f"notice: {reason}")
+        choices.append(choice)
+    return choices
+
+
+def _chosen(checked: Precision, choice: PrecisionChoice, device) -> Precision:
+    """What a run trains in: the precision checked at start-up (``check_options``), resolved once, unless
+    ``--amp``'s policy chose another one (fp32 on a CPU without native bf16), resolved here."""
+    return checked if choice.precision == checked.name else resolve_precision(choice.precision, device)
+
+
+def _cached_probe(cfg: RunConfig, prepared, device, hardware: dict):
+    """This machine's cached probe of the recipe and model, or None; kept in ``hardware["probe"]``
+    (results.json, the header's speed line). A cache file there that cannot be used goes to
+    ``hardware["probe_cache_problem"]``: said before the run, in the header and in --amp's reason."""
+    from mixft.report.probe_result import read_cached_probe
+
+    model = getattr(prepared, "model_description", None) or str(cfg.model)
+    result, problem = read_cached_probe(cfg.recipe, model, device=device, hardware=hardware)
+    if result is not None:
+        hardware["probe"] = result.to_dict()
+    if problem is not None:
+        hardware["probe_cache_problem"] = problem.to_dict()
+    return result
+
+
+def _say_notices(prepared, hardware: dict, choices: Sequence[PrecisionChoice]) -> None:
+    """The data's fallbacks, an unreadable probe cache and what --amp chose: once, when everything resolved."""
+    for notice in getattr(prepared, "notices", ()):
+        logger.warning(notice)
+    if hardware.get("probe_cache_problem"):  # a cache file there but unreadable: named, not silence
+        from mixft.report.probe_result import CacheProblem
+
+        logger.warning(CacheProblem.from_dict(hardware["probe_cache_problem"]).warning())
+    for notice in dict.fromkeys(choice.notice for choice in choices if choice.notice):
+        logger.warning(notice)
+
+
+def _checked_against_the_model(plan: RunPlan) -> RunPlan:
+    """The checks that build the model or read more files, once, before any run: exit 2 here, not at a run's start.
+
+    Returns the plan with the preflight's record and the ``--predict-file`` read.
+    """
+    recipe, cfg, prepared, device, precisions = plan.recipe, plan.cfg, plan.prepared, plan.device, plan.precisions
+    # Options against the run's shape (warm-up, patience, --load-best, --metric-for-best).
+    check_run_shape(recipe, cfg, prepared, device, precisions)
+    if cfg.report_to and distributed.is_main_process():  # where each tracker writes, and an MLflow server
+        prepare_trackers(cfg.report_to, plan.out, [run_name(r.precision.name, r.seed) for r in plan.runs])
+    # --fp32-modules' names, then the fp16 preflight when due (not when --resume trains nothing).
+    trains = any(r.kept is None for r in plan.runs)
+    preflight = check_before_training(recipe, cfg, prepared, device, precisions, trains=trains)
+    if cfg.predict_file and distributed.world_size() > 1:
+        raise UsageError(
+            "--predict-file is not supported under torchrun or accelerate launch: each process would "
+            "label only its shard of the file; label it in one process afterwards with --eval-only "
+            "--model DIR --predict-file FILE"
+        )
+    predict_source = read_predict_file(cfg, prepared) if cfg.predict_file else None  # checked before training
+    return replace(plan, preflight=preflight, predict_source=predict_source)

@@ -31,6 +31,7 @@ Usage::
     result = probe(RunConfig(recipe="bert-sst2"))   # ~25 s on a 2-core CPU
     print(render_probe_table(result))
     probe_line(result)   # 'probe: bf16 step 0.41x fp32, matmul 0.38x (this CPU has no AMX); fastest: fp32'
+    run_probe(RunConfig(recipe="bert-sst2", probe=True))   # --probe: the above, probe.json and probe.md written
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from mixft import distributed
 from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import (
     PRECISIONS,
@@ -64,7 +67,10 @@ from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.recipe import get_recipe
 from mixft.report.probe_result import PrecisionProbe, ProbeResult, check_cache_dir, keep_probe
+from mixft.results import results_document, write_results
 from mixft.runs.build import build_trainer
+from mixft.runs.options import check_options
+from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, OutputLock
 from mixft.train.floor import StepFloor, StepFlops, measure_bandwidth, optimizer_clip_bytes
 from mixft.train.hooks import Callback
 from mixft.train.measure import synchronize
@@ -156,6 +162,32 @@ def probe(
 
 
 # The steps of probe, in its order. -------------------------------------------------------------
+def run_probe(cfg: RunConfig):
+    """``--probe``: measure how fast each precision trains the recipe here; write probe.json and probe.md.
+
+    Trains nothing, and leaves a run's results.json and report.md in the same directory alone. The
+    result is cached for this machine, where later runs' headers and ``--amp`` notices find it: the cache folder is checked before measuring (UsageError), and a
+    cache write that still fails once probe.json is written only warns. Returns the
+    ``mixft.report.probe_result.ProbeResult``.
+
+    Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
+    """
+    from mixft.report.markdown import write_report
+
+    _, cfg, device, precisions = check_options(cfg)
+    check_cache_dir()  # MIXFT_CACHE a file, unwritable: exit 2 now, not after the measurement
+    asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP
+    out = Path(cfg.output_dir)
+    with OutputLock(out) if distributed.is_main_process() else contextlib.nullcontext():
+        result = probe(cfg, device=device, precisions=asked, save=False)
+        if distributed.is_main_process():
+            hardware = {**result.hardware, "probe": result.to_dict()}
+            write_results(out / PROBE_RESULTS_NAME, [], hardware=hardware)
+            write_report(results_document([], hardware=hardware), out, name=PROBE_REPORT_NAME)  # no runs: no charts
+            keep_probe(result, kept_in=str(out / PROBE_RESULTS_NAME))  # after OUTPUT_DIR has it: a failure warns
+    return result
+
+
 def _measure(
     recipe, cfg: RunConfig, dev, required: list[Precision], optional: list[Precision], deadline, share, time_budget_s
 ):

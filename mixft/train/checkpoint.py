@@ -163,7 +163,7 @@ def resume(
 
     Refuses a damaged file and one written at another precision. ``verify=False``: the
     caller has already checked the file (its CRCs and its metadata, as the runner's
-    ``plan()`` does), so neither is checked again. ``states``: the objects saved with
+    ``make_plan`` does), so neither is checked again. ``states``: the objects saved with
     ``save_checkpoint(..., states=...)``, loaded back by name (one the checkpoint lacks
     keeps its fresh state). Returns the checkpoint's meta.
     Usage: ``resume(trainer, "out/checkpoint.pt"); trainer.fit()``

@@ -6,13 +6,15 @@ the CLI-level resume tests are in tests/test_resume.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
 from mixft.config.run_config import RunConfig
 from mixft.results import RunResult, write_results
-from mixft.runs.identity import ResumePlan, check_meta, finished_runs, plan_resume, run_meta, same_option
+from mixft.runs.identity import check_meta, finished_runs, resume_runs, run_meta, same_option
 from mixft.runs.outdir import RESULTS_NAME, checkpoint_name
 from mixft.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from mixft.train.trainer import Trainer
@@ -74,27 +76,34 @@ def test_paths_and_worker_counts_compare_by_meaning(tmp_path, monkeypatch):
     assert same_option("num_workers", 2, 1) and not same_option("num_workers", 0, 2)
 
 
-def test_the_plan_says_which_runs_are_kept_and_which_continue(tmp_path):
+def checkpoints(cfg, precisions):
+    """Each run's checkpoint path, as the run plan names them."""
+    single = len(precisions) * len(cfg.seeds) == 1
+    return {(n, s): Path(cfg.output_dir) / checkpoint_name(n, s, single) for s in cfg.seeds for n in precisions}
+
+
+def test_resume_says_which_runs_are_kept_and_which_continue(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0], resume=True)
     write_results(tmp_path / RESULTS_NAME, [result("fp32")])
     tiny_checkpoint(tmp_path / checkpoint_name("bf16", 0, single=False), run_meta(cfg, "bf16", 0), "bf16")
-    plan = plan_resume(cfg, ["fp32", "bf16"])
-    assert plan.kept("fp32", 0).precision == "fp32" and not plan.continues("fp32", 0)
-    assert plan.kept("bf16", 0) is None and plan.continues("bf16", 0)
-    assert plan_resume(RunConfig(output_dir=str(tmp_path)), ["fp32"]) == ResumePlan()  # no --resume: reads nothing
+    finished, continued = resume_runs(cfg, checkpoints(cfg, ["fp32", "bf16"]))
+    assert finished[("fp32", 0)].precision == "fp32" and ("fp32", 0) not in continued
+    assert ("bf16", 0) not in finished and ("bf16", 0) in continued
+    no_resume = RunConfig(output_dir=str(tmp_path))
+    assert resume_runs(no_resume, checkpoints(no_resume, ["fp32"])) == ({}, frozenset())  # reads nothing
 
 
 def test_a_plan_with_nothing_to_resume_is_refused(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), resume=True)
     with pytest.raises(CheckpointError, match=r"no checkpoint in .* \(looked for checkpoint.pt\)"):
-        plan_resume(cfg, ["fp32"])
+        resume_runs(cfg, checkpoints(cfg, ["fp32"]))
 
 
 def test_a_checkpoint_from_other_options_is_refused_by_the_plan(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), resume=True, lr=1e-3)
     tiny_checkpoint(tmp_path / "checkpoint.pt", run_meta(RunConfig(output_dir=str(tmp_path), lr=2e-3), "fp32", 0))
     with pytest.raises(CheckpointError, match=r"--lr 0.002, this run has 0.001"):
-        plan_resume(cfg, ["fp32"])
+        resume_runs(cfg, checkpoints(cfg, ["fp32"]))
 
 
 def test_lora_options_are_part_of_a_runs_identity(tmp_path):

@@ -1,52 +1,84 @@
-"""runs/plan.py: the one RunPlan a run asks, made before any work."""
+"""runs/plan.py: the one RunPlan a command trains from, made before any work."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from mixft.amp.precision import PrecisionChoice, resolve_precision
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.results import RunResult, write_results
 from mixft.runs.identity import run_meta
 from mixft.runs.outdir import RESULTS_NAME
-from mixft.runs.plan import make_plan
+from mixft.runs.plan import make_plan, plan_runs
+
+CPU = torch.device("cpu")
+TINY_MLP = {"width": 8, "layers": 2, "batches": 2, "eval_batches": 1}
+
+
+def planned(cfg: RunConfig, names: list[str]):
+    """``plan_runs`` for precisions asked as they train (no --amp policy): the reason says so."""
+    precisions = [resolve_precision(name, CPU, policy=False) for name in names]
+    return plan_runs(cfg, precisions, [PrecisionChoice(name, f"asked: {name}") for name in names])
 
 
 def test_a_comparison_plan_names_every_run_file_and_identity(tmp_path):
     cfg = RunConfig(
         output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0, 1], save_model=True, predict_file="new.jsonl"
     )
-    plan = make_plan(cfg, ["fp32", "bf16"])
-    assert list(plan.runs) == [("fp32", 0), ("bf16", 0), ("fp32", 1), ("bf16", 1)]  # the order runs train in
-    files = plan.runs[("bf16", 1)]
-    assert files.checkpoint == tmp_path / "checkpoint-bf16-seed1.pt"
-    assert files.step_checkpoints.format(step=4) == "checkpoint-bf16-seed1-step4.pt"
-    assert files.saved_model == tmp_path / "model-bf16-seed1"
-    assert files.predictions == tmp_path / "predictions-bf16-seed1.jsonl"
-    assert dict(files.meta) == run_meta(cfg, "bf16", 1)
-    assert plan.total == 4 and plan.results_path == tmp_path / "results.json"
-    assert plan.kept("fp32", 0) is None and not plan.continues("fp32", 0)  # no --resume: every run starts
+    runs = planned(cfg, ["fp32", "bf16"])
+    assert [(r.precision.name, r.seed) for r in runs] == [("fp32", 0), ("bf16", 0), ("fp32", 1), ("bf16", 1)]
+    run = runs[3]  # bf16, seed 1
+    assert run.checkpoint == tmp_path / "checkpoint-bf16-seed1.pt"
+    assert run.step_checkpoints.format(step=4) == "checkpoint-bf16-seed1-step4.pt"
+    assert run.saved_model == tmp_path / "model-bf16-seed1"
+    assert run.predictions == tmp_path / "predictions-bf16-seed1.jsonl"
+    assert dict(run.meta) == run_meta(cfg, "bf16", 1)
+    assert run.requested == "bf16" and run.reason == "asked: bf16" and run.precision.autocast_dtype == torch.bfloat16
+    assert all(r.kept is None and not r.continues for r in runs)  # no --resume: every run starts
 
 
 def test_a_single_run_gets_the_short_names_and_writes_no_report(tmp_path):
-    plan = make_plan(RunConfig(output_dir=str(tmp_path)), ["bf16"])
-    files = plan.runs[("bf16", 0)]
-    assert files.checkpoint == tmp_path / "checkpoint.pt" and files.saved_model == tmp_path / "model"
-    assert files.predictions is None
+    (run,) = planned(RunConfig(output_dir=str(tmp_path)), ["bf16"])
+    assert run.checkpoint == tmp_path / "checkpoint.pt" and run.saved_model == tmp_path / "model"
+    assert run.predictions is None
 
 
-def test_resume_is_planned_once_and_the_plan_answers_it(tmp_path):
+def test_resume_is_planned_once_and_each_run_carries_it(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0], resume=True)
     write_results(
         tmp_path / RESULTS_NAME,
         [RunResult(precision="fp32", autocast_dtype=None, grad_scaler=False, device="cpu", device_name="cpu", seed=0)],
     )
-    plan = make_plan(cfg, ["fp32", "bf16"])
-    assert plan.kept("fp32", 0).precision == "fp32" and plan.kept("bf16", 0) is None
-    assert not plan.continues("bf16", 0)  # no checkpoint: it starts
+    fp32, bf16 = planned(cfg, ["fp32", "bf16"])
+    assert fp32.kept.precision == "fp32" and bf16.kept is None
+    assert not bf16.continues  # no checkpoint: it starts
 
 
 def test_an_output_path_that_is_a_file_is_refused_before_any_work(tmp_path):
     (tmp_path / "out").write_text("")
     with pytest.raises(UsageError, match="--output-dir"):
-        make_plan(RunConfig(output_dir=str(tmp_path / "out")), ["fp32"])
+        planned(RunConfig(output_dir=str(tmp_path / "out")), ["fp32"])
+
+
+def test_make_plan_holds_everything_the_runner_follows(tmp_path):
+    cfg = RunConfig(
+        recipe="mlp-synthetic", output_dir=str(tmp_path), precisions=["fp32", "amp"], seeds=[0, 3],
+        batch_size=4, extra=TINY_MLP,
+    )  # fmt: skip
+    plan = make_plan(cfg)
+    assert plan.recipe.NAME == "mlp-synthetic" and plan.cfg.lr == 0.001  # the recipe's defaults applied
+    assert plan.device == CPU and plan.prepared.width == 8  # the data prepared once, for every run
+    assert plan.hardware["native"]["via"]  # this machine's facts: results.json's "hardware" and --amp's evidence
+    assert plan.total == 4 and [(r.requested, r.seed) for r in plan.runs] == [
+        ("fp32", 0), ("amp", 0), ("fp32", 3), ("amp", 3),
+    ]  # fmt: skip
+    amp = plan.run(plan.runs[1].precision.name, 3)
+    assert amp.requested == "amp" and amp.reason  # resolved once, with the reason results.json records
+    assert amp.precision.name != "amp" and amp.precision is plan.runs[1].precision  # the same object every seed
+    assert plan.precisions == [plan.runs[0].precision, plan.runs[1].precision]
+    assert plan.preflight is None and plan.predict_source is None  # no fp16, no --predict-file
+    assert plan.results_path == tmp_path / "results.json" and not list(tmp_path.iterdir())  # nothing written
+    with pytest.raises(KeyError):
+        plan.run("fp16", 0)
