@@ -45,7 +45,7 @@ from mixft.results import RunResult
 from mixft.runs.checks import check_before_training
 from mixft.runs.identity import resume_runs, run_meta
 from mixft.runs.options import check_options
-from mixft.runs.outdir import CONFIG_NAME, RESULTS_NAME, check_output_dir, planned_entries, run_names
+from mixft.runs.outdir import check_output_dir, planned_entries, run_names
 from mixft.runs.predict import read_predict_file
 from mixft.runs.shape import check_run_shape
 
@@ -90,30 +90,11 @@ class RunPlan:
     device: torch.device
     prepared: Any
     hardware: dict
+    out: Path  # OUTPUT_DIR
+    precisions: tuple[Precision, ...]  # what each seed trains, in order (the header's, the checks')
     runs: tuple[PlannedRun, ...]  # in the order they train: each seed, its precisions as asked
     preflight: dict | None = None
     predict_source: Any = None
-
-    @property
-    def out(self) -> Path:
-        return Path(self.cfg.output_dir)
-
-    @property
-    def results_path(self) -> Path:
-        return self.out / RESULTS_NAME
-
-    @property
-    def config_path(self) -> Path:
-        return self.out / CONFIG_NAME
-
-    @property
-    def total(self) -> int:
-        return len(self.runs)
-
-    @property
-    def precisions(self) -> list[Precision]:
-        """The precisions each seed trains, in order (the header's, the fp16 preflight's)."""
-        return [r.precision for r in self.runs if r.seed == self.runs[0].seed]
 
     def run(self, precision: str, seed: int) -> PlannedRun:
         """The planned run of this precision and seed (KeyError when the plan has none)."""
@@ -146,7 +127,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
     runs = plan_runs(cfg, precisions, choices)
     _say_notices(prepared, hardware, choices)
-    plan = RunPlan(recipe, cfg, device, prepared, hardware, runs)
+    plan = RunPlan(recipe, cfg, device, prepared, hardware, Path(cfg.output_dir), tuple(precisions), runs)
     return _checked_against_the_model(plan)
 
 
@@ -261,7 +242,7 @@ def _checked_against_the_model(plan: RunPlan) -> RunPlan:
 
     Returns the plan with the preflight's record and the ``--predict-file`` read.
     """
-    recipe, cfg, prepared, device, precisions = plan.recipe, plan.cfg, plan.prepared, plan.device, plan.precisions
+    recipe, cfg, prepared, device, precisions = plan.recipe, plan.cfg, plan.prepared, plan.device, list(plan.precisions)
     # Options against the run's shape (warm-up, patience, --load-best, --metric-for-best).
     check_run_shape(recipe, cfg, prepared, device, precisions)
     if cfg.report_to and distributed.is_main_process():  # where each tracker writes, and an MLflow server

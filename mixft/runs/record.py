@@ -19,6 +19,7 @@ import dataclasses
 from mixft.config.file import config_yaml, write_config
 from mixft.report.agreement import add_agreement
 from mixft.results import RunResult, results_document, write_results
+from mixft.runs.outdir import CONFIG_NAME, RESULTS_NAME
 from mixft.runs.plan import RunPlan
 
 
@@ -29,9 +30,9 @@ def config_text(plan: RunPlan) -> str:
 
 def record_run(plan: RunPlan, results: list[RunResult]) -> None:
     """results.json with every run so far, and config.yaml beside the results it produced."""
-    write_results(plan.results_path, results, hardware=plan.hardware, preflight=plan.preflight)
+    write_results(plan.out / RESULTS_NAME, results, hardware=plan.hardware, preflight=plan.preflight)
     # A run that fails at its first step leaves neither file.
-    write_config(_from_the_start(plan), plan.config_path)
+    write_config(_from_the_start(plan), plan.out / CONFIG_NAME)
 
 
 def record_comparison(plan: RunPlan, results: list[RunResult]) -> None:
@@ -40,7 +41,7 @@ def record_comparison(plan: RunPlan, results: list[RunResult]) -> None:
     from mixft.report.plots import write_plots
 
     if add_agreement(results):  # fp32's predictions are in too
-        write_results(plan.results_path, results, hardware=plan.hardware, preflight=plan.preflight)
+        write_results(plan.out / RESULTS_NAME, results, hardware=plan.hardware, preflight=plan.preflight)
     doc = results_document(results, hardware=plan.hardware, preflight=plan.preflight)
     write_report(doc, plan.out, charts=write_plots)
 

@@ -91,10 +91,10 @@ def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
         if distributed.is_main_process():
             record_run(plan, results)
         observer.on_result(result)  # after the write: a closed terminal cannot lose it
-        logger.debug("run %d/%d done: %r", len(results), plan.total, result)
+        logger.debug("run %d/%d done: %r", len(results), len(plan.runs), result)
         if observer.stop_requested():
             return results  # results.json holds the runs so far; --resume goes on from there
-    if plan.total > 1 and distributed.is_main_process():
+    if len(plan.runs) > 1 and distributed.is_main_process():
         record_comparison(plan, results)
     return results
 
@@ -102,7 +102,7 @@ def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
 def _announce(observer: RunObserver, plan: RunPlan, parts, trainer) -> None:
     """The run header (``observer.on_plan``), with this machine's cached probe."""
     info = {**parts.run_info, "train_rows": _train_rows(parts.train_loader)}
-    observer.on_plan(plan.cfg, plan.device, plan.precisions, info, trainer.total_steps, plan.hardware)
+    observer.on_plan(plan.cfg, plan.device, list(plan.precisions), info, trainer.total_steps, plan.hardware)
 
 
 def _train_rows(loader) -> int | None:
@@ -141,7 +141,7 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
     else:
         if planned.continues:  # make_plan() has checked its CRCs and metadata; the best-model state comes back too
             reliability.continue_from_checkpoint(trainer, states=states)
-        memory = measure_before_fit(cfg, plan.prepared, trainer, precision, seed, fresh=plan.total > 1)
+        memory = measure_before_fit(cfg, plan.prepared, trainer, precision, seed, fresh=len(plan.runs) > 1)
         with _memory_errors_explained(cfg, plan.device):
             result = watch.finish(trainer, trainer.fit())
         result.checkpoint_time_s = reliability.write_time_s

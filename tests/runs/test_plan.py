@@ -71,14 +71,14 @@ def test_make_plan_holds_everything_the_runner_follows(tmp_path):
     assert plan.recipe.NAME == "mlp-synthetic" and plan.cfg.lr == 0.001  # the recipe's defaults applied
     assert plan.device == CPU and plan.prepared.width == 8  # the data prepared once, for every run
     assert plan.hardware["native"]["via"]  # this machine's facts: results.json's "hardware" and --amp's evidence
-    assert plan.total == 4 and [(r.requested, r.seed) for r in plan.runs] == [
+    assert len(plan.runs) == 4 and [(r.requested, r.seed) for r in plan.runs] == [
         ("fp32", 0), ("amp", 0), ("fp32", 3), ("amp", 3),
     ]  # fmt: skip
     amp = plan.run(plan.runs[1].precision.name, 3)
     assert amp.requested == "amp" and amp.reason  # resolved once, with the reason results.json records
     assert amp.precision.name != "amp" and amp.precision is plan.runs[1].precision  # the same object every seed
-    assert plan.precisions == [plan.runs[0].precision, plan.runs[1].precision]
+    assert plan.precisions == (plan.runs[0].precision, plan.runs[1].precision)
     assert plan.preflight is None and plan.predict_source is None  # no fp16, no --predict-file
-    assert plan.results_path == tmp_path / "results.json" and not list(tmp_path.iterdir())  # nothing written
+    assert plan.out == tmp_path and not list(tmp_path.iterdir())  # nothing written
     with pytest.raises(KeyError):
         plan.run("fp16", 0)
