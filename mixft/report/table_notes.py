@@ -23,6 +23,7 @@ from mixft.report.summary import (
     metric_label,
     metric_short,
     number,
+    run_metric,
     task_of,
 )
 
@@ -45,6 +46,7 @@ def table_notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
     evaluated = only_evaluated(rows)
     return [
         *_seed_noise_notes(doc, rows, base, baseline),
+        *_held_in_low_precision_notes(doc, rows),
         *_eval_only_notes(rows, base, baseline, evaluated),
         *_speed_notes(rows, base, baseline),
         *_scaler_notes(doc, rows, evaluated),
@@ -92,6 +94,69 @@ def _seed_noise_notes(doc: dict, rows: list[dict], base: dict | None, baseline: 
                 f"one seed: run `--compare --seeds 0,1,2` to tell a gap from noise."
             )
     return notes
+
+
+# Why a precision that holds the whole model in bf16 may score and run below AMP (measured: docs/pure_bf16.md).
+_WHY_PURE = (
+    "it holds the weights, gradients and AdamW state themselves in {dtype}, so the residual stream, the "
+    "LayerNorms, the gradients and their sums over micro-batches round to {dtype} where AMP keeps fp32, and "
+    "its Kahan-compensated optimizer step makes a dozen unfused passes over memory where AMP's fused AdamW "
+    "makes one (docs/pure_bf16.md)"
+)
+
+
+def _held_in_low_precision_notes(doc: dict, rows: list[dict]) -> list[str]:
+    """What holding the whole model in bf16 (bf16-pure, bf16-true) cost here, against AMP in the same dtype.
+
+    Paired by seed, trained side by side in this command: the first metric's difference and the
+    training speed; without an AMP run of that dtype, how to get one.
+    """
+    groups = group_runs(doc)
+    m = table_metrics(rows)[0]
+    short, scale = metric_short(m), (100 if is_points(m) else 1)
+    unit, spec = (" pts", "+.2f") if is_points(m) else ("", "+.4f")
+    held = {r["precision"]: _held_dtype(groups.get(r["precision"], [])) for r in rows}
+    notes: list[str] = []
+    for row in rows:
+        dtype = held[row["precision"]]
+        if dtype is None or row.get("eval_only"):
+            continue
+        why = _WHY_PURE.format(dtype=dtype)
+        amp = next(
+            (
+                r
+                for r in rows
+                if r["autocast_dtype"] == dtype and held[r["precision"]] is None and not r.get("eval_only")
+            ),
+            None,
+        )
+        name = f"**{row['precision']}**"
+        if amp is None:
+            notes.append(
+                f"{name} has no AMP run in {dtype} beside it here: add it to `--compare` to see what holding the "
+                f"whole model in {dtype} costs against AMP; {why}."
+            )
+            continue
+        own = {r.get("seed"): number(run_metric(r, m)) for r in groups[row["precision"]]}
+        amps = {r.get("seed"): number(run_metric(r, m)) for r in groups[amp["precision"]]}
+        diffs = [(own[s] - amps[s]) * scale for s in own if s in amps and own[s] is not None and amps[s] is not None]
+        if not diffs:
+            continue
+        lower = sum(d < 0 for d in diffs)
+        gap = f"Δ{short} {sum(diffs) / len(diffs):{spec}}{unit} (mean over {len(diffs)} seed(s), lower on {lower})"
+        speed = ""
+        if amp["train_time_s_mean"] and row["train_time_s_mean"]:
+            speed = f", at {amp['train_time_s_mean'] / row['train_time_s_mean']:.2f}× AMP's training speed"
+        notes.append(
+            f"{name} against **{amp['precision']}** (AMP in {dtype}), trained side by side here: {gap}{speed}. "
+            f"Where it falls behind AMP, this is why: {why}."
+        )
+    return notes
+
+
+def _held_dtype(runs: list[dict]) -> str | None:
+    """The dtype a precision's runs held the model in (results.json's ``param_dtype``); None: fp32 masters."""
+    return next((r.get("param_dtype") for r in runs if r.get("param_dtype")), None)
 
 
 def _eval_only_notes(rows: list[dict], base: dict | None, baseline: str, evaluated: bool) -> list[str]:

@@ -137,13 +137,18 @@ def _library_class(optimizer: torch.optim.Optimizer) -> type:
 
 
 def optimizer_name(optimizer: torch.optim.Optimizer) -> str:
-    """results.json's ``optimizer``: ``"optimi.AdamW(kahan_sum=True)"``, ``"torch.optim.AdamW"``.
+    """results.json's ``optimizer``: ``"mixft.KahanAdamW(kahan_sum=True)"``, ``"optimi.AdamW(kahan_sum=False)"``,
+    ``"torch.optim.AdamW"``.
 
+    mixft's own subclass is named as itself (its weight decay goes through the compensation, which
+    optimi's does not): a results file says which of the two trained it.
     Usage: ``optimizer_name(trainer.optimizer)``
     """
     cls = _library_class(optimizer)
     top = (cls.__module__ or "").split(".")[0]
     name = f"{'torch.optim' if top == 'torch' else top}.{cls.__name__}"
+    if type(optimizer) is not cls:  # mixft's subclass of the library's optimizer
+        name = f"mixft.{type(optimizer).__name__}"
     if top == "optimi":
         kahan = {g.get("kahan_sum") for g in optimizer.param_groups}
         if len(kahan) == 1:

@@ -874,3 +874,32 @@ def test_agreement_section_regression(doc):
     doc["runs"][2]["agreement_vs_fp32"] = agreement_vs_fp32("bf16", [1.0, 2.0], [1.5, 2.0], regression=True)
     text = section(render_markdown(doc), "## Agreement with fp32")
     assert "| 0.25 | 0.5 |" in text
+
+
+def with_pure_bf16(doc: dict) -> dict:
+    """The fixture's fp16 runs relabelled as bf16-pure runs (bf16 autocast, the model held in bf16)."""
+    for r in runs_of(doc, "fp16"):
+        r.update(precision="bf16-pure", autocast_dtype="bfloat16", param_dtype="bfloat16", grad_scaler=False)
+    return doc
+
+
+def test_what_holding_the_model_in_bf16_cost_is_said_against_amp_seed_by_seed(doc):
+    doc = with_pure_bf16(doc)
+    pure, amp = runs_of(doc, "bf16-pure"), runs_of(doc, "bf16")
+    pure[0]["eval"]["accuracy"] = amp[0]["eval"]["accuracy"] - 0.004  # seed 0: 0.4 pt below AMP
+    pure[1]["eval"]["accuracy"] = amp[1]["eval"]["accuracy"] + 0.001  # seed 1: 0.1 pt above
+    md = render_markdown(doc)
+    note = next(line for line in md.splitlines() if line.startswith("- **bf16-pure** against **bf16**"))
+    assert "Δacc -0.15 pts (mean over 2 seed(s), lower on 1)" in note
+    speed = statistics.mean(r["train_time_s"] for r in amp) / statistics.mean(r["train_time_s"] for r in pure)
+    assert f"at {speed:.2f}× AMP's training speed" in note
+    assert "residual stream" in note and "docs/pure_bf16.md" in note  # why, where it is measured
+
+
+def test_bf16_pure_without_amp_beside_it_says_how_to_see_its_cost(doc):
+    doc = with_pure_bf16(doc)
+    doc["runs"] = [r for r in doc["runs"] if r["precision"] != "bf16"]
+    md = render_markdown(doc)
+    assert "**bf16-pure** has no AMP run in bfloat16 beside it here" in md
+    assert "against **bf16**" not in md
+    assert "has no AMP run" not in render_markdown(json.loads(FIXTURE.read_text(encoding="utf-8")))  # no pure run
