@@ -9,6 +9,7 @@ import pytest
 
 import mixft.data.hubdata as hubdata
 from mixft.data.glue import GLUE_TASKS, glue_task
+from mixft.data.labels import ModelLabels
 from mixft.data.synthetic.stand_ins import SST2, stand_in_for
 from mixft.data.user_data import load_glue_data, load_text_data
 from mixft.errors import UsageError
@@ -70,6 +71,19 @@ def test_validation_split_is_deterministic_and_disjoint(topic_csv):
     assert a.eval["text"][:] != c.eval["text"][:]
     texts = set(a.train["text"][:]) | set(a.eval["text"][:])
     assert len(texts) == 30 and not set(a.train["text"][:]) & set(a.eval["text"][:])
+
+
+def test_eval_only_evaluates_the_rows_the_training_run_held_out(topic_csv):
+    # --eval-only --train-file F --validation-split 0.2 --seed 3: the same rows the training run held out,
+    # read against the saved model's labels (here in another id order), and nothing to train on.
+    trained = load_text_data(train_file=topic_csv, validation_split=0.2, seed=3)
+    model = ModelLabels(names=("World", "Sports", "Business"), source="model-dir")
+    evaluated = load_text_data(train_file=topic_csv, validation_split=0.2, seed=3, model_labels=model)
+    assert evaluated.eval["text"][:] == trained.eval["text"][:] and len(evaluated.train) == 0
+    assert evaluated.task.id2label == {0: "World", 1: "Sports", 2: "Business"}  # the model's label space
+    assert evaluated.eval.to_list() == trained.eval.to_list()  # each row with its label, as the training run saw it
+    other_seed = load_text_data(train_file=topic_csv, validation_split=0.2, seed=4, model_labels=model)
+    assert other_seed.eval["text"][:] != trained.eval["text"][:]  # the seed picks the rows, as in training
 
 
 def test_validation_file_missing_a_column(tmp_path, topic_csv):
