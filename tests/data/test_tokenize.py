@@ -150,3 +150,46 @@ def test_in_memory_stand_in_tokenises(monkeypatch, tokenizer):
     assert (len(train), len(dev)) == (20, 6)
     assert not train.cache_files  # in memory: nothing to cache, nothing hashed
     assert train["labels"][:] == data.train["label"][:]
+
+
+def test_the_cache_key_changes_with_everything_the_rows_depend_on(topic_files, tokenizer):
+    from mixft.data.labels import LabelInfo
+
+    data = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    task = data.task
+
+    def key(tok=tokenizer, labels=task.labels, max_length=16, float_labels=False, ds=data.train):
+        encode = tokenize_module._Encode(tok, task.text_columns, task.label_column, labels, max_length, float_labels)
+        return tokenize_module._cache_fingerprint(
+            ds, encode, tokenize_module._features(tok, task.text_columns, labels, float_labels)
+        )
+
+    same = key()
+    assert same == key() and len(same) == 64  # deterministic: a second run finds its cache
+    cased = type(tokenizer).from_pretrained(tokenizer.name_or_path, do_lower_case=False)  # another normaliser
+    swapped = LabelInfo(task.labels.kind, task.labels.value_type, task.labels.names[::-1],
+                        {k: len(task.labels.names) - 1 - v for k, v in task.labels.mapping.items()})  # fmt: skip
+    others = [key(max_length=12), key(float_labels=True), key(tok=cased), key(labels=swapped), key(ds=data.eval)]
+    assert len({same, *others}) == 1 + len(others)
+
+
+class _WithoutSerialisation:
+    """A tokenizer with no ``backend_tokenizer`` to serialise (as a pure-Python one has none)."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __call__(self, *texts, **kwargs):
+        return self._tokenizer(*texts, **kwargs)
+
+
+def test_a_tokenizer_without_a_serialisation_leaves_the_cache_key_to_datasets(topic_files, tokenizer):
+    data = load_text_data(train_file=topic_files[0], validation_file=topic_files[1])
+    plain = _WithoutSerialisation(tokenizer)
+    task = data.task
+    encode = tokenize_module._Encode(plain, task.text_columns, task.label_column, task.labels, 16, False)
+    assert tokenize_module._cache_fingerprint(data.train, encode, None) is None  # datasets hashes the transform
+    train, _ = tokenize_text_data(data, plain, max_length=16)
+    assert train["input_ids"][:] == [
+        tokenizer(t, truncation=True, max_length=16)["input_ids"] for t in data.train["text"]
+    ]
