@@ -166,9 +166,9 @@ def run_probe(cfg: RunConfig):
     """``--probe``: measure how fast each precision trains the recipe here; write probe.json and probe.md.
 
     Trains nothing, and leaves a run's results.json and report.md in the same directory alone. The
-    result is cached for this machine, where later runs' headers and ``--amp`` notices find it: the cache folder is checked before measuring (UsageError), and a
-    cache write that still fails once probe.json is written only warns. Returns the
-    ``mixft.report.probe_result.ProbeResult``.
+    result is cached for this machine, where later runs' headers and ``--amp`` notices find it: the
+    cache folder is checked before measuring (UsageError), and a cache write that still fails once
+    probe.json is written only warns. Returns the ``mixft.report.probe_result.ProbeResult``.
 
     Usage: ``print(render_probe_table(run_probe(RunConfig(recipe="bert-sst2", probe=True))))``
     """
