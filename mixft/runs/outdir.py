@@ -188,12 +188,11 @@ def planned_entries(
 
     Usage: ``files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=False)``
     """
-    single = len(precisions) * len(seeds) == 1
-    checkpoints = [checkpoint_name(n, s, single, sharded) for s in seeds for n in precisions]
+    runs = run_names(precisions, seeds, predict_file, sharded).values()  # the names, made in one place
+    checkpoints = [n.checkpoint for n in runs]
     files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *([] if sharded else checkpoints)]
-    if predict_file:
-        files += [predictions_name(predict_file, n, s, single) for s in seeds for n in precisions]
-    dirs = [saved_model_name(n, s, single) for s in seeds for n in precisions] if save_model else []
+    files += [n.predictions for n in runs if n.predictions]
+    dirs = [n.saved_model for n in runs] if save_model else []
     return files, dirs + (checkpoints if sharded else [])
 
 
