@@ -16,7 +16,7 @@ from typing import Any
 
 from mixft.amp.hardware import DEVICE_CHOICES
 from mixft.callbacks.tracker_names import TRACKERS
-from mixft.config.option_rules import check_option_combinations
+from mixft.config.option_rules import check_extra_options, check_option_combinations
 from mixft.errors import UsageError
 from mixft.options import (
     BOOL,
@@ -403,6 +403,17 @@ class RunConfig:
         metavar="F",
         group=RELIABILITY,
     )
+
+    def for_recipe(self, recipe) -> RunConfig:
+        """These options as ``recipe`` (a recipe module) runs them: checked, its defaults applied, validated.
+
+        Refuses (UsageError) an option the recipe would ignore and an ``extra`` key it does not read,
+        then fills every unset option with the recipe's default and applies every rule.
+        Usage: ``cfg = RunConfig(recipe="bert-sst2", max_train_samples=500).for_recipe(get_recipe("bert-sst2"))``
+        """
+        self.check_recipe_options(self.recipe, recipe.USES, recipe.DEFAULTS)
+        check_extra_options(self, recipe)  # extra: only the keys the recipe reads
+        return self.with_defaults(recipe.DEFAULTS).validate()
 
     def with_defaults(self, defaults: dict[str, Any]) -> RunConfig:
         """A copy where every None field takes the recipe's default; unknown keys are a bug."""

@@ -2,20 +2,18 @@
 
 The loop (``mixft.train.trainer``) knows nothing of ``RunConfig`` or recipes; the runner, the
 probe, the benchmarks and the examples build their trainer here. What a run records of its options
-(results.json's ``config``, the trackers' hyper-parameters) is ``recorded_config``'s, attached by the
-runner: the loop does not carry it.
+(results.json's ``config``, the trackers' hyper-parameters) is the plan's ``recorded_config``, attached
+by the runner: the loop does not carry it.
 
 Usage::
 
     parts = recipe.build(cfg, prepared, precision, device, seed)
     result = build_trainer(parts, cfg, precision=precision, device=device, seed=seed).fit()
-    result.config = recorded_config(cfg)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -23,7 +21,6 @@ from mixft.amp.precision import PRECISIONS, Precision
 from mixft.config.run_config import RunConfig
 from mixft.distributed import is_distributed
 from mixft.recipe import TrainerParts
-from mixft.runs.identity import data_fingerprints
 from mixft.train.fast_dropout import use_fast_dropout
 from mixft.train.hooks import Callback
 from mixft.train.row_grad import use_row_embedding_grad
@@ -84,14 +81,3 @@ def build_trainer(
         # step. DDP's reducer wants dense gradients; CUDA allocates and fills in one fast kernel.
         trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
     return trainer
-
-
-def recorded_config(cfg: RunConfig) -> dict[str, Any]:
-    """What one run records of its options: results.json's ``config`` and its trackers' hyper-parameters.
-
-    One run's own (no ``precisions``/``seeds`` lists: its ``precision`` and ``seed`` say them), with the
-    data files' fingerprints: ``--resume`` keeps a finished run only on unchanged data.
-
-    Usage: ``result.config = recorded_config(cfg)``
-    """
-    return {**cfg.to_dict(), "precisions": None, "seeds": None, "data_files": data_fingerprints(cfg)}

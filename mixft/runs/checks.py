@@ -17,7 +17,7 @@ Usage::
 
     checked = check_before_training(recipe, cfg, prepared, device, precisions)  # dict or None
     write_results(path, results, hardware=hardware, preflight=checked)
-    keep_fp32_modules(parts.model, cfg)  # in each run, between recipe.build and build_trainer
+    keep_in_fp32(parts.model, cfg.fp32_modules)  # in each run (the runner), between recipe.build and build_trainer
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from mixft.amp.fp32 import Fp32Modules, keep_in_fp32
+from mixft.amp.fp32 import keep_in_fp32
 from mixft.amp.precision import Precision, resolve_precision
 from mixft.amp.preflight import PreflightResult, preflight
 from mixft.config.option_rules import check_precision_combinations
@@ -110,14 +110,6 @@ def check_not_whole_model(model, names: list[str], precision: str) -> None:
             f"--fp32-modules {','.join(names)} covers the whole model: the {precision} run would be an "
             "fp32 run; name the modules at risk (the preflight lists them), or use --precision fp32"
         )
-
-
-def keep_fp32_modules(model, cfg: RunConfig) -> Fp32Modules | None:
-    """``--fp32-modules``: run those modules of ``model`` outside autocast (None when none are named).
-
-    Usage: ``keep_fp32_modules(parts.model, cfg)`` before ``build_trainer(parts, ...)``
-    """
-    return keep_in_fp32(model, cfg.fp32_modules) if cfg.fp32_modules else None
 
 
 def _per_micro_batch(loss_fn, grad_accum: int):

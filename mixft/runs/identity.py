@@ -172,6 +172,18 @@ def data_fingerprints(cfg: RunConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
+def recorded_config(cfg: RunConfig) -> dict[str, Any]:
+    """What a command's runs record of its options: results.json's ``config`` and the trackers' hyper-parameters.
+
+    One run's own (no ``precisions``/``seeds`` lists: each run's ``precision`` and ``seed`` say them), with
+    the data files' fingerprints: ``--resume`` keeps a finished run only on unchanged data. Made once per
+    command by ``make_plan``, when the data is read.
+
+    Usage: ``result.config = dict(recorded_config(cfg))``
+    """
+    return {**cfg.to_dict(), "precisions": None, "seeds": None, "data_files": data_fingerprints(cfg)}
+
+
 @functools.lru_cache(maxsize=64)
 def _sha256(path: str, size: int, mtime_ns: int) -> str:
     # Cached by (path, size, mtime): each run of a --compare records the same files.

@@ -17,7 +17,6 @@ import torch
 
 from mixft import distributed
 from mixft.amp.precision import Precision, precision_row, resolve_device, resolve_precision
-from mixft.config.option_rules import check_extra_options
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.recipe import get_recipe
@@ -35,9 +34,7 @@ def check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[Pr
         raise UsageError(f"recipe {cfg.recipe} has no saved-model format: --save-model and --eval-only need one")
     if cfg.eval_only and cfg.model is None:
         raise UsageError("--eval-only needs --model: the directory a --save-model run wrote")
-    cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
-    check_extra_options(cfg, recipe)  # extra: only the keys the recipe reads
-    cfg = cfg.with_defaults(recipe.DEFAULTS).validate()
+    cfg = cfg.for_recipe(recipe)
     if cfg.fsdp:
         _check_fsdp(cfg)  # before joining a process group: the launcher is what it checks
     device = resolve_device(cfg.device)

@@ -43,7 +43,7 @@ from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.results import RunResult
 from mixft.runs.checks import check_before_training
-from mixft.runs.identity import resume_runs, run_meta
+from mixft.runs.identity import recorded_config, resume_runs, run_meta
 from mixft.runs.options import check_options
 from mixft.runs.outdir import check_output_dir, planned_entries, run_names
 from mixft.runs.predict import read_predict_file
@@ -81,6 +81,7 @@ class RunPlan:
     ``cfg``: the options with the recipe's defaults and what the recipe settled once the model
     was known; ``prepared``: the recipe's data, prepared once for every run; ``hardware``:
     results.json's ``hardware`` (``describe_hardware``, the cached probe under ``"probe"``);
+    ``recorded_config``: results.json's ``config`` of every run, its data files fingerprinted once;
     ``preflight``: results.json's ``preflight`` (None when it did not run);
     ``predict_source``: ``--predict-file`` read and checked (None without one).
     """
@@ -93,6 +94,7 @@ class RunPlan:
     out: Path  # OUTPUT_DIR
     precisions: tuple[Precision, ...]  # what each seed trains, in order (the header's, the checks')
     runs: tuple[PlannedRun, ...]  # in the order they train: each seed, its precisions as asked
+    recorded_config: Mapping[str, Any]  # what every run records of the options (``identity.recorded_config``)
     preflight: dict | None = None
     predict_source: Any = None
 
@@ -127,7 +129,8 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
     runs = plan_runs(cfg, precisions, choices)
     _say_notices(prepared, hardware, choices)
-    plan = RunPlan(recipe, cfg, device, prepared, hardware, Path(cfg.output_dir), tuple(precisions), runs)
+    out, recorded = Path(cfg.output_dir), recorded_config(cfg)  # the data files as they were read
+    plan = RunPlan(recipe, cfg, device, prepared, hardware, out, tuple(precisions), runs, recorded)
     return _checked_against_the_model(plan)
 
 

@@ -20,12 +20,12 @@ import time
 import torch
 
 from mixft import distributed
+from mixft.amp.fp32 import keep_in_fp32
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.results import RunResult
-from mixft.runs.build import build_trainer, recorded_config
-from mixft.runs.checks import keep_fp32_modules
+from mixft.runs.build import build_trainer
 from mixft.runs.memory_figures import measure_before_fit
 from mixft.runs.observer import RunObserver
 from mixft.runs.outdir import OutputLock
@@ -123,9 +123,10 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
     """
     cfg, precision, seed = plan.cfg, planned.precision, planned.seed
     parts = plan.recipe.build(cfg, plan.prepared, precision, plan.device, seed)
-    keep_fp32_modules(parts.model, cfg)  # --fp32-modules: before the trainer wraps the model
+    if cfg.fp32_modules:  # checked against the first built model by make_plan: the names exist
+        keep_in_fp32(parts.model, cfg.fp32_modules)  # before the trainer wraps the model; lasts as long as it
     # The run's options go to results.json and its trackers from here, never through the loop.
-    config = recorded_config(cfg)
+    config = dict(plan.recorded_config)  # each result its own copy
     hparams = {**config, "precision": precision.name, "seed": seed}  # the lists' entries this run is
     watch = (
         None if cfg.eval_only else RunWatch.for_run(cfg, parts, precision=precision.name, seed=seed, hparams=hparams)

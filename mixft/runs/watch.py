@@ -103,7 +103,7 @@ class RunWatch:
     def for_run(cfg_cls, cfg: RunConfig, parts, *, precision: str, seed: int, hparams=None) -> RunWatch:
         """Checks ``--metric-for-best`` against the task's metrics (UsageError before training) and builds the callbacks.
 
-        ``hparams``: what the trackers log as the run's options (the runner's ``recorded_config`` with
+        ``hparams``: what the trackers log as the run's options (the plan's ``recorded_config`` with
         the run's precision and seed).
         """
         metric = cfg.metric_for_best or main_metric(parts.metric, parts.predict_fn)

@@ -119,7 +119,7 @@ class Trainer:
             pass (outside autocast, before scaling): adds terms such as a gradient
             penalty (see ``mixft.amp.penalties.gradient_penalty``, which unscales by hand).
         run_info: extra fields for the RunResult (``model``, ``dataset``, ``labels``); the run's options
-            (its ``config``) are the run layer's to record (``mixft.runs.build.recorded_config``).
+            (its ``config``) are the run layer's to record (``mixft.runs.identity.recorded_config``, made once in the plan).
         fsdp: shard the model over the process group with FSDP2 (``mixft.train.fsdp``) instead of
             wrapping it in DDP: needs a process group of 2 or more (torchrun) and a model
             with transformer blocks. The step below is unchanged: gradients are sharded

@@ -103,6 +103,20 @@ def test_a_config_with_the_recipes_defaults_applied_passes_the_check():
         )
 
 
+def test_for_recipe_checks_the_options_against_the_recipe_then_applies_its_defaults_and_rules():
+    from recipes import mlp_synthetic
+
+    cfg = RunConfig(recipe="mlp-synthetic", extra={"width": 8}).for_recipe(mlp_synthetic)
+    assert cfg.lr == mlp_synthetic.DEFAULTS["lr"] and cfg.extra == {"width": 8}
+    assert cfg.for_recipe(mlp_synthetic) == cfg  # applied twice (a notebook's cfg, then mixft.run): the same
+    with pytest.raises(UsageError, match="--data-dir: not used by recipe mlp-synthetic"):
+        RunConfig(recipe="mlp-synthetic", data_dir="d").for_recipe(mlp_synthetic)
+    with pytest.raises(UsageError, match="extra.depth: not an option of recipe mlp-synthetic"):
+        RunConfig(recipe="mlp-synthetic", extra={"depth": 2}).for_recipe(mlp_synthetic)
+    with pytest.raises(UsageError, match="--seeds"):  # the rules run after the defaults
+        RunConfig(recipe="mlp-synthetic", seeds=[1, 1]).for_recipe(mlp_synthetic)
+
+
 def test_length_grouping_is_off_by_default_and_opt_in():
     # Random batches by default: grouping by length cost accuracy on real SST-2 at a small budget.
     from recipes.text_classification import length_group_size

@@ -14,7 +14,7 @@ from torch import nn
 
 from mixft.config.run_config import RunConfig
 from mixft.results import RunResult, write_results
-from mixft.runs.identity import check_meta, finished_runs, resume_runs, run_meta, same_option
+from mixft.runs.identity import check_meta, finished_runs, recorded_config, resume_runs, run_meta, same_option
 from mixft.runs.outdir import RESULTS_NAME, checkpoint_name
 from mixft.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from mixft.train.trainer import Trainer
@@ -138,3 +138,14 @@ def test_a_recipe_default_in_a_resume_refusal_is_said_to_be_one(tmp_path):
     typed = RunConfig(output_dir=str(tmp_path), max_length=128).with_defaults({"max_length": 128})
     with pytest.raises(CheckpointError, match=r"--max-length 64, this run has 128; rerun"):
         check_meta(load_checkpoint(path), {"max_length": 128}, path, cfg=typed)
+
+
+def test_the_recorded_config_is_one_runs_options_with_its_data_files_fingerprinted(tmp_path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood\t1\n", encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nbad\t0\n", encoding="utf-8")
+    cfg = RunConfig(data_dir=str(tmp_path), grad_accum=2, precisions=["fp32", "bf16"], seeds=[0, 1])
+    recorded = recorded_config(cfg)
+    assert recorded["grad_accum"] == 2 and recorded["data_dir"] == str(tmp_path)
+    assert recorded["precisions"] is None and recorded["seeds"] is None  # each run's precision and seed say them
+    assert recorded["data_files"] == run_meta(cfg, "fp32", 0)["data_files"]  # what --resume compares
+    assert sorted(Path(f).name for f in recorded["data_files"]) == ["dev.tsv", "train.tsv"]

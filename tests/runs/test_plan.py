@@ -80,5 +80,7 @@ def test_make_plan_holds_everything_the_runner_follows(tmp_path):
     assert plan.precisions == (plan.runs[0].precision, plan.runs[1].precision)
     assert plan.preflight is None and plan.predict_source is None  # no fp16, no --predict-file
     assert plan.out == tmp_path and not list(tmp_path.iterdir())  # nothing written
+    # results.json's config of every run, made once: one run's own options (its precision and seed say the lists').
+    assert plan.recorded_config == {**plan.cfg.to_dict(), "precisions": None, "seeds": None, "data_files": {}}
     with pytest.raises(KeyError):
         plan.run("fp16", 0)
