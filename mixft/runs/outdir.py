@@ -37,7 +37,7 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,18 +177,13 @@ def has_checkpoint(out: Path) -> bool:
     return any(Path(out).glob(CHECKPOINT_PATTERN)) or any(Path(out).glob(SHARDED_CHECKPOINT_PATTERN))
 
 
-def planned_entries(
-    precisions: Sequence[str],
-    seeds: Sequence[int],
-    save_model: bool,
-    predict_file: str | None = None,
-    sharded: bool = False,
-) -> tuple[list[str], list[str]]:
-    """The files and the directories a run of ``precisions`` x ``seeds`` may write (``check_output_dir``'s arguments).
+def planned_entries(runs: Iterable[RunNames], save_model: bool, sharded: bool = False) -> tuple[list[str], list[str]]:
+    """The files and the directories a command's runs may write (``check_output_dir``'s arguments).
 
-    Usage: ``files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=False)``
+    ``runs``: every run's names (``run_names(...).values()``, made once); ``sharded``: as they were made.
+    Usage: ``files, dirs = planned_entries(run_names(["fp32", "bf16"], [0]).values(), save_model=False)``
     """
-    runs = run_names(precisions, seeds, predict_file, sharded).values()  # the names, made in one place
+    runs = list(runs)
     checkpoints = [n.checkpoint for n in runs]
     files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *([] if sharded else checkpoints)]
     files += [n.predictions for n in runs if n.predictions]

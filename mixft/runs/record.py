@@ -17,22 +17,23 @@ from __future__ import annotations
 import dataclasses
 
 from mixft.config.file import config_yaml, write_config
+from mixft.config.run_config import RunConfig
 from mixft.report.agreement import add_agreement
 from mixft.results import RunResult, results_document, write_results
 from mixft.runs.outdir import CONFIG_NAME, RESULTS_NAME
 from mixft.runs.plan import RunPlan
 
 
-def config_text(plan: RunPlan) -> str:
+def config_text(cfg: RunConfig) -> str:
     """config.yaml as this command writes it: what ``--config`` reruns from the start (not resuming)."""
-    return config_yaml(_from_the_start(plan))
+    return config_yaml(_from_the_start(cfg))
 
 
 def record_run(plan: RunPlan, results: list[RunResult]) -> None:
     """results.json with every run so far, and config.yaml beside the results it produced."""
     write_results(plan.out / RESULTS_NAME, results, hardware=plan.hardware, preflight=plan.preflight)
     # A run that fails at its first step leaves neither file.
-    write_config(_from_the_start(plan), plan.out / CONFIG_NAME)
+    write_config(_from_the_start(plan.cfg), plan.out / CONFIG_NAME)
 
 
 def record_comparison(plan: RunPlan, results: list[RunResult]) -> None:
@@ -46,5 +47,5 @@ def record_comparison(plan: RunPlan, results: list[RunResult]) -> None:
     write_report(doc, plan.out, charts=write_plots)
 
 
-def _from_the_start(plan: RunPlan):
-    return dataclasses.replace(plan.cfg, resume=False)
+def _from_the_start(cfg: RunConfig) -> RunConfig:
+    return dataclasses.replace(cfg, resume=False)

@@ -56,7 +56,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
         aside = None
         if distributed.is_main_process() and not plan.cfg.resume:
             # A new run never mixes with an earlier one: all of the earlier run moves aside, together.
-            aside = set_aside_earlier_run(plan.out, time.strftime("%Y%m%d-%H%M%S"), config_text=config_text(plan))
+            aside = set_aside_earlier_run(plan.out, time.strftime("%Y%m%d-%H%M%S"), config_text=config_text(plan.cfg))
             if aside:
                 logger.warning(aside.notice)
         try:

@@ -23,6 +23,7 @@ from mixft.runs.outdir import (
     planned_entries,
     predictions_name,
     recorded_runs,
+    run_names,
     saved_model_name,
     step_checkpoint_pattern,
 )
@@ -33,14 +34,14 @@ def test_the_names_of_a_single_run_and_of_a_comparison():
     assert checkpoint_name("bf16", 0) == "checkpoint.pt" and saved_model_name("bf16", 0) == "model"
     assert checkpoint_name("bf16", 2, single=False) == "checkpoint-bf16-seed2.pt"
     assert saved_model_name("fp16", 1, single=False) == "model-fp16-seed1"
-    files, dirs = planned_entries(["fp32", "bf16"], [0], save_model=True)
+    files, dirs = planned_entries(run_names(["fp32", "bf16"], [0]).values(), save_model=True)
     assert files == ["results.json", "report.md", "config.yaml", "checkpoint-fp32-seed0.pt", "checkpoint-bf16-seed0.pt"]
     assert dirs == ["model-fp32-seed0", "model-bf16-seed0"]
-    assert planned_entries(["fp32"], [0], save_model=False) == (
+    assert planned_entries(run_names(["fp32"], [0]).values(), save_model=False) == (
         ["results.json", "report.md", "config.yaml", "checkpoint.pt"],
         [],
     )
-    files, _ = planned_entries(["fp32", "bf16"], [1], save_model=False, predict_file="new.jsonl")
+    files, _ = planned_entries(run_names(["fp32", "bf16"], [1], "new.jsonl").values(), save_model=False)
     assert files[-2:] == ["predictions-fp32-seed1.jsonl", "predictions-bf16-seed1.jsonl"]
     assert predictions_name("new.tsv", "bf16", 0) == "predictions.csv"
     assert step_checkpoint_pattern("bf16", 0).format(step=40) == "checkpoint-step40.pt"
