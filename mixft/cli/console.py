@@ -17,7 +17,7 @@ from mixft.config.run_config import RunConfig
 from mixft.distributed import world_size
 from mixft.metrics.task import UNDEFINED_KEY
 from mixft.report.summary import is_eval_only
-from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME
+from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, REPORT_NAME, RESULTS_NAME, checkpoint_name
 from mixft.train.hooks import Callback, StepInfo
 
 
@@ -221,7 +221,7 @@ def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
     if cfg.eval_only:
         return lines  # nothing trains: no checkpoint
     single = len(precisions) * len(cfg.seeds) == 1
-    where = f"{cfg.output_dir}/checkpoint.dcp" if single else f"{cfg.output_dir}/checkpoint-<precision>-seed<k>.dcp"
+    where = f"{cfg.output_dir}/{checkpoint_name('<precision>', '<k>', single, sharded=True)}"
     lines.append(
         f"  checkpoint sharded: each process writes its shards into {where}/; --resume continues it with "
         f"--nproc-per-node {processes}; --save-model writes the whole model at the end"

@@ -33,7 +33,7 @@ from mixft.callbacks.interrupt import is_interrupted
 from mixft.config.run_config import RunConfig, is_recipe_default
 from mixft.options import flag_of
 from mixft.results import RunResult
-from mixft.runs.outdir import RESULTS_NAME, recorded_runs
+from mixft.runs.outdir import CHECKPOINT_SUFFIX, RESULTS_NAME, SHARDED_SUFFIX, recorded_runs
 from mixft.train.checkpoint import CheckpointError, load_checkpoint
 from mixft.train.sharded_checkpoint import is_sharded_checkpoint, settled, verify_sharded_checkpoint
 
@@ -333,14 +333,14 @@ def _refuse_other_format(path: Path) -> None:
     ``checkpoint.dcp/`` each process's shards: neither run can continue the other's.
     """
     if is_sharded_checkpoint(path):
-        other = path.with_name(path.name.removesuffix(".dcp") + ".pt")
+        other = path.with_name(path.name.removesuffix(SHARDED_SUFFIX) + CHECKPOINT_SUFFIX)
         if other.exists():
             raise CheckpointError(
                 f"--resume --fsdp: {other} is the checkpoint of a run without --fsdp (whole tensors, not shards); "
                 "resume it without --fsdp, or rerun without --resume to start over"
             )
         return
-    other = settled(path.with_suffix(".dcp"))
+    other = settled(path.with_suffix(SHARDED_SUFFIX))
     if other.exists():
         try:
             world = verify_sharded_checkpoint(other)["world_size"]

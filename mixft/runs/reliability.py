@@ -39,7 +39,7 @@ class RunReliability:
     def for_run(cls, cfg: RunConfig, run, states=None) -> RunReliability:
         """``run``: the plan's ``PlannedRun`` (its seed, checkpoint, step checkpoints' name and identity)."""
         callbacks = reliability_callbacks(
-            cfg, run.seed, run.checkpoint, dict(run.meta), states=states, step_name=run.step_checkpoints
+            cfg, run.seed, run.checkpoint, dict(run.meta), run.step_checkpoints, states=states
         )
         return cls(callbacks, run.checkpoint, sharded=cfg.fsdp)
 
@@ -72,7 +72,7 @@ class RunReliability:
 
 
 def reliability_callbacks(
-    cfg: RunConfig, seed: int, checkpoint: Path, meta: dict, states=None, step_name: str = "checkpoint-step{step}.pt"
+    cfg: RunConfig, seed: int, checkpoint: Path, meta: dict, step_name: str, states=None
 ) -> list[Callback]:
     """Fault injection, collapse detection and checkpoints for one run (docs/reliability.md).
 

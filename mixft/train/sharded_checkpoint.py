@@ -49,13 +49,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mixft.output_names import SHARDED_SUFFIX
+
 from .checkpoint import CheckpointError, fit_reason, start_persistent_loaders
 from .hooks import TrainerLike
 
 FORMAT = "mixft-sharded-checkpoint"
 VERSION = 1
 MANIFEST = "mixft-manifest.json"
-SUFFIX = ".dcp"  # a sharded checkpoint's directory name ends so (mixft.runs.outdir names them)
 IN_SHARDS = "mixft:in-shards"  # a state's field whose tensors went through DCP (its value in the blob)
 
 
@@ -64,7 +65,7 @@ def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
 
     Usage: ``is_sharded_checkpoint("out/checkpoint.dcp")  # True``
     """
-    return Path(path).name.endswith(SUFFIX)
+    return Path(path).name.endswith(SHARDED_SUFFIX)  # mixft.runs.outdir names them so
 
 
 def settled(directory: str | os.PathLike) -> Path:
