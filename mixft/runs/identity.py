@@ -11,8 +11,10 @@ follows it without checking again.
 
 Usage::
 
+    keys = [("fp32", 0), ("bf16", 0)]
     finished, continued = resume_runs(cfg, {("fp32", 0): out / "checkpoint-fp32-seed0.pt",
-                                            ("bf16", 0): out / "checkpoint-bf16-seed0.pt"})
+                                            ("bf16", 0): out / "checkpoint-bf16-seed0.pt"},
+                                      {key: run_meta(cfg, *key) for key in keys})
     finished[("fp32", 0)]          # a finished RunResult --resume keeps as it is
     ("bf16", 0) in continued       # True: resume from its checkpoint
 """
@@ -267,18 +269,18 @@ def check_meta(
 
 # ---------------------------------------------------------------- what --resume does
 def resume_runs(
-    cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, Mapping[str, Any]] | None = None
+    cfg: RunConfig, checkpoints: Mapping[RunKey, Path], metas: Mapping[RunKey, Mapping[str, Any]]
 ) -> tuple[dict[RunKey, RunResult], frozenset[RunKey]]:
     """What ``--resume`` does with each run: ``(finished, continued)``, checked once before any work.
 
     ``checkpoints``: ``{(precision, seed): path}`` in run order (the run plan's names); ``metas``:
-    each run's ``run_meta`` when the caller has it already (the data files are hashed once).
+    each run's ``run_meta``, as the plan made it (what its checkpoint must match).
     ``finished``: runs results.json holds that ended (not interrupted): kept as they are.
     ``continued``: runs whose checkpoint was checked (CRC, options, data files): they continue
     from it. Any other run starts from scratch. Without ``cfg.resume`` both are empty and
     nothing is read. Raises CheckpointError when there is nothing at all to resume.
 
-    Usage: ``finished, continued = resume_runs(cfg, {("bf16", 0): out / "checkpoint.pt"})``
+    Usage: ``finished, continued = resume_runs(cfg, {("bf16", 0): out / "checkpoint.pt"}, {("bf16", 0): meta})``
     """
     if not cfg.resume:
         return {}, frozenset()
@@ -293,8 +295,7 @@ def resume_runs(
         if not _checkpoint_exists(path):
             _refuse_other_format(path)
             continue
-        meta = metas[(name, seed)] if metas is not None else run_meta(cfg, name, seed)
-        check_meta(_read_checkpoint(path), meta, path, cfg=cfg)
+        check_meta(_read_checkpoint(path), metas[(name, seed)], path, cfg=cfg)
         continued.add((name, seed))
     if not continued and not finished:
         first = next(iter(checkpoints.values()))

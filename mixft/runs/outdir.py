@@ -33,6 +33,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mixft import distributed
 from mixft.callbacks.tracker_names import TRACKER_FOLDERS
 from mixft.errors import UsageError
 from mixft.output_names import (
@@ -177,18 +179,20 @@ def has_checkpoint(out: Path) -> bool:
     return any(Path(out).glob(CHECKPOINT_PATTERN)) or any(Path(out).glob(SHARDED_CHECKPOINT_PATTERN))
 
 
-def planned_entries(runs: Iterable[RunNames], save_model: bool, sharded: bool = False) -> tuple[list[str], list[str]]:
+def planned_entries(runs: Iterable[RunNames], save_model: bool) -> tuple[list[str], list[str]]:
     """The files and the directories a command's runs may write (``check_output_dir``'s arguments).
 
-    ``runs``: every run's names (``run_names(...).values()``, made once); ``sharded``: as they were made.
+    ``runs``: every run's names (``run_names(...).values()``, made once); a sharded checkpoint
+    (``.dcp``) is a directory, as its name says.
     Usage: ``files, dirs = planned_entries(run_names(["fp32", "bf16"], [0]).values(), save_model=False)``
     """
     runs = list(runs)
     checkpoints = [n.checkpoint for n in runs]
-    files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *([] if sharded else checkpoints)]
+    sharded = [c for c in checkpoints if c.endswith(SHARDED_SUFFIX)]
+    files = [RESULTS_NAME, REPORT_NAME, CONFIG_NAME, *(c for c in checkpoints if c not in sharded)]
     files += [n.predictions for n in runs if n.predictions]
     dirs = [n.saved_model for n in runs] if save_model else []
-    return files, dirs + (checkpoints if sharded else [])
+    return files, dirs + sharded
 
 
 def recorded_runs(out: Path) -> list[Any]:
@@ -250,6 +254,14 @@ class OutputLock:
     def __init__(self, out: Path):
         self.path = Path(out) / LOCK_NAME
         self._fd: int | None = None
+
+    @classmethod
+    def for_this_process(cls, out: Path) -> contextlib.AbstractContextManager:
+        """The lock, taken by the first process of a launch; a no-op in the others (they share its directory).
+
+        Usage: ``with OutputLock.for_this_process(out): ...``
+        """
+        return cls(out) if distributed.is_main_process() else contextlib.nullcontext()
 
     def __enter__(self) -> OutputLock:
         import fcntl

@@ -148,7 +148,7 @@ def plan_runs(
     names, seeds = [p.name for p in precisions], list(cfg.seeds)
     # --fsdp: every checkpoint is a sharded directory (mixft.train.sharded_checkpoint)
     table = run_names(names, seeds, cfg.predict_file, sharded=cfg.fsdp)  # every run's names, asked once
-    files, dirs = planned_entries(table.values(), cfg.save_model, sharded=cfg.fsdp)
+    files, dirs = planned_entries(table.values(), cfg.save_model)
     if distributed.is_main_process():
         check_output_dir(out, files=files, dirs=dirs)
     metas = {key: run_meta(cfg, *key) for key in table}  # hashes the data files once

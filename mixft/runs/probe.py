@@ -178,7 +178,7 @@ def run_probe(cfg: RunConfig):
     check_cache_dir()  # MIXFT_CACHE a file, unwritable: exit 2 now, not after the measurement
     asked = [p.name for p in precisions] if cfg.precisions != ["fp32"] else None  # None: fp32 + the device's AMP
     out = Path(cfg.output_dir)
-    with OutputLock(out) if distributed.is_main_process() else contextlib.nullcontext():
+    with OutputLock.for_this_process(out):
         result = probe(cfg, device=device, precisions=asked, save=False)
         if distributed.is_main_process():
             hardware = {**result.hardware, "probe": result.to_dict()}

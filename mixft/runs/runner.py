@@ -50,8 +50,7 @@ def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
     plan = make_plan(cfg)  # every refusal (exit 2) happens here, before the directory is touched
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
-    lock = OutputLock(plan.out) if distributed.is_main_process() else contextlib.nullcontext()
-    with lock:
+    with OutputLock.for_this_process(plan.out):
         check_shared_output_dir(plan.out)  # under torchrun: the nodes write into one directory, or exit 2 now
         aside = None
         if distributed.is_main_process() and not plan.cfg.resume:
@@ -78,7 +77,7 @@ def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
         if planned.kept is not None:  # --resume: a run that already ended keeps its results
             kept = planned.kept
             report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
-            if cfg.save_model and (not kept.stopped_early or kept.stop_kind == "early_stopping"):
+            if cfg.save_model and _ended_a_finished_model(kept):
                 save_kept_model(plan, planned)  # finished earlier without --save-model: from its final checkpoint
             results.append(kept)
             continue
@@ -153,7 +152,7 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
         memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
     result.config = config
     result.precision_requested, result.precision_reason = planned.requested, planned.reason
-    finished = not result.stopped_early or result.stop_kind == "early_stopping"  # early stopping ends a good model
+    finished = _ended_a_finished_model(result)
     if cfg.save_model and not cfg.eval_only and finished:
         save_trained_model(plan, planned, trainer)
     if plan.predict_source is not None and distributed.is_main_process() and finished:
@@ -192,8 +191,8 @@ def report_kept_run(result: RunResult, save_model: bool = False) -> None:
 
     Usage: ``report_kept_run(plan.run("fp16", 0).kept, save_model=cfg.save_model)``
     """
-    if not result.stopped_early or result.stop_kind == "early_stopping":
-        return  # early stopping ended a finished model
+    if _ended_a_finished_model(result):
+        return
     label = f"{result.precision} seed {result.seed}"
     logger.warning("training stopped early: %s", result.stopped_early)  # the line the run itself logged
     logger.warning(
@@ -206,3 +205,9 @@ def report_kept_run(result: RunResult, save_model: bool = False) -> None:
         logger.warning(
             "not saving the model of the %s run: it stopped early, its weights are not a finished model", label
         )
+
+
+def _ended_a_finished_model(result: RunResult) -> bool:
+    """Whether a run ended with a model worth saving and labelling: its budget run, or early stopping
+    (which ends a good model); not a collapse, an interruption or a callback's stop."""
+    return not result.stopped_early or result.stop_kind == "early_stopping"

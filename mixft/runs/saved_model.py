@@ -40,8 +40,7 @@ def save_kept_model(plan: RunPlan, run: PlannedRun) -> None:
     """A run finished earlier without ``--save-model``: save the weights its final checkpoint holds."""
     if not distributed.is_main_process():
         return
-    model = plan.recipe.build(plan.cfg, plan.prepared, run.precision, plan.device, run.seed).model
-    model.load_state_dict(final_weights(run.checkpoint))
+    model = _recipe_model(plan, run, final_weights(run.checkpoint), plan.device)
     plan.recipe.save_model(model, plan.prepared, run.saved_model)
     logger.info(
         "saved the fine-tuned model of the finished %s run to %s (from its final checkpoint)",
@@ -58,6 +57,11 @@ def _whole_model(plan: RunPlan, run: PlannedRun, trainer):
     weights = full_state_dict(trainer.module)  # the whole tensors on process 0's CPU, nothing elsewhere
     if not distributed.is_main_process():
         return None
-    model = plan.recipe.build(plan.cfg, plan.prepared, run.precision, torch.device("cpu"), run.seed).model
+    return _recipe_model(plan, run, weights, torch.device("cpu"))
+
+
+def _recipe_model(plan: RunPlan, run: PlannedRun, weights, device):
+    """A fresh model of the run's recipe on ``device``, holding ``weights``."""
+    model = plan.recipe.build(plan.cfg, plan.prepared, run.precision, device, run.seed).model
     model.load_state_dict(weights)
     return model

@@ -76,34 +76,35 @@ def test_paths_and_worker_counts_compare_by_meaning(tmp_path, monkeypatch):
     assert same_option("num_workers", 2, 1) and not same_option("num_workers", 0, 2)
 
 
-def checkpoints(cfg, precisions):
-    """Each run's checkpoint path, as the run plan names them."""
+def planned(cfg, precisions):
+    """Each run's checkpoint path and identity, as the run plan makes them: ``resume_runs``' arguments."""
     single = len(precisions) * len(cfg.seeds) == 1
-    return {(n, s): Path(cfg.output_dir) / checkpoint_name(n, s, single) for s in cfg.seeds for n in precisions}
+    paths = {(n, s): Path(cfg.output_dir) / checkpoint_name(n, s, single) for s in cfg.seeds for n in precisions}
+    return paths, {key: run_meta(cfg, *key) for key in paths}
 
 
 def test_resume_says_which_runs_are_kept_and_which_continue(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16"], seeds=[0], resume=True)
     write_results(tmp_path / RESULTS_NAME, [result("fp32")])
     tiny_checkpoint(tmp_path / checkpoint_name("bf16", 0, single=False), run_meta(cfg, "bf16", 0), "bf16")
-    finished, continued = resume_runs(cfg, checkpoints(cfg, ["fp32", "bf16"]))
+    finished, continued = resume_runs(cfg, *planned(cfg, ["fp32", "bf16"]))
     assert finished[("fp32", 0)].precision == "fp32" and ("fp32", 0) not in continued
     assert ("bf16", 0) not in finished and ("bf16", 0) in continued
     no_resume = RunConfig(output_dir=str(tmp_path))
-    assert resume_runs(no_resume, checkpoints(no_resume, ["fp32"])) == ({}, frozenset())  # reads nothing
+    assert resume_runs(no_resume, *planned(no_resume, ["fp32"])) == ({}, frozenset())  # reads nothing
 
 
 def test_a_plan_with_nothing_to_resume_is_refused(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), resume=True)
     with pytest.raises(CheckpointError, match=r"no checkpoint in .* \(looked for checkpoint.pt\)"):
-        resume_runs(cfg, checkpoints(cfg, ["fp32"]))
+        resume_runs(cfg, *planned(cfg, ["fp32"]))
 
 
 def test_a_checkpoint_from_other_options_is_refused_by_the_plan(tmp_path):
     cfg = RunConfig(output_dir=str(tmp_path), resume=True, lr=1e-3)
     tiny_checkpoint(tmp_path / "checkpoint.pt", run_meta(RunConfig(output_dir=str(tmp_path), lr=2e-3), "fp32", 0))
     with pytest.raises(CheckpointError, match=r"--lr 0.002, this run has 0.001"):
-        resume_runs(cfg, checkpoints(cfg, ["fp32"]))
+        resume_runs(cfg, *planned(cfg, ["fp32"]))
 
 
 def test_lora_options_are_part_of_a_runs_identity(tmp_path):

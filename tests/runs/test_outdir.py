@@ -42,6 +42,11 @@ def test_the_names_of_a_single_run_and_of_a_comparison():
         [],
     )
     files, _ = planned_entries(run_names(["fp32", "bf16"], [1], "new.jsonl").values(), save_model=False)
+    # --fsdp: the checkpoints are directories, beside the saved models.
+    assert planned_entries(run_names(["fp32", "bf16"], [0], sharded=True).values(), save_model=True) == (
+        ["results.json", "report.md", "config.yaml"],
+        ["model-fp32-seed0", "model-bf16-seed0", "checkpoint-fp32-seed0.dcp", "checkpoint-bf16-seed0.dcp"],
+    )
     assert files[-2:] == ["predictions-fp32-seed1.jsonl", "predictions-bf16-seed1.jsonl"]
     assert predictions_name("new.tsv", "bf16", 0) == "predictions.csv"
     assert step_checkpoint_pattern("bf16", 0).format(step=40) == "checkpoint-step40.pt"
