@@ -16,11 +16,13 @@ Modules, one job each:
 - ``scaling`` throughput vs batch size and sequence length, memory vs batch size
 - ``cli``     ``scripts/benchmark.py``
 - ``stream``  the recipe's real train stream: distinct shapes per epoch, padding efficiency, Linear inputs
+- ``new_shapes`` what a new matmul shape costs per precision (one Linear, row counts repeated vs new)
 - ``casts``   what a step casts (dtype conversions at the dispatcher, weights apart from activations)
 - ``floors``  a floor line's inputs: the probe's matmul rate, a measured bandwidth (``mixft.train.floor``)
 - ``gpu_check`` the GPU check (``scripts/gpu_check.sh``): its parts (``gpu_parts``: CUDA tests, a BERT
   step per precision, ``--compare``, mixft vs Trainer) within a time budget, JSON + markdown; what a
   bare GPU machine lacks (``gpu_setup``: recipe entry points, a BERT directory, the generated data)
 
-Only ``cli`` and the GPU check print.
+Only ``cli``, the GPU check and the scripts with their own ``main`` (``step_ablation``, ``profile_step``,
+``new_shapes``, ...) print.
 """

@@ -3,7 +3,8 @@
 ``python benchmarks/step_ablation.py [--stream [--train-samples 2000]] [--rounds 3] [--steps 12] [--warmup 3]
 [--precisions fp32,bf16] [--batch-size 32] [--max-grad-norm X] [--data-dir DIR] [--no-floor] [--json FILE]``
 
-What is switched (all on is what ``scripts/finetune.py`` runs on a CPU; none is torch's own step):
+What is switched (all on is what ``scripts/finetune.py`` runs on a CPU, except the shape ladder, which
+its ``--batch-shapes auto`` takes only for bf16/fp16 on a CPU that runs it natively; none is torch's own step):
 
 * ``fast_dropout``: :mod:`mixft.train.fast_dropout`'s exact masks from one random byte per element
   instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
@@ -13,7 +14,9 @@ What is switched (all on is what ``scripts/finetune.py`` runs on a CPU; none is 
 * ``packing``: :mod:`mixft.data.packing`'s packed rows (the batch's sentences end to end,
   attention within each) instead of the same sentences padded to the longest;
 * ``first_token_encoder``: :mod:`mixft.models.first_token_encoder`'s last layer computing only
-  the [CLS] tokens the classifier reads (keys and values of every token) instead of every token.
+  the [CLS] tokens the classifier reads (keys and values of every token) instead of every token;
+* ``shape_ladder``: :mod:`mixft.data.shape_ladder`'s batch shapes (rows and row length rounded up a
+  ladder, so shapes repeat and kernels built for a shape are reused) instead of each batch's own.
 
 A change that did not beat the machine's noise here was removed (issue 28: cleaning the
 buffer by rows, the norm and clip of the written rows, skipping the clip's multiply by 1.0;
@@ -32,8 +35,9 @@ every variant the same first ``warmup + steps`` batches of an epoch of ``--train
 sentences, packed or padded as the variant says), so a step's shapes change as in a run;
 ``fixed`` is ``all`` on one batch of that stretch repeated (the one with the median computed
 tokens), so ``all`` beside ``fixed`` is what the changing shapes cost. Printed beside the table:
-the epoch's distinct (rows x row length), packed and padded, with their padding efficiency (real
-over computed tokens), and the distinct input shapes the Linear layers saw over the stream.
+the epoch's distinct (rows x row length), packed and padded, exact and on the ladder, with their
+padding efficiency (real over computed tokens), and the distinct input shapes the Linear layers saw
+over the stream.
 
 Printed: per variant the median step time, its spread (25th-75th percentile, min), the
 speedup of ``all`` over the variant with the range of the per-round speedups (a range that
@@ -69,7 +73,7 @@ from mixft.models import classifiers
 from mixft.runs.build import build_trainer
 from mixft.train.floor import optimizer_clip_bytes
 
-SWITCHES = ("fast_dropout", "row_embedding_grad", "packing", "first_token_encoder")
+SWITCHES = ("fast_dropout", "row_embedding_grad", "packing", "first_token_encoder", "shape_ladder")
 TRAINER_SWITCHES = ("fast_dropout", "row_embedding_grad")  # the trainer's CPU swaps; packing is the loader's
 PRECISIONS = ("fp32", "bf16")
 
@@ -105,7 +109,11 @@ def timed_variant(
     """
     device = resolve_device("cpu")
     precision = resolve_precision(precision_name, device)
-    built = dataclasses.replace(bert.cfg, pack_sequences="packing" not in left_out)
+    built = dataclasses.replace(
+        bert.cfg,
+        pack_sequences="packing" not in left_out,
+        batch_shapes="exact" if "shape_ladder" in left_out else "ladder",
+    )
     parts = bert.recipe.build(built, bert.prepared, precision, device, seed=0)
     cfg = dataclasses.replace(bert.cfg, epochs=1, max_steps=None, eval_steps=0)
     if stream and STREAM not in left_out:
@@ -298,14 +306,16 @@ def main(argv=None) -> int:
     hw = describe_hardware(cpu)
     shapes, epochs = {}, {}
     for packed in (False, True):
-        cfg = dataclasses.replace(bert.cfg, pack_sequences=packed)
-        shown = bert.recipe.build(cfg, bert.prepared, resolve_precision("fp32", cpu), cpu, seed=0)
-        shapes[packed] = tuple(next(iter(shown.train_loader))["input_ids"].shape)
-        if args.stream:
-            epochs[packed] = epoch_shapes(shown.train_loader)
-    if args.stream and epochs[True].batches < args.warmup + args.steps:
+        for ladder in (False, True):
+            cfg = dataclasses.replace(bert.cfg, pack_sequences=packed, batch_shapes="ladder" if ladder else "exact")
+            shown = bert.recipe.build(cfg, bert.prepared, resolve_precision("fp32", cpu), cpu, seed=0)
+            if not ladder:
+                shapes[packed] = tuple(next(iter(shown.train_loader))["input_ids"].shape)
+            if args.stream:
+                epochs[(packed, ladder)] = epoch_shapes(shown.train_loader)
+    if args.stream and epochs[(True, False)].batches < args.warmup + args.steps:
         p.error(
-            f"--stream: the epoch has {epochs[True].batches} batches of {args.batch_size}, fewer than "
+            f"--stream: the epoch has {epochs[(True, False)].batches} batches of {args.batch_size}, fewer than "
             f"--warmup + --steps = {args.warmup + args.steps}; give more --train-samples (or data)"
         )
     (n, width), (rows, capacity) = shapes[False], shapes[True]
@@ -314,11 +324,11 @@ def main(argv=None) -> int:
         print(
             f"Step ablation over the stream, {bert.cfg.recipe} ({model}): the recipe's train loader in its order "
             f"(seed 0), the first {args.warmup} + {args.steps} batches of {args.batch_size} of an epoch of "
-            f"{epochs[True].sentences} sentences ({shown.run_info.get('dataset', '')}), {args.rounds} rounds per "
+            f"{epochs[(True, False)].sentences} sentences ({shown.run_info.get('dataset', '')}), {args.rounds} rounds per "
             "variant; fixed: all switches on the median batch of those, repeated"
         )
-        print(f"epoch, {epochs[True].describe()}")
-        print(f"epoch, {epochs[False].describe()}")
+        for (_packed, ladder), epoch in sorted(epochs.items(), key=lambda item: (not item[0][0], item[0][1])):
+            print(f"epoch, {'on the ladder' if ladder else 'exact'}, {epoch.describe()}")
     else:
         print(
             f"Step ablation, {bert.cfg.recipe} ({model}), batch {n} x "
@@ -358,7 +368,10 @@ def main(argv=None) -> int:
             "packed_shape": shapes[True],
             "switches": list(SWITCHES),
             "step_times_s": times,
-            "epoch": {("packed" if k else "padded"): v.to_dict() for k, v in epochs.items()},
+            "epoch": {
+                f"{'packed' if packed else 'padded'}{', ladder' if ladder else ''}": v.to_dict()
+                for (packed, ladder), v in epochs.items()
+            },
             "stream": lines,
             "seen": {
                 f"{p}/{'+'.join(sorted(left)) or 'all'}": {k: v for k, v in w.items() if k != "config"}

@@ -32,6 +32,8 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
                                            # --eval-only run (nothing trained: its speed is eval.samples_per_s,
                                            # mixft.report.summary.is_eval_only tells it apart)
       "train_tokens_per_s": 1630.0,        # null when batches have no attention_mask
+      "batch_shapes": "exact",             # "ladder": rows and row length rounded up mixft.data.shape_ladder's
+                                           # steps (--batch-shapes); null for recipes without token batches
       "peak_memory_bytes": 123456789,      # null where the device cannot tell
       "peak_memory_kind": "cpu_rss" | "cuda_max_allocated",
       "start_memory_bytes": 56789012,      # the same gauge at the run's start (the report shows the increase)
@@ -135,6 +137,8 @@ class RunResult:
     # Pure low precision (mixft.train.pure_bf16): the dtype the weights are held in (null: fp32) and the optimizer.
     param_dtype: str | None = None
     optimizer: str | None = None
+    # "ladder" | "exact": the batches' shapes (--batch-shapes, mixft.data.shape_ladder); null without token batches.
+    batch_shapes: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -29,6 +29,7 @@ from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting, is_recipe_default
 from mixft.data.loaders import make_loader, pad_multiple
+from mixft.data.shape_ladder import batch_shape_ladder
 from mixft.data.synthetic.stand_ins import SST2
 from mixft.data.user_data import TextData, load_glue_data, load_text_data
 from mixft.errors import UsageError
@@ -59,6 +60,7 @@ USES = frozenset(
         "group_by_length",
         "length_group_size",
         "pack_sequences",
+        "batch_shapes",
     }
 )
 # The default budget finishes in minutes on a 2-core CPU (see README). Its lr is 5e-5,
@@ -74,6 +76,7 @@ DEFAULTS = {
     # Random batches without their padding: accuracy within noise of Trainer's default random sampling,
     # at about the cost per real token of length-grouped batches (docs/benchmarks.md, "Packing").
     "pack_sequences": True,
+    "batch_shapes": "auto",  # the shape ladder where a new shape costs a kernel build (mixft.data.shape_ladder)
 }
 # The quick demo budget: the size of mixft's generated set when no real data is found.
 # Data the user brings (--data-dir, GLUE from the cache or hub) is used whole unless
@@ -269,6 +272,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     pad8 = pad_multiple(device)
+    shapes = batch_shape_ladder(cfg.batch_shapes, precision, device, max_length=cfg.max_length)
     pin = device.type == "cuda"
     train_loader = make_loader(
         prepared.train,
@@ -281,7 +285,10 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         pin_memory=pin,
         group_size=cfg.length_group_size if cfg.group_by_length else 1,  # 1: random batches
         pack=prepared.settled.get("pack_sequences", cfg.pack_sequences),  # what prepare settled for this model
+        shapes=shapes,
     )
+    # Evaluation batches keep their own shapes: they come length-sorted, in the same order at every
+    # evaluation, so their shapes repeat from one evaluation to the next already (mixft.data.shape_ladder).
     eval_loader = make_loader(
         prepared.eval,
         prepared.tokenizer,
@@ -302,5 +309,9 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         lr_scheduler=build_scheduler_factory(cfg.lr_scheduler, cfg.warmup_ratio, cfg.warmup_steps),
         predict_fn=logits_to_labels,
         metric=load_metric("accuracy"),
-        run_info={"model": prepared.model_description, "dataset": prepared.dataset_description},
+        run_info={
+            "model": prepared.model_description,
+            "dataset": prepared.dataset_description,
+            "batch_shapes": "ladder" if shapes else "exact",
+        },
     )

@@ -40,6 +40,7 @@ from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting
 from mixft.data.loaders import make_loader, pad_multiple
+from mixft.data.shape_ladder import batch_shape_ladder
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
 from mixft.recipe import TrainerParts
@@ -49,7 +50,7 @@ from mixft.train.schedules import build_scheduler_factory
 NAME = "text-classification"
 LORA_OPTIONS = ("lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 # Length-grouped batching (mixft.data.batching), read by make_loader below.
-BATCHING_OPTIONS = ("group_by_length", "length_group_size")
+BATCHING_OPTIONS = ("group_by_length", "length_group_size", "batch_shapes")
 OPTIMISATION_OPTIONS = (
     "lr_scheduler",
     "warmup_ratio",
@@ -87,6 +88,7 @@ DEFAULTS = {
     "batch_size": 32,
     "lr": 5e-5,
     "max_grad_norm": 1.0,
+    "batch_shapes": "auto",  # the shape ladder where a new shape costs a kernel build (mixft.data.shape_ladder)
 }
 # Tokens per example unless --max-length says otherwise, capped at what the model reads
 # (a user's --max-length past that is refused by the model check instead).
@@ -304,6 +306,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
             enable_gradient_checkpointing(model)
     trainable, total = trainable_parameters(model)
     pad = pad_multiple(device)
+    shapes = batch_shape_ladder(cfg.batch_shapes, precision, device, max_length=prepared.max_length)
     pin = device.type == "cuda"
     train_loader = make_loader(
         prepared.train,
@@ -315,7 +318,10 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         num_workers=cfg.num_workers,
         pin_memory=pin,
         group_size=length_group_size(cfg),
+        shapes=shapes,
     )
+    # Evaluation batches keep their own shapes: they come length-sorted, in the same order at every
+    # evaluation, so their shapes repeat from one evaluation to the next already (mixft.data.shape_ladder).
     eval_loader = make_loader(
         prepared.eval,
         prepared.tokenizer,
@@ -339,6 +345,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
             "model": prepared.model_description,
             "dataset": prepared.data.description,
             "task": describe_task(task),
+            "batch_shapes": "ladder" if shapes else "exact",
             "parameters": {"trainable": trainable, "total": total},
             "lora": describe_lora(model),
             "labels": {

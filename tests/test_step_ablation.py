@@ -21,6 +21,7 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
         frozenset({"row_embedding_grad"}): 0.11,
         frozenset({"packing"}): 0.13,
         frozenset({"first_token_encoder"}): 0.14,
+        frozenset({"shape_ladder"}): 0.09,  # a switch that costs here: all ÷ it below 1
         frozenset(SWITCHES): 0.15,
     }
 
@@ -37,6 +38,7 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
     assert "| bf16 | all | 100.0 |" in table and "| fp32 | all | 200.0 |" in table
     assert "| bf16 | -fast_dropout | 120.0 |" in table and "1.200 (rounds 1.200-1.200)" in table
     assert "1.500 (rounds 1.500-1.500)" in table  # none vs all
+    assert "| bf16 | -shape_ladder | 90.0 |" in table and "0.900 (rounds 0.900-0.900)" in table
 
 
 def test_a_data_dir_that_is_not_sst2_is_one_line_and_exit_2(tmp_path, capsys):
@@ -60,14 +62,14 @@ def tiny_stream(tiny_bert_dir, tmp_path_factory):
     return prepare_bert(setup)
 
 
-def _loader_batches(bert, packed=True):
+def _loader_batches(bert, packed=True, shapes="ladder"):  # "all" trains on the ladder
     import dataclasses
 
     import torch
 
     from mixft.amp.precision import PRECISIONS
 
-    cfg = dataclasses.replace(bert.cfg, pack_sequences=packed)
+    cfg = dataclasses.replace(bert.cfg, pack_sequences=packed, batch_shapes=shapes)
     return list(bert.recipe.build(cfg, bert.prepared, PRECISIONS["fp32"], torch.device("cpu"), seed=0).train_loader)
 
 

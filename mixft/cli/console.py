@@ -128,12 +128,16 @@ def batch_text(batch_size: int, grad_accum: int, train_rows: int | None, process
     )
 
 
-def batch_order_text(cfg: RunConfig) -> str:
+def batch_order_text(cfg: RunConfig, shapes: str | None = None) -> str:
     """Which sentences share a batch, and whether its padding is computed: ``"; random, packed (no padding)"``.
 
     ``cfg``: the run's, after the recipe settled packing for the model (``Prepared.settled``).
+    ``shapes``: the first run's ``run_info["batch_shapes"]`` (``"ladder"``: shapes rounded up, some padding).
     """
     order = f"length-grouped ({cfg.length_group_size} batches per group)" if cfg.group_by_length else "random"
+    if shapes == "ladder":
+        how = "packed, rows and row length" if cfg.pack_sequences else "padded, length"
+        return f"; {order}, {how} rounded up a ladder (--batch-shapes {cfg.batch_shapes})"
     if cfg.pack_sequences:
         return f"; {order}, packed (no padding computed)"
     if cfg.pack_sequences is False:  # a recipe that packs, not packing this run: say so
@@ -181,7 +185,7 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
         say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
         return
     batch = batch_text(cfg.batch_size, cfg.grad_accum, run_info.get("train_rows"), world_size())
-    say(f"  batch      {batch}{batch_order_text(cfg)}")
+    say(f"  batch      {batch}{batch_order_text(cfg, run_info.get('batch_shapes'))}")
     budget = f"{cfg.epochs} epoch(s)" + (f", at most {cfg.max_steps} optimizer steps" if cfg.max_steps else "")
     steps_text = f"{steps} optimizer steps per run" if steps is not None else "optimizer steps unknown (unsized data)"
     say(f"  budget     {budget} = {steps_text}, lr {cfg.lr:g}, max grad norm {cfg.max_grad_norm:g}")
@@ -276,8 +280,10 @@ def print_result(result) -> None:
     saved_s = (
         f" | saved activations {saved / 2**20:.{0 if saved >= 10 * 2**20 else 1}f} MiB" if saved else ""
     )  # what a precision shrinks
+    # A speed measured on ladder shapes (--batch-shapes) is said beside it: a --compare's runs may differ there.
+    ladder = " (batch shapes on a ladder)" if result.batch_shapes == "ladder" else ""
     say(
-        f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s | "
+        f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s{ladder} | "
         f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s}{saved_s} | steps {result.steps}, "
         f"skipped {result.skipped_steps}{scale}",
         flush=True,

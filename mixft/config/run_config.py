@@ -17,6 +17,7 @@ from typing import Any
 from mixft.amp.hardware import DEVICE_CHOICES
 from mixft.callbacks.tracker_names import TRACKERS
 from mixft.config.option_rules import check_extra_options, check_option_combinations
+from mixft.data.shape_ladder import BATCH_SHAPES
 from mixft.errors import UsageError
 from mixft.options import (
     BOOL,
@@ -241,6 +242,16 @@ class RunConfig:
         "other models' batches are padded, and --pack-sequences is refused for them)",
         check=BOOL,
         negatable=True,
+        group=OPTIMISATION,
+    )
+    batch_shapes: str | None = per_recipe(
+        None,
+        "ladder: round each training batch's rows and row length up a short ladder (by less than a quarter) so that "
+        "shapes repeat and kernels built per shape are reused; exact: each batch its own shape; auto: the "
+        "ladder for bf16/fp16 compute on a CPU that runs it natively, else exact. Results are unchanged beyond "
+        "float rounding: the added positions are padding (bert-sst2, text-classification, glue; default auto)",
+        check=choice(*BATCH_SHAPES),
+        metavar="|".join(BATCH_SHAPES),
         group=OPTIMISATION,
     )
     gradient_checkpointing: bool = per_recipe(

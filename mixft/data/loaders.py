@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from mixft.data.batching import LengthGroupedBatchSampler
 from mixft.data.packing import PackingCollator
+from mixft.data.shape_ladder import LadderPadding, ShapeLadder
 
 
 def _is_arrow(examples) -> bool:
@@ -51,6 +52,7 @@ def make_loader(
     pin_memory: bool = False,
     group_size: int = 50,
     pack: bool = False,
+    shapes: ShapeLadder | None = None,
 ) -> DataLoader:
     """A DataLoader of length-grouped, dynamically padded batches (see LengthGroupedBatchSampler).
 
@@ -60,7 +62,8 @@ def make_loader(
     (``Dataset.__getitems__``), not one per example. ``group_size``: batches per length
     group when training (the sampler's ``group_factor``); 1 draws every batch at random.
     ``pack``: each batch's sentences packed into rows without padding (``mixft.data.packing``;
-    the model must take ``sequence_ids``, as ``BertClassifier`` does).
+    the model must take ``sequence_ids``, as ``BertClassifier`` does). ``shapes``: each batch's rows and
+    row length rounded up this ladder so shapes repeat (``mixft.data.shape_ladder``; None: exact).
 
     Usage: ``loader = make_loader(train, tokenizer, 32, shuffle=True, seed=0)``
     """
@@ -70,7 +73,9 @@ def make_loader(
     sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=seed, group_factor=group_size, shuffle=shuffle)
     collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
     if pack:
-        collator = PackingCollator(collator, tokenizer.pad_token_id)
+        collator = PackingCollator(collator, tokenizer.pad_token_id, ladder=shapes)
+    elif shapes is not None:
+        collator = LadderPadding(collator, shapes)
     return DataLoader(
         rows,
         batch_sampler=sampler,

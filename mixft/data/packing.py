@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from mixft.data.shape_ladder import ShapeLadder
+
 PACKED_KEYS = ("position_ids", "sequence_ids")  # what a packed batch adds to the padded one
 # The tensors with one value per token, which packing moves into rows. Decided by name, not by
 # shape: a per-sentence tensor (multi-label targets, features) of shape (B, K) with K equal to the
@@ -75,20 +77,29 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
     return rows
 
 
-def pack_batch(batch: Mapping[str, Any], pad_token_id: int = 0, pad_to_multiple_of: int | None = None) -> dict:
+def pack_batch(
+    batch: Mapping[str, Any],
+    pad_token_id: int = 0,
+    pad_to_multiple_of: int | None = None,
+    ladder: ShapeLadder | None = None,
+) -> dict:
     """The packed form of a padded batch (the module docstring's layout); its real tokens keep their order.
 
-    Row length: the longest sentence, rounded up to ``pad_to_multiple_of``. Real tokens are where
-    ``attention_mask`` is 1 (left or right padding alike). Only ``TOKEN_KEYS`` are packed; every other
-    entry is per sentence and kept as it is.
+    Row length: the longest sentence, up ``ladder``'s steps if given, then up to a multiple of
+    ``pad_to_multiple_of``; with a ladder the row count goes up its steps too (rows of padding only).
+    Real tokens are where ``attention_mask`` is 1 (left or right padding alike). Only ``TOKEN_KEYS``
+    are packed; every other entry is per sentence and kept as it is.
     """
     mask = batch["attention_mask"].bool()
     n, width = mask.shape
     lengths = mask.sum(1)
     capacity = int(lengths.max()) if n else 0
+    if ladder is not None:
+        capacity = ladder.row_length(capacity)
     if pad_to_multiple_of:
         capacity = -(-capacity // pad_to_multiple_of) * pad_to_multiple_of
     rows = first_fit_decreasing(lengths.tolist(), capacity)
+    row_count = ladder.rows(len(rows)) if ladder is not None else len(rows)  # the extra rows: padding only
     start = torch.zeros(n, dtype=torch.long)  # each sentence's first slot in the flattened rows
     for r, members in enumerate(rows):
         offset = r * capacity
@@ -102,9 +113,9 @@ def pack_batch(batch: Mapping[str, Any], pad_token_id: int = 0, pad_to_multiple_
     source = mask.flatten().nonzero().squeeze(1)  # where it is now
 
     def scatter(values: torch.Tensor, fill: int) -> torch.Tensor:
-        out = torch.full((len(rows) * capacity,), fill, dtype=values.dtype)
+        out = torch.full((row_count * capacity,), fill, dtype=values.dtype)
         out[target] = values.flatten()[source] if values.dim() == 2 else values  # (B, L) or one per real token
-        return out.view(len(rows), capacity)
+        return out.view(row_count, capacity)
 
     packed: dict[str, Any] = {}
     for key, value in batch.items():
@@ -126,10 +137,16 @@ class PackingCollator:
     Usage: ``PackingCollator(DataCollatorWithPadding(tok, return_tensors="pt"), tok.pad_token_id)``
     """
 
-    def __init__(self, padding_collator: Callable[[list], Mapping], pad_token_id: int | None):
+    def __init__(
+        self,
+        padding_collator: Callable[[list], Mapping],
+        pad_token_id: int | None,
+        ladder: ShapeLadder | None = None,
+    ):
         self.padding_collator = padding_collator
         self.pad_token_id = pad_token_id if pad_token_id is not None else 0
         self.pad_to_multiple_of = getattr(padding_collator, "pad_to_multiple_of", None)
+        self.ladder = ladder  # None: each batch's own (rows x row length)
 
     def __call__(self, features: list) -> dict:
-        return pack_batch(self.padding_collator(features), self.pad_token_id, self.pad_to_multiple_of)
+        return pack_batch(self.padding_collator(features), self.pad_token_id, self.pad_to_multiple_of, self.ladder)

@@ -84,6 +84,7 @@ TRAJECTORY_OPTIONS = (
     "group_by_length",
     "length_group_size",  # which sentences share a batch
     "pack_sequences",  # dropout masks drawn over packed rows, not padded ones
+    "batch_shapes",  # and over the ladder's padding
     # Each evaluation draws from the RNG, the best model and early stopping decide the final weights.
     "eval_steps",
     "metric_for_best",

@@ -121,6 +121,7 @@ class TrainMeter:
             seed=trainer.seed,
             model=info.get("model"),
             dataset=info.get("dataset"),
+            batch_shapes=info.get("batch_shapes"),
             task=info.get("labels"),
             stopped_early=None if stop is None else (str(stop) or "stopped by a callback"),
             stop_kind=None if stop is None else stop.kind,

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from mixft.data.packing import pack_batch
+from mixft.data.shape_ladder import ShapeLadder, ladder_up
 from mixft.models import classifiers
 from mixft.models.classifiers import BertClassifier
 from mixft.models.packed import PACKING_TYPES, block_diagonal_mask, first_token_places, packs
@@ -59,15 +60,33 @@ def logits_and_grads(model, batch):
     return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("attn,pooler", [("sdpa", True), ("eager", True), ("sdpa", False)])
-def test_packed_logits_and_gradients_equal_the_padded_batch(bert_dir, batch, attn, pooler):
+@pytest.mark.parametrize(
+    "attn,pooler,ladder", [("sdpa", True, None), ("eager", True, None), ("sdpa", False, None), ("sdpa", True, 2)]
+)
+def test_packed_logits_and_gradients_equal_the_padded_batch(bert_dir, batch, attn, pooler, ladder):
     model = classifier(bert_dir, attn, pooler).eval()  # dropout off: the same function both ways
-    packed = pack_batch(batch)
+    # ladder: shapes rounded up (mixft.data.shape_ladder; 2 steps per doubling: more padding rows and columns)
+    packed = pack_batch(batch, ladder=ShapeLadder(steps=ladder) if ladder else None)
+    if ladder:
+        assert tuple(packed["input_ids"].shape) != tuple(pack_batch(batch)["input_ids"].shape)
     assert packed["input_ids"].numel() < batch["input_ids"].numel()
     ref_logits, ref_grads = logits_and_grads(model, batch)
     logits, grads = logits_and_grads(model, packed)
     torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-6)
     assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_padded_batch_widened_to_the_ladder_computes_the_same(bert_dir, batch):
+    """--batch-shapes ladder on padded batches (LadderPadding): more padding columns, the same logits and gradients."""
+    model = classifier(bert_dir).eval()
+    width = batch["input_ids"].shape[1]
+    wider = ladder_up(width + 1)  # off the exact width, as the ladder pads a batch whose longest is off it
+    widened = {k: torch.nn.functional.pad(v, (0, wider - width)) if v.dim() == 2 else v for k, v in batch.items()}
+    ref_logits, ref_grads = logits_and_grads(model, batch)
+    logits, grads = logits_and_grads(model, widened)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-6)
     for name in ref_grads:
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
@@ -183,6 +202,9 @@ def test_first_token_places_come_back_in_sentence_order():
 
 @pytest.mark.parametrize("arch", ["bert", "roberta"])  # positions from 0, and from padding_idx + 1
 def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path, arch):
+    """Packed, exact and on the shape ladder (--batch-shapes ladder), against exact padded batches.
+    (This data's padded batches are all --max-length wide, where the ladder stops: padded batches on the
+    ladder are the next test's.)"""
     from mixft.amp.precision import resolve_precision
     from mixft.config.run_config import RunConfig
     from mixft.recipe import get_recipe
@@ -200,23 +222,31 @@ def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path, arc
         max_steps=3,
         max_length=64,
     )
-    device, weights, seen, losses = torch.device("cpu"), {}, {}, {}
-    for pack in (False, True):
-        cfg = dataclasses.replace(base, pack_sequences=pack).with_defaults(recipe.DEFAULTS).validate()
+    device, weights, seen, losses, first_shapes = torch.device("cpu"), {}, {}, {}, {}
+    ways = [(False, "exact"), (True, "exact"), (True, "ladder")]
+    for way in ways:
+        pack, shapes = way
+        cfg = dataclasses.replace(base, pack_sequences=pack, batch_shapes=shapes).with_defaults(recipe.DEFAULTS)
+        cfg = cfg.validate()
         prepared = recipe.prepare(cfg)
         assert not prepared.settled  # packed as asked
         precision = resolve_precision("fp32", device)
         parts = recipe.build(cfg, prepared, precision, device, 0)
+        assert parts.run_info["batch_shapes"] == shapes
+        first_shapes[way] = tuple(next(iter(parts.train_loader))["input_ids"].shape)
         parts.model.dropout.p = 0.0  # the head's dropout too: the same function, whatever the masks
         trainer = build_trainer(
             dataclasses.replace(parts, eval_loader=None), cfg, precision=precision, device=device, seed=0
         )
         assert {"fast_dropout", "row_embedding_grad"} <= set(trainer.cpu_swaps)  # the CPU speed paths are on
         trainer.fit()
-        weights[pack] = {n: p.detach().clone() for n, p in parts.model.named_parameters()}
-        seen[pack] = (trainer.state.samples, trainer.state.tokens)
-        losses[pack] = [float(loss) for loss in trainer.state.history["loss"]]
-    assert seen[True] == seen[False]  # the same sentences and real tokens
-    assert losses[True] == pytest.approx(losses[False], rel=1e-5)  # the first step's loss included
-    for name, ref in weights[False].items():
-        torch.testing.assert_close(weights[True][name], ref, rtol=1e-4, atol=1e-6, msg=name)
+        weights[way] = {n: p.detach().clone() for n, p in parts.model.named_parameters()}
+        seen[way] = (trainer.state.samples, trainer.state.tokens)
+        losses[way] = [float(loss) for loss in trainer.state.history["loss"]]
+    reference = ways[0]  # exact padded batches
+    assert first_shapes[(True, "ladder")] != first_shapes[(True, "exact")]  # the ladder changed the shapes
+    for way in ways[1:]:
+        assert seen[way] == seen[reference], way  # the same sentences and real tokens (padding is not counted)
+        assert losses[way] == pytest.approx(losses[reference], rel=1e-5), way  # the first step's loss included
+        for name, ref in weights[reference].items():
+            torch.testing.assert_close(weights[way][name], ref, rtol=1e-4, atol=1e-6, msg=f"{way} {name}")

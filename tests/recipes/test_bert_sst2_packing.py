@@ -5,6 +5,8 @@ A tiny RoBERTa (positions from padding_idx + 1) packs by default and says so; a 
 results.json and config.yaml say so; an explicit ``--pack-sequences`` with it (flag or config
 file) is refused in one line, exit 2, before any work, the output directory untouched. That the
 packed RoBERTa step equals the padded one is tested in tests/models/test_packed.py (dropout off).
+``--batch-shapes`` (mixft.data.shape_ladder): the ladder said in the header and the result line and
+recorded per run; ``auto`` records what it chose; an unknown value is one line, exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -92,3 +94,28 @@ def test_the_settled_value_stays_the_recipes_not_the_users(models, data):
     settled = with_settled(cfg, prepared.settled)
     assert settled.pack_sequences is False and is_recipe_default(settled, "pack_sequences")
     assert with_settled(cfg, {}) is cfg
+
+
+def test_batch_shapes_ladder_is_said_in_the_header_and_recorded_per_run(models, data, tmp_path, capsys):
+    assert run(models, "roberta", data, tmp_path / "out", "--batch-shapes", "ladder") == 0
+    out = capsys.readouterr().out
+    assert "packed, rows and row length rounded up a ladder (--batch-shapes ladder)" in out
+    assert "samples/s (batch shapes on a ladder) |" in out  # the result line says what its speed was measured on
+    (result,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert (result["batch_shapes"], result["config"]["batch_shapes"]) == ("ladder", "ladder")
+
+
+def test_auto_on_this_machine_records_what_it_chose(models, data, tmp_path, monkeypatch):
+    from mixft.amp import hardware
+
+    monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": False, "fp16": False})
+    assert run(models, "roberta", data, tmp_path / "out") == 0  # fp32, and no native bf16: exact shapes
+    (result,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert (result["batch_shapes"], result["config"]["batch_shapes"]) == ("exact", "auto")
+
+
+def test_an_unknown_batch_shapes_value_is_refused_in_one_line(models, data, tmp_path, capsys):
+    assert run(models, "roberta", data, tmp_path / "out", "--batch-shapes", "round") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("argument --batch-shapes: must be one of: auto, ladder, exact, got 'round'")
+    assert not (tmp_path / "out").exists()

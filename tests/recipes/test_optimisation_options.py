@@ -132,6 +132,42 @@ def test_weight_decay_reaches_adamw_param_groups(tmp_path, tiny_bert_dir, tiny_d
             assert opt.param_groups[0]["lr"] == cfg.lr
 
 
+def test_batch_shapes_reach_the_train_and_eval_loaders_of_both_recipes(tmp_path, tiny_bert_dir, tiny_data_dir):
+    """--batch-shapes ladder: every training batch's rows and width on the ladder (or at --max-length);
+    exact, and evaluation batches either way: each padded batch as wide as its longest example.
+    bert-sst2 packs its training batches."""
+    from mixft.data.shape_ladder import ladder_up
+
+    # Sentences of 9 to 30 words: lengths between the ladder's steps (up to 8 every length is one).
+    rows = [
+        (" ".join(TOY_ROWS[i % len(TOY_ROWS)][0].split()[:1] * (9 + (7 * i) % 22)), NAMES[i % 3]) for i in range(24)
+    ]
+    train = write_csv(tmp_path / "train.csv", ["text", "label"], rows)
+    dev = write_csv(tmp_path / "dev.csv", ["text", "label"], rows[:9])
+    cases = [
+        (bert_sst2, dict(model=str(tiny_bert_dir), data_dir=str(tiny_data_dir))),
+        (text_classification, dict(model=str(tiny_bert_dir), train_file=str(train), validation_file=str(dev))),
+    ]
+    for recipe, options in cases:
+        for shapes in ("exact", "ladder"):
+            cfg = small_cfg(recipe, **options, batch_size=3, max_length=40, batch_shapes=shapes)
+            parts = recipe.build(cfg, recipe.prepare(cfg), PRECISIONS["fp32"], torch.device("cpu"), seed=0)
+            assert parts.run_info["batch_shapes"] == shapes
+            widened = 0  # training batches the ladder made wider than their longest sentence
+            for loader in (parts.train_loader, parts.eval_loader):
+                for batch in loader:
+                    rows, width = batch["input_ids"].shape
+                    packed = "sequence_ids" in batch
+                    longest = int(batch["attention_mask"].sum(1).max())
+                    if shapes == "ladder" and loader is parts.train_loader:
+                        assert width in (ladder_up(width), cfg.max_length), (recipe.NAME, rows, width)
+                        assert not packed or ladder_up(rows) == rows, (recipe.NAME, rows, width)
+                        widened += width > longest
+                    elif not packed:
+                        assert width == longest, (recipe.NAME, width, longest)
+            assert (widened > 0) == (shapes == "ladder"), (recipe.NAME, shapes)
+
+
 def tc_run(tmp_path, name, model, train, dev, *extra) -> dict:
     out = tmp_path / name
     code = main(text_classification_args(model, train, dev, out, *extra, batch_size=8, max_steps=3))

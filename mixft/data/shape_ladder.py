@@ -1,0 +1,116 @@
+"""Batch shapes that repeat: each batch's rows and row length rounded up a short ladder.
+
+Why: on a CPU with native bf16, oneDNN builds a matmul kernel for each new input shape. A
+``Linear(384, 1536)`` forward + backward under bf16 autocast took 4.4 ms when its row count
+repeated and 14.0 ms when every call brought a new one, while fp32 took 8.5-9.5 ms either way
+(2-core Xeon with amx_bf16, issue 41). Packed batches (``mixft.data.packing``) bring a new
+(rows x row length) nearly every step, and padded batches a new length. On the ladder, the
+shapes of an epoch come from a handful, at the cost of some padding, which the benchmarks count
+(``benchmarks/step_ablation.py --stream`` prints the epoch's distinct shapes and its padding
+efficiency with and without it). On a CPU without native bf16 (AVX2 only) neither fp32 nor the
+emulated bf16 pays for a new shape (measured there: 19.2 ms new vs 19.5 ms repeated in fp32), so
+the ladder would only add padding: ``--batch-shapes auto`` uses it only where the run computes in
+a low-precision dtype the CPU runs natively.
+
+Training batches only: evaluation batches come length-sorted, in the same order at every
+evaluation, so their shapes repeat from one evaluation to the next already; on the ladder the 872
+sentences of SST-2's dev set still took 13 distinct shapes in 14 batches (as exact), at 5 % more
+computed tokens.
+
+The ladder: every integer up to ``2 * steps``, then ``steps`` evenly spaced values per doubling
+(``steps=4``: ..., 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, ...), so a value is
+rounded up by less than a quarter. Results do not change beyond float rounding: the extra
+positions are padding the model never reads (a padded batch's mask, a packed batch's
+``sequence_ids`` of -1; tests/models/test_packed.py and tests/data/test_shape_ladder.py).
+
+Usage::
+
+    shapes = batch_shape_ladder(cfg.batch_shapes, precision, device, max_length=cfg.max_length)
+    loader = make_loader(rows, tokenizer, 32, shuffle=True, shapes=shapes)   # None: exact shapes
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+BATCH_SHAPES = ("auto", "ladder", "exact")  # --batch-shapes
+
+
+def ladder_up(n: int, steps: int = 4) -> int:
+    """The smallest ladder value >= ``n`` (``steps``, a power of two, values per doubling).
+
+    Usage: ``ladder_up(33) == 40``; ``ladder_up(7) == 7``
+    """
+    if steps < 1 or steps & (steps - 1):
+        raise ValueError(f"steps per doubling must be a power of two, got {steps}")
+    if n <= 2 * steps:
+        return max(int(n), 0)
+    spacing = (1 << (int(n).bit_length() - 1)) // steps  # within [2^e, 2^(e+1)): 2^e / steps apart
+    return -(-n // spacing) * spacing
+
+
+@dataclass(frozen=True)
+class ShapeLadder:
+    """How a loader rounds its batches' shapes: row counts and row lengths up the ladder.
+
+    ``max_length``: a row length never goes past it (nor past the batch's own longest row), so a
+    padded batch's positions stay within what the tokenizer truncates to and the model embeds.
+    """
+
+    max_length: int | None = None
+    steps: int = 4
+
+    def row_length(self, n: int) -> int:
+        up = ladder_up(n, self.steps)
+        return max(n, min(up, self.max_length)) if self.max_length else up
+
+    def rows(self, n: int) -> int:
+        return ladder_up(n, self.steps)
+
+
+class LadderPadding:
+    """Wraps a ``DataCollatorWithPadding``: pads each batch to its longest example's length on the ladder.
+
+    Usage: ``LadderPadding(DataCollatorWithPadding(tok, return_tensors="pt"), ShapeLadder(max_length=128))``
+    """
+
+    def __init__(self, padding_collator, ladder: ShapeLadder):
+        self.padding_collator = padding_collator
+        self.ladder = ladder
+
+    def __call__(self, features: list) -> Mapping:
+        longest = max((len(f["input_ids"]) for f in features), default=0)
+        width = self.ladder.row_length(longest)
+        multiple = self.padding_collator.pad_to_multiple_of
+        if multiple:  # a device that wants multiples (CUDA) still gets one
+            width = -(-width // multiple) * multiple
+        exact = dataclasses.replace(self.padding_collator, padding="max_length", max_length=width)
+        return exact(features)
+
+
+def batch_shape_ladder(choice: str, precision, device, max_length: int | None = None) -> ShapeLadder | None:
+    """The run's ladder (None: each batch keeps its own shape) for ``--batch-shapes`` ``choice``.
+
+    ``auto``: the ladder where a new shape costs a kernel build: the run computes in bf16 or
+    fp16 (``precision.autocast_dtype``) on a CPU whose oneDNN runs that dtype natively
+    (``mixft.amp.hardware.native_precisions``). Elsewhere exact shapes: padding would only cost.
+
+    Usage: ``batch_shape_ladder("auto", resolve_precision("bf16", cpu), cpu, max_length=128)``
+    """
+    if choice not in BATCH_SHAPES:
+        raise ValueError(f"batch shapes must be one of {', '.join(BATCH_SHAPES)}, got {choice!r}")
+    if choice == "exact":
+        return None
+    if choice == "auto" and not _new_shapes_build_kernels(precision, device):
+        return None
+    return ShapeLadder(max_length=max_length)
+
+
+def _new_shapes_build_kernels(precision, device) -> bool:
+    from mixft.amp.hardware import native_precisions
+    from mixft.amp.precision import NATIVE_KEY
+
+    key = NATIVE_KEY.get(precision.autocast_dtype)
+    return getattr(device, "type", None) == "cpu" and key is not None and native_precisions(device).get(key) is True
