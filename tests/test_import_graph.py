@@ -113,6 +113,21 @@ def test_import_mixft_loads_neither_torch_nor_matplotlib():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_the_cli_answers_help_and_a_bad_option_without_loading_torch():
+    # torch takes seconds to load: `mixft --help` and a mistyped option must not wait for it.
+    code = (
+        "import contextlib, io, sys\n"
+        "from mixft.cli.main import build_parser, main\n"
+        "build_parser().format_help()\n"
+        "with contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        "    assert main(['--recipe', 'bert-sst2', '--lr', '-1', '--output-dir', 'never']) == 2\n"
+        "assert '--lr' in err.getvalue(), err.getvalue()\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('mixft'))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 # The layers, lowest first (docs/architecture.md): a module imports modules of its own layer and
 # of the layers below, never one above. A layer is a folder of mixft/; the ground is mixft/'s
 # top-level modules. models/, data/ and metrics/ sit on one floor above amp/, ordered by the

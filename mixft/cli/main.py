@@ -20,19 +20,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mixft.amp.precision import PRECISIONS, amp_precision_names, resolve_device
+# Parsing and its one-line errors need no torch (seconds to load): `--help` and a mistyped option answer
+# at once. What a run needs is imported once a run is asked (main(), _finish(), _leave_the_job()).
+from mixft.amp.precision_names import PRECISION_NAMES
 from mixft.atomic import WriteFailed
-from mixft.callbacks.faults import is_collapse
-from mixft.callbacks.interrupt import SignalHandler
-from mixft.cli.console import ConsoleObserver, print_outputs, print_probe, quiet_library_progress
 from mixft.cli.parser import OneLineParser, int_list, setup_logging
 from mixft.config.run_config import RunConfig
-from mixft.distributed import is_main_process, lost_peer, shutdown
 from mixft.errors import UsageError
 from mixft.options import SEED, add_arguments
 from mixft.recipe import recipe_names
 from mixft.runs.outdir import RESULTS_NAME, has_checkpoint
+
+if TYPE_CHECKING:
+    from mixft.cli.console import ConsoleObserver
 
 PROG = "finetune.py"  # the name main(argv) gives itself when called from Python (tests, notebooks)
 EXIT_USAGE = 2  # bad input: one line, before any work
@@ -76,7 +78,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="automatic mixed precision: fp16 on CUDA; on a CPU bf16 where torch says it is native "
         "and no probe measured it slower, else fp32 with a notice (default off)",
     )
-    prec.add_argument("--precision", choices=list(PRECISIONS), help="one precision (default fp32)")
+    prec.add_argument("--precision", choices=PRECISION_NAMES, help="one precision (default fp32)")
     prec.add_argument(
         "--compare",
         nargs="?",
@@ -124,6 +126,8 @@ def config_from_argv(argv: Sequence[str] | None, prog: str = PROG) -> tuple[argp
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.compare == "default":
+        from mixft.amp.precision import amp_precision_names, resolve_device  # torch: only once a run is asked
+
         precisions = ["fp32", *amp_precision_names(resolve_device(args.device))]
     elif args.compare is not None:
         precisions = [name.strip().lower() for name in args.compare.split(",") if name.strip()]
@@ -137,10 +141,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def _launch_rank() -> int:
     """This process's rank under torchrun / accelerate launch (0 when alone), before or after it joins the group."""
-    from mixft import distributed
+    if "torch" in sys.modules:  # without torch loaded no process group exists yet: the launcher's variables say
+        from mixft import distributed
 
-    if distributed.is_distributed():
-        return distributed.rank()
+        if distributed.is_distributed():
+            return distributed.rank()
     if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
         return 0
     try:
@@ -192,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = None
     try:
         args, cfg = config_from_argv(argv, prog)
+        from mixft.callbacks.interrupt import SignalHandler
+        from mixft.cli.console import ConsoleObserver, print_probe, quiet_library_progress
         from mixft.runs.probe import run_probe
         from mixft.runs.runner import run
 
@@ -247,6 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _finish(prog: str, cfg: RunConfig, results, observer: ConsoleObserver) -> int:
     """The exit code of a run that returned: stopped by a signal, collapsed, or done (its last lines said)."""
+    from mixft.callbacks.faults import is_collapse
+    from mixft.cli.console import print_outputs
+    from mixft.distributed import is_main_process
+
     signals = observer.signals
     if signals.signum is not None:
         saved = next((s.checkpoint for s in reversed(observer.stoppers) if s.checkpoint), None)
@@ -275,6 +286,8 @@ def _leave_the_job(prog: str, cfg: RunConfig) -> int:
     barrier: one line instead of a traceback. Process 0 wrote results.json before it got here, so its
     run stands; another process cannot tell whether process 0 did.
     """
+    from mixft.distributed import is_main_process, lost_peer, shutdown
+
     try:
         shutdown()
     except Exception as e:

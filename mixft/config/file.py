@@ -270,12 +270,12 @@ def _spelling_value(name: str, value, source: str):
 
 
 def _precision(value, where: str) -> str:
-    from mixft.amp.precision import PRECISIONS
+    from mixft.amp.precision_names import PRECISION_NAMES
 
     TEXT.validate(where, value)
     name = value.strip().lower()
-    if name != "amp" and name not in PRECISIONS:
-        raise UsageError(f"{where}: unknown precision {value!r} (choose from {', '.join(PRECISIONS)}, amp)")
+    if name != "amp" and name not in PRECISION_NAMES:
+        raise UsageError(f"{where}: unknown precision {value!r} (choose from {', '.join(PRECISION_NAMES)}, amp)")
     return name
 
 

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mixft import distributed
 from mixft.callbacks.tracker_names import TRACKER_FOLDERS
 from mixft.errors import UsageError
 from mixft.output_names import (
@@ -261,6 +260,8 @@ class OutputLock:
 
         Usage: ``with OutputLock.for_this_process(out): ...``
         """
+        from mixft import distributed  # torch: this module's names are read by the CLI before torch loads
+
         return cls(out) if distributed.is_main_process() else contextlib.nullcontext()
 
     def __enter__(self) -> OutputLock:

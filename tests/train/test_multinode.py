@@ -363,13 +363,14 @@ GLOO_CLOSED = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection c
 def test_a_process_lost_after_training_is_one_line_not_a_traceback(rank, tmp_path, monkeypatch, capsys):
     # The last barrier (distributed.shutdown) breaks when a process is gone at the very end: process 0
     # has written the results and says they stand (exit 0); another says it cannot tell (exit 5).
+    from mixft import distributed
     from mixft.cli import main as cli_main
 
     def barrier_broken():
         raise RuntimeError(GLOO_CLOSED)
 
-    monkeypatch.setattr(cli_main, "shutdown", barrier_broken)
-    monkeypatch.setattr(cli_main, "is_main_process", lambda: rank == 0)
+    monkeypatch.setattr(distributed, "shutdown", barrier_broken)  # read when the CLI leaves the job
+    monkeypatch.setattr(distributed, "is_main_process", lambda: rank == 0)
     monkeypatch.setenv("LOCAL_RANK", "0")
     cfg = RunConfig(recipe="bert-sst2", output_dir=str(tmp_path))
     code = cli_main._leave_the_job("finetune.py", cfg)
@@ -388,11 +389,12 @@ def test_a_process_lost_after_training_is_one_line_not_a_traceback(rank, tmp_pat
 
 
 def test_any_other_error_at_the_last_barrier_is_raised(tmp_path, monkeypatch):
+    from mixft import distributed
     from mixft.cli import main as cli_main
 
     def bug():
         raise RuntimeError("something else")
 
-    monkeypatch.setattr(cli_main, "shutdown", bug)
+    monkeypatch.setattr(distributed, "shutdown", bug)
     with pytest.raises(RuntimeError, match="something else"):
         cli_main._leave_the_job("finetune.py", RunConfig(recipe="bert-sst2", output_dir=str(tmp_path)))
