@@ -8,8 +8,8 @@ repeated and 14.0 ms when every call brought a new one, while fp32 took 8.5-9.5 
 shapes of an epoch come from a handful, at the cost of some padding, which the benchmarks count
 (``benchmarks/step_ablation.py --stream`` prints the epoch's distinct shapes and its padding
 efficiency with and without it). On a CPU without native bf16 (AVX2 only) neither fp32 nor the
-emulated bf16 pays for a new shape (measured there: 19.2 ms new vs 19.5 ms repeated in fp32), so
-the ladder would only add padding: ``--batch-shapes auto`` uses it only where the run computes in
+emulated bf16 pays for a new shape (``benchmarks/new_shapes.py`` there: 17.3 ms new vs 17.4 ms
+repeated in fp32, 548 vs 544 ms in emulated bf16), so the ladder would only add padding: ``--batch-shapes auto`` uses it only where the run computes in
 a low-precision dtype the CPU runs natively.
 
 Training batches only: evaluation batches come length-sorted, in the same order at every
@@ -55,8 +55,9 @@ def ladder_up(n: int, steps: int = 4) -> int:
 class ShapeLadder:
     """How a loader rounds its batches' shapes: row counts and row lengths up the ladder.
 
-    ``max_length``: a row length never goes past it (nor past the batch's own longest row), so a
-    padded batch's positions stay within what the tokenizer truncates to and the model embeds.
+    ``max_length``: the ladder takes a row length no further than this (a batch's own longest row
+    is never cut), so a padded batch's positions stay within what the tokenizer truncates to and
+    the model embeds.
     """
 
     max_length: int | None = None
