@@ -306,7 +306,7 @@ def main(argv=None) -> int:
     hw = describe_hardware(cpu)
     shapes, epochs = {}, {}
     for packed in (False, True):
-        for ladder in (False, True):
+        for ladder in (False, True) if args.stream else (False,):  # the ladder's epochs: the stream mode prints them
             cfg = dataclasses.replace(bert.cfg, pack_sequences=packed, batch_shapes="ladder" if ladder else "exact")
             shown = bert.recipe.build(cfg, bert.prepared, resolve_precision("fp32", cpu), cpu, seed=0)
             if not ladder:

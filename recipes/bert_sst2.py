@@ -29,7 +29,7 @@ from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting, is_recipe_default
 from mixft.data.loaders import make_loader, pad_multiple
-from mixft.data.shape_ladder import batch_shape_ladder
+from mixft.data.shape_ladder import batch_shape_ladder, shapes_name
 from mixft.data.synthetic.stand_ins import SST2
 from mixft.data.user_data import TextData, load_glue_data, load_text_data
 from mixft.errors import UsageError
@@ -312,6 +312,6 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         run_info={
             "model": prepared.model_description,
             "dataset": prepared.dataset_description,
-            "batch_shapes": "ladder" if shapes else "exact",
+            "batch_shapes": shapes_name(shapes),
         },
     )

@@ -40,7 +40,7 @@ from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting
 from mixft.data.loaders import make_loader, pad_multiple
-from mixft.data.shape_ladder import batch_shape_ladder
+from mixft.data.shape_ladder import batch_shape_ladder, shapes_name
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
 from mixft.recipe import TrainerParts
@@ -345,7 +345,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
             "model": prepared.model_description,
             "dataset": prepared.data.description,
             "task": describe_task(task),
-            "batch_shapes": "ladder" if shapes else "exact",
+            "batch_shapes": shapes_name(shapes),
             "parameters": {"trainable": trainable, "total": total},
             "lora": describe_lora(model),
             "labels": {

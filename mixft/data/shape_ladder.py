@@ -83,12 +83,16 @@ class LadderPadding:
 
     def __call__(self, features: list) -> Mapping:
         longest = max((len(f["input_ids"]) for f in features), default=0)
-        width = self.ladder.row_length(longest)
-        multiple = self.padding_collator.pad_to_multiple_of
-        if multiple:  # a device that wants multiples (CUDA) still gets one
-            width = -(-width // multiple) * multiple
-        exact = dataclasses.replace(self.padding_collator, padding="max_length", max_length=width)
-        return exact(features)
+        # The wrapped collator's pad_to_multiple_of (CUDA's 8) still applies: tokenizer.pad rounds max_length up to it.
+        on_ladder = dataclasses.replace(
+            self.padding_collator, padding="max_length", max_length=self.ladder.row_length(longest)
+        )
+        return on_ladder(features)
+
+
+def shapes_name(ladder: ShapeLadder | None) -> str:
+    """What a run records of its batches' shapes (``run_info``/results.json ``batch_shapes``): "ladder" or "exact"."""
+    return "exact" if ladder is None else "ladder"
 
 
 def batch_shape_ladder(choice: str, precision, device, max_length: int | None = None) -> ShapeLadder | None:
