@@ -4,7 +4,7 @@
 [--precisions fp32,bf16] [--batch-size 32] [--max-grad-norm X] [--data-dir DIR] [--no-floor] [--json FILE]``
 
 What is switched (all on is what ``scripts/finetune.py`` runs on a CPU, except the shape ladder, which
-its ``--batch-shapes auto`` takes only for bf16/fp16 on a CPU that runs it natively; none is torch's own step):
+it uses only when asked, ``--batch-shapes ladder`` or ``auto``; none is torch's own step):
 
 * ``fast_dropout``: :mod:`mixft.train.fast_dropout`'s exact masks from one random byte per element
   instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);

@@ -76,7 +76,9 @@ DEFAULTS = {
     # Random batches without their padding: accuracy within noise of Trainer's default random sampling,
     # at about the cost per real token of length-grouped batches (docs/benchmarks.md, "Packing").
     "pack_sequences": True,
-    "batch_shapes": "auto",  # the shape ladder where a new shape costs a kernel build (mixft.data.shape_ladder)
+    # Exact shapes until the ladder is measured to pay in a whole bf16 step on a CPU with native bf16
+    # (--batch-shapes auto/ladder opt in; docs/benchmarks.md, "Shapes that repeat"): on AVX2 it costs fp32 4 %.
+    "batch_shapes": "exact",
 }
 # The quick demo budget: the size of mixft's generated set when no real data is found.
 # Data the user brings (--data-dir, GLUE from the cache or hub) is used whole unless

@@ -88,7 +88,9 @@ DEFAULTS = {
     "batch_size": 32,
     "lr": 5e-5,
     "max_grad_norm": 1.0,
-    "batch_shapes": "auto",  # the shape ladder where a new shape costs a kernel build (mixft.data.shape_ladder)
+    # Exact shapes until the ladder is measured to pay in a whole bf16 step on a CPU with native bf16
+    # (--batch-shapes auto/ladder opt in; docs/benchmarks.md, "Shapes that repeat"): on AVX2 it costs fp32 4 %.
+    "batch_shapes": "exact",
 }
 # Tokens per example unless --max-length says otherwise, capped at what the model reads
 # (a user's --max-length past that is refused by the model check instead).

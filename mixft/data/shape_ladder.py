@@ -10,7 +10,8 @@ shapes of an epoch come from a handful, at the cost of some padding, which the b
 efficiency with and without it). On a CPU without native bf16 (AVX2 only) neither fp32 nor the
 emulated bf16 pays for a new shape (``benchmarks/new_shapes.py`` there: 17.3 ms new vs 17.4 ms
 repeated in fp32, 548 vs 544 ms in emulated bf16), so the ladder would only add padding: ``--batch-shapes auto`` uses it only where the run computes in
-a low-precision dtype the CPU runs natively.
+a low-precision dtype the CPU runs natively. The recipes' default is ``exact``: what the ladder buys in
+a whole bf16 step (not one Linear) waits to be measured on a CPU with native bf16.
 
 Training batches only: evaluation batches come length-sorted, in the same order at every
 evaluation, so their shapes repeat from one evaluation to the next already; on the ladder the 872

@@ -6,7 +6,7 @@ results.json and config.yaml say so; an explicit ``--pack-sequences`` with it (f
 file) is refused in one line, exit 2, before any work, the output directory untouched. That the
 packed RoBERTa step equals the padded one is tested in tests/models/test_packed.py (dropout off).
 ``--batch-shapes`` (mixft.data.shape_ladder): the ladder said in the header and the result line and
-recorded per run; ``auto`` records what it chose; an unknown value is one line, exit 2, nothing written.
+recorded per run; ``auto`` records what it chose; the default is exact; an unknown value is one line, exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -109,9 +109,19 @@ def test_auto_on_this_machine_records_what_it_chose(models, data, tmp_path, monk
     from mixft.amp import hardware
 
     monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": False, "fp16": False})
-    assert run(models, "roberta", data, tmp_path / "out") == 0  # fp32, and no native bf16: exact shapes
+    assert run(models, "roberta", data, tmp_path / "out", "--batch-shapes", "auto") == 0  # fp32, no native bf16
     (result,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert (result["batch_shapes"], result["config"]["batch_shapes"]) == ("exact", "auto")
+
+
+def test_the_default_is_exact_shapes_even_where_auto_would_take_the_ladder(models, data, tmp_path, monkeypatch):
+    # A CPU with native bf16, a bf16 run: auto would take the ladder; the default waits for its whole-step figure.
+    from mixft.amp import hardware
+
+    monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": True, "fp16": True})
+    assert run(models, "roberta", data, tmp_path / "out", "--precision", "bf16") == 0
+    (result,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert (result["batch_shapes"], result["config"]["batch_shapes"]) == ("exact", "exact")
 
 
 def test_an_unknown_batch_shapes_value_is_refused_in_one_line(models, data, tmp_path, capsys):
