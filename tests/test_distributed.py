@@ -113,7 +113,7 @@ def test_a_signal_seen_by_one_ddp_process_stops_both_after_the_same_step_and_sav
 
 
 def test_text_classification_under_torchrun(tmp_path):
-    # The any-encoder recipe (its own head, Arrow data, task metrics gathered from both ranks).
+    # The any-encoder recipe (its own head, Arrow data, task metrics gathered from both ranks), on ladder shapes.
     from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
     model = make_tiny_model_dir("roberta", tmp_path / "roberta")
@@ -135,6 +135,8 @@ def test_text_classification_under_torchrun(tmp_path):
         "3",
         "--epochs",
         "1",
+        "--batch-shapes",
+        "ladder",  # each rank pads its own batches up the ladder (mixft.data.shape_ladder)
         "--output-dir",
         str(out),
         "--no-progress",
@@ -142,6 +144,7 @@ def test_text_classification_under_torchrun(tmp_path):
     assert proc.stdout.count("mixft run") == 1
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["steps"] == 4  # 24 examples / (3 per rank x 2 ranks)
+    assert run["batch_shapes"] == "ladder" and "samples/s (batch shapes on a ladder)" in proc.stdout
     assert run["task"]["names"] == ["mid", "neg", "pos"] and {"accuracy", "f1"} <= set(run["eval"])
 
 
