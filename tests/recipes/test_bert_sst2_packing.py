@@ -114,14 +114,23 @@ def test_auto_on_this_machine_records_what_it_chose(models, data, tmp_path, monk
     assert (result["batch_shapes"], result["config"]["batch_shapes"]) == ("exact", "auto")
 
 
-def test_the_default_is_exact_shapes_even_where_auto_would_take_the_ladder(models, data, tmp_path, monkeypatch):
+def test_the_default_is_exact_shapes_even_where_auto_would_take_the_ladder(monkeypatch):
     # A CPU with native bf16, a bf16 run: auto would take the ladder; the default waits for its whole-step figure.
+    # (What a recipe records of the choice is the CLI tests' above; this is the choice, without a run.)
+    import torch
+
     from mixft.amp import hardware
+    from mixft.amp.precision import resolve_precision
+    from mixft.data.shape_ladder import batch_shape_ladder
+    from recipes import bert_sst2, text_classification
 
     monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": True, "fp16": True})
-    assert run(models, "roberta", data, tmp_path / "out", "--precision", "bf16") == 0
-    (result,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
-    assert (result["batch_shapes"], result["config"]["batch_shapes"]) == ("exact", "exact")
+    cpu = torch.device("cpu")
+    bf16 = resolve_precision("bf16", cpu, policy=False)
+    assert batch_shape_ladder("auto", bf16, cpu) is not None
+    for recipe in (bert_sst2, text_classification):
+        assert recipe.DEFAULTS["batch_shapes"] == "exact"
+        assert batch_shape_ladder(recipe.DEFAULTS["batch_shapes"], bf16, cpu) is None
 
 
 def test_an_unknown_batch_shapes_value_is_refused_in_one_line(models, data, tmp_path, capsys):
