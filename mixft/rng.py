@@ -7,6 +7,7 @@ the checkpoint code both import it and neither imports the other for it.
 
 Usage::
 
+    seed_all(0)                          # what a run's seed fixes
     state = capture_rng_state()
     ...                                  # draws random numbers
     restore_rng_state(state)             # the same draws again
@@ -52,6 +53,24 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_all(seed: int) -> None:
+    """Seed every generator :func:`capture_rng_state` saves: torch (CPU and CUDA), Python ``random`` and
+    numpy (when imported), as ``transformers.set_seed`` does. A run's seed then fixes what a collator,
+    an augmentation or a callback draws from Python's or numpy's generator too, not only torch's
+    (was: those two started from the OS's entropy, so two runs of one seed drew differently there).
+
+    Usage: ``seed_all(0)``
+    """
+    random.seed(seed)
+    torch.manual_seed(seed)  # every CUDA device too
+    np = sys.modules.get("numpy")
+    if np is not None:
+        # numpy's legacy seed is 32-bit words, >= 0; the CLI allows [-2**63, 2**64): two words of the
+        # seed modulo 2**64 keep each seed its own stream (a negative one included).
+        whole = seed % 2**64
+        np.random.seed([whole & 0xFFFFFFFF, whole >> 32])
 
 
 def _as_tuple(value):

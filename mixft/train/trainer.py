@@ -65,7 +65,7 @@ from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.options import NON_NEGATIVE_INT, POSITIVE_INT
 from mixft.results import RunResult
-from mixft.rng import ResumeRng
+from mixft.rng import ResumeRng, seed_all
 from mixft.train import evaluation
 from mixft.train.hooks import Callback, StepInfo, StopTraining
 from mixft.train.meter import TrainMeter
@@ -109,7 +109,8 @@ class Trainer:
         metric: any object with ``compute(predictions=list, references=list) -> dict``
             (an ``evaluate`` metric or a combination); every value goes into the eval
             dict. Without one, classification reports ``accuracy``.
-        seed: seeds torch at the start of ``fit`` so dropout draws match across precisions.
+        seed: seeds torch, Python's ``random`` and numpy at the start of ``fit`` (``mixft.rng.seed_all``),
+            so dropout draws match across precisions and a run's every draw repeats.
         skip_nonfinite_steps: without a GradScaler (fp32/bf16), skip an optimizer step
             whose gradient norm is inf/NaN instead of writing NaN into the weights. Costs
             one host sync per optimizer step (not per micro-step).
@@ -251,7 +252,7 @@ class Trainer:
 
     def _fit(self) -> RunResult:
         if self.seed is not None:
-            torch.manual_seed(self.seed)
+            seed_all(self.seed)
         self._tell("on_train_begin")
         state, meter = self.state, TrainMeter(self.device)
         stop: StopTraining | None = None

@@ -10,43 +10,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_closed_stdout_does_not_lose_the_results(tmp_path, tiny_bert_dir, tiny_data_dir):
-    # `finetune.py ... | head -1`: the reader goes away after the first line.
-    out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        str(REPO / "scripts" / "finetune.py"),
-        "--recipe",
-        "bert-sst2",
-        "--model",
-        str(tiny_bert_dir),
-        "--data-dir",
-        str(tiny_data_dir),
-        "--max-steps",
-        "2",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    first = proc.stdout.readline()
-    proc.stdout.close()  # what `head -1` does once it has its line
-    err = proc.stderr.read()
-    code = proc.wait(timeout=300)
-    assert first.startswith("mixft run")
-    assert code == 0, err
-    assert "Traceback" not in err and "BrokenPipe" not in err, err
-    run = json.loads((out / "results.json").read_text())["runs"][0]
-    assert run["steps"] == 2
+def test_a_closed_stdout_loses_no_results_and_no_progress_silences_the_libraries_bars(tmp_path, tiny_bert_dir):
+    """One real process for two things only a process shows (each start costs the suite about 10 s):
 
-
-def test_no_progress_silences_the_libraries_bars(tmp_path, tiny_bert_dir):
-    # Was: transformers' "Writing model shards" bar printed despite --no-progress when a model
-    # was saved. A real process: library bars are process-wide switches only the CLI may turn.
-    rows = "".join(
-        f"{'good fine film' if i % 2 else 'bad dull plot'} {i}\n".replace(f" {i}\n", f",{'pos' if i % 2 else 'neg'}\n")
-        for i in range(40)
-    )
+    - `finetune.py ... | head -1`: the reader goes away after the first line; the run goes on to its
+      results, without a BrokenPipe traceback.
+    - Was: transformers' "Writing model shards" bar printed despite --no-progress when a model was
+      saved. Library bars are process-wide switches only the CLI may turn.
+    """
+    rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'},{'pos' if i % 2 else 'neg'}\n" for i in range(40))
     (tmp_path / "t.csv").write_text("text,label\n" + rows)
     out = tmp_path / "out"
     cmd = [
@@ -69,11 +41,18 @@ def test_no_progress_silences_the_libraries_bars(tmp_path, tiny_bert_dir):
         "--num-workers",
         "2",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert (out / "model" / "config.json").is_file()
-    assert "%|" not in proc.stderr and "it/s]" not in proc.stderr, proc.stderr
-    assert "TOKENIZERS_PARALLELISM" not in proc.stderr, proc.stderr  # the fork warning of DataLoader workers
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -1` does once it has its line
+    err = proc.stderr.read()
+    code = proc.wait(timeout=300)
+    assert first.startswith("mixft run")
+    assert code == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    run = json.loads((out / "results.json").read_text())["runs"][0]
+    assert run["steps"] == 2 and (out / "model" / "config.json").is_file()
+    assert "%|" not in err and "it/s]" not in err, err
+    assert "TOKENIZERS_PARALLELISM" not in err, err  # the fork warning of DataLoader workers
 
 
 def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, tiny_data_dir, capsys):

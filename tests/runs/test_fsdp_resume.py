@@ -50,10 +50,17 @@ def reference(tmp_path_factory):
     def train(root):
         make_tiny_bert_dir(root / "bert")
         make_data_dir(root / "sst2", 16, 8)
-        finetune(*args(root / "bert", root / "sst2", root / "ref", "--fsdp", "--save-model"))
+        proc = finetune(*args(root / "bert", root / "sst2", root / "ref", "--fsdp", "--save-model"))
+        (root / "launch.stdout").write_text(proc.stdout)
+        (root / "launch.stderr").write_text(proc.stderr)
 
     root = made_once(tmp_path_factory, "fsdp-reference", train)
     return root / "bert", root / "sst2", root / "ref"
+
+
+def printed(reference_out: Path) -> tuple[str, str]:
+    """What the reference's launch printed: (stdout, stderr)."""
+    return tuple((reference_out.parent / f"launch.{stream}").read_text() for stream in ("stdout", "stderr"))
 
 
 def sharded_state(directory: Path, tmp_path: Path) -> dict:
@@ -123,14 +130,43 @@ def test_fsdp_run_writes_sharded_checkpoints_at_the_one_process_cadence(referenc
     assert_equal_tensors(as_saved, saved)
 
 
+def test_fsdp_run_prints_one_header_measures_each_process_and_saves_a_model_one_process_evaluates_alike(
+    reference, tmp_path, capsys
+):
+    model, data, out = reference
+    stdout, stderr = printed(out)
+    assert stdout.count("mixft run") == 1
+    assert "sharding   FSDP2 over 2 processes" in stdout and "DistributedDataParallel" not in stdout
+    assert "fast dropout on; row-gradient embeddings off (FSDP needs dense gradients)" in stdout
+    # The classifier's logits are a view (squeeze); FSDP2's warning about in-place ops on a view is not raised.
+    assert "returned a view tensor" not in stderr
+    run = run_of(out)
+    # Memory per process: its shards of the parameters, gradients and AdamW state, beside the whole model's.
+    memory = run["memory"]
+    assert memory["sharding"] == {"kind": "fsdp", "world_size": 2} and len(memory["ranks"]) == 2
+    whole = memory["whole_model"]
+    for key in ("parameters", "gradients", "optimizer_state"):
+        own = [rank[key] for rank in memory["ranks"]]
+        assert own[0] == memory[key] and all(0 < x <= 0.6 * whole[key] for x in own), (key, own, whole)
+        assert sum(own) >= whole[key]  # every byte held by someone (FSDP pads a dim 0 that does not divide)
+    # The consolidated directory loads in one process, and predicts what the sharded model predicted
+    # (the best weights, step 4's: the run's last evaluation is theirs).
+    capsys.readouterr()
+    assert main(bert_sst2_args(out / "model", data, tmp_path / "alone", "--eval-only", batch_size=2)) == 0
+    alone = run_of(tmp_path / "alone")
+    assert alone["eval"]["accuracy"] == run["eval"]["accuracy"]
+    assert alone["eval"]["loss"] == pytest.approx(run["eval"]["loss"], rel=1e-5)  # same weights, same logits
+
+
 def test_fsdp_resume_from_the_middle_of_an_epoch_equals_the_run_never_stopped(reference, tmp_path):
     model, data, ref = reference
     out = tmp_path / "resumed"
     out.mkdir()
-    # Step 6: the middle of epoch 2, after the evaluation at step 4 (the best so far, its weights in the checkpoint).
-    shutil.copytree(ref / "checkpoint-step6.dcp", out / "checkpoint.dcp")
+    # Step 7: the middle of epoch 2, after the evaluation at step 4 (the best so far, its weights in the
+    # checkpoint); the step whose checkpoint test_multinode.py's lost node leaves behind.
+    shutil.copytree(ref / "checkpoint-step7.dcp", out / "checkpoint.dcp")
     proc = finetune(*args(model, data, out, "--fsdp", "--save-model", "--resume"))
-    assert "resuming from" in proc.stderr and "step 6" in proc.stderr
+    assert "resuming from" in proc.stderr and "step 7" in proc.stderr
     resumed, never = sharded_state(out / "checkpoint.dcp", tmp_path), sharded_state(ref / "checkpoint.dcp", tmp_path)
     assert_equal_tensors(resumed["model"], never["model"])  # the weights, bit for bit
     assert_equal_tensors(resumed["optimizers"]["state"], never["optimizers"]["state"])  # AdamW's moments
