@@ -112,48 +112,13 @@ def test_a_signal_seen_by_one_ddp_process_stops_both_after_the_same_step_and_sav
     assert load_checkpoint(ddp_runs["checkpoint"])["meta"]["step"] == 2  # process 0 saved the step both stopped at
 
 
-def test_text_classification_under_torchrun(tmp_path):
-    # The any-encoder recipe (its own head, Arrow data, task metrics gathered from both ranks), on ladder shapes.
-    from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
-
-    model = make_tiny_model_dir("roberta", tmp_path / "roberta")
-    body = "".join(f"{t},{['neg', 'mid', 'pos'][c]}\n" for t, c, _ in TOY_ROWS)
-    (tmp_path / "train.csv").write_text("text,label\n" + body * 2)
-    (tmp_path / "dev.csv").write_text("text,label\n" + body)
-    out = tmp_path / "out"
-    proc = torchrun(
-        "scripts/finetune.py",
-        "--recipe",
-        "text-classification",
-        "--model",
-        str(model),
-        "--train-file",
-        str(tmp_path / "train.csv"),
-        "--validation-file",
-        str(tmp_path / "dev.csv"),
-        "--batch-size",
-        "3",
-        "--epochs",
-        "1",
-        "--batch-shapes",
-        "ladder",  # each rank pads its own batches up the ladder (mixft.data.shape_ladder)
-        "--output-dir",
-        str(out),
-        "--no-progress",
-    )
-    assert proc.stdout.count("mixft run") == 1
-    (run,) = json.loads((out / "results.json").read_text())["runs"]
-    assert run["steps"] == 4  # 24 examples / (3 per rank x 2 ranks)
-    assert run["batch_shapes"] == "ladder" and "samples/s (batch shapes on a ladder)" in proc.stdout
-    assert run["task"]["names"] == ["mid", "neg", "pos"] and {"accuracy", "f1"} <= set(run["eval"])
-
-
 def test_cli_under_torchrun_keeps_the_best_model_stops_early_and_writes_results_once(
     tmp_path, tiny_bert_dir, tiny_data_dir
 ):
     # Every rank evaluates its shard and the metrics are all-reduced, so every rank keeps the
     # same best step; rank 0 alone prints the summary and writes results.json and the saved model.
-    # (One launch for all of it: each torchrun launch costs the suite about 20 s.)
+    # (One launch for all of it: each torchrun launch costs the suite about 20 s. The text-classification
+    # recipe under torchrun is tests/train/test_fsdp.py's decoder launch.)
     out = tmp_path / "out"
     proc = torchrun(
         "scripts/finetune.py",

@@ -3,8 +3,9 @@
 process 0 instead of one per process.
 
 The console script (the one pip wrote into this environment's bin folder) and the script run in this
-process, started as the shell starts them (argv[0], a ``__main__`` without a spec); torchrun starts
-two real CPU processes.
+process, started as the shell starts them (argv[0], a ``__main__`` without a spec). Under torchrun the
+run layer is shown a world of 2 in this process; the real launches that refuse (two CPU processes
+each, ~10 s of imports per process) are tests/runs/test_fsdp_resume.py's.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from launch import torchrun
-from launch_output import assert_torchrun_reports_exit_2_of_process_0, error_lines
 
 import mixft.cli.main
 from mixft.cli.main import main, program_name
@@ -79,25 +78,22 @@ def test_the_program_name_comes_from_how_the_process_started(monkeypatch, argv0,
     assert program_name() == prog
 
 
-def test_a_refusal_under_torchrun_is_one_line_from_process_0(tmp_path):
-    # A refusal every process meets once it has joined the process group (the model has no blocks to shard).
-    # Was: one line per process, each exiting 2 at its own moment. (The refusals checked before joining,
-    # such as --fsdp with bf16-pure, are tests/train/test_fsdp.py's, in one process.)
+def test_a_refusal_met_after_joining_the_group_is_one_line(tmp_path, monkeypatch, capsys):
+    # A refusal every process meets once it has joined the process group (the model has no blocks to
+    # shard), as the run layer sees it under torchrun with 2 processes, in this process. How torchrun
+    # delivers such a refusal (one line from process 0, then its own report of exit code 2) is tested
+    # with real processes by tests/runs/test_fsdp_resume.py's refusal of a model that changed shape.
+    from mixft import distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "init_from_env", lambda device_type: False)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
     out = tmp_path / "out"
-    proc = torchrun(
-        "scripts/finetune.py",
-        "--recipe",
-        "mlp-synthetic",
-        "--fsdp",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        check=False,
-    )
-    (line,) = error_lines(proc.stderr, "finetune.py")
+    assert main(["--recipe", "mlp-synthetic", "--fsdp", "--output-dir", str(out), "--no-progress"]) == 2
+    printed = capsys.readouterr()
+    (line,) = printed.err.strip().splitlines()
     assert line.startswith("finetune.py: error: --fsdp found no transformer blocks to shard in Sequential"), line
-    assert_torchrun_reports_exit_2_of_process_0(proc)
-    assert proc.stdout == "" and not out.exists()
+    assert printed.out == "" and not out.exists()
 
 
 def test_a_process_other_than_0_says_an_error_of_its_own_after_waiting(tmp_path, monkeypatch, capsys):

@@ -278,7 +278,7 @@ def test_cli_fsdp_refuses_what_it_does_not_do_before_joining_a_group(
     assert words in line and not out.exists()
 
 
-def test_cli_fsdp_decoder_with_lora_saves_adapters_that_one_process_evaluates_alike(tmp_path, capsys):
+def test_cli_fsdp_decoder_with_lora_on_ladder_shapes_saves_adapters_that_one_process_evaluates_alike(tmp_path, capsys):
     import json
 
     from tiny_models import TOY_ROWS, make_tiny_model_dir
@@ -311,12 +311,18 @@ def test_cli_fsdp_decoder_with_lora_saves_adapters_that_one_process_evaluates_al
         "--lora",
         "--fsdp",
         "--save-model",
+        "--batch-shapes",
+        "ladder",  # each rank pads its own training batches up the ladder (mixft.data.shape_ladder)
         "--output-dir",
         str(out),
     )
+    assert proc.stdout.count("mixft run") == 1
     assert "sharding   FSDP2 over 2 processes" in proc.stdout and "fp32 weights gathered per block" in proc.stdout
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["steps"] == 4 and run["lora"]  # 24 examples / (3 per rank x 2 ranks)
+    assert run["batch_shapes"] == "ladder" and "samples/s (batch shapes on a ladder)" in proc.stdout
+    # The any-model recipe's task metrics, computed over both ranks' shards of the evaluation.
+    assert run["task"]["names"] == ["mid", "neg", "pos"] and {"accuracy", "f1"} <= set(run["eval"])
     capsys.readouterr()
     assert main([*data, "--model", str(out / "model"), "--eval-only", "--output-dir", str(tmp_path / "alone")]) == 0
     (alone,) = json.loads((tmp_path / "alone" / "results.json").read_text())["runs"]
