@@ -1,6 +1,7 @@
 """``torchrun`` for the tests: two CPU processes (gloo) on a free local port, from the repository root.
 
-Usage: ``proc = torchrun("scripts/finetune.py", "--recipe", "bert-sst2", ..., "--fsdp")``
+Usage: ``proc = torchrun("scripts/finetune.py", "--recipe", "bert-sst2", ..., "--fsdp")``, or, for what the run
+layer decides before it needs a process group, ``fake_launch(monkeypatch, 2)`` in the test's own process.
 """
 
 from __future__ import annotations
@@ -34,3 +35,13 @@ def torchrun(*args, timeout=300, check=True, nproc=2) -> subprocess.CompletedPro
     if check:
         assert proc.returncode == 0, proc.stderr[-12000:]
     return proc
+
+
+def fake_launch(monkeypatch, world: int) -> None:
+    """What the run layer sees under torchrun with ``world`` processes, in this process, without joining a group
+    (for refusals that come before one is needed: no process start-up)."""
+    from mixft import distributed
+
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setattr(distributed, "init_from_env", lambda device_type: False)
+    monkeypatch.setattr(distributed, "world_size", lambda: world)

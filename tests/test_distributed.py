@@ -162,12 +162,9 @@ def test_predict_file_is_refused_under_torchrun(tmp_path, tiny_bert_dir, monkeyp
     # Each rank would predict its shard of the file: refused in one line instead of a partial file.
     # What the run layer sees under torchrun with 2 processes, in this process (how torchrun delivers
     # a refusal, one line from process 0, is tests/cli/test_launch_messages.py's).
-    from mixft import distributed
     from mixft.cli.main import main
 
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setattr(distributed, "init_from_env", lambda device_type: False)
-    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    launch.fake_launch(monkeypatch, 2)
     rows = "".join(f"{'good fine film' if i % 2 else 'bad dull plot'},{'pos' if i % 2 else 'neg'}\n" for i in range(16))
     (tmp_path / "t.csv").write_text("text,label\n" + rows)
     argv = ["--recipe", "text-classification", "--model", str(tiny_bert_dir), "--train-file", str(tmp_path / "t.csv")]

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from launch import fake_launch
 
 import mixft.cli.main
 from mixft.cli.main import main, program_name
@@ -83,11 +84,7 @@ def test_a_refusal_met_after_joining_the_group_is_one_line(tmp_path, monkeypatch
     # shard), as the run layer sees it under torchrun with 2 processes, in this process. How torchrun
     # delivers such a refusal (one line from process 0, then its own report of exit code 2) is tested
     # with real processes by tests/runs/test_fsdp_resume.py's refusal of a model that changed shape.
-    from mixft import distributed
-
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setattr(distributed, "init_from_env", lambda device_type: False)
-    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    fake_launch(monkeypatch, 2)
     out = tmp_path / "out"
     assert main(["--recipe", "mlp-synthetic", "--fsdp", "--output-dir", str(out), "--no-progress"]) == 2
     printed = capsys.readouterr()

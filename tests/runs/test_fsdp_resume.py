@@ -23,10 +23,9 @@ from conftest import made_once, make_data_dir, make_tiny_bert_dir, without_timin
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from launch import torchrun  # noqa: E402
+from launch import fake_launch, torchrun  # noqa: E402
 from launch_output import assert_torchrun_reports_exit_2_of_process_0, error_lines  # noqa: E402
 
-from mixft import distributed  # noqa: E402
 from mixft.cli.main import main  # noqa: E402
 from mixft.train.sharded_checkpoint import verify_sharded_checkpoint  # noqa: E402
 from tests.cli_runs import bert_sst2_args  # noqa: E402
@@ -174,13 +173,6 @@ def test_fsdp_resume_from_the_middle_of_an_epoch_equals_the_run_never_stopped(re
     assert_equal_tensors(saved_model(out / "model"), saved_model(ref / "model"))
     # results.json: every metric, step, loss, best and last evaluation (clocks and gauges aside).
     assert without_timings(run_of(out)) == without_timings(run_of(ref))
-
-
-def fake_launch(monkeypatch, world: int) -> None:
-    """What the run layer sees under torchrun with ``world`` processes, without joining a group."""
-    monkeypatch.setenv("WORLD_SIZE", str(world))
-    monkeypatch.setattr(distributed, "init_from_env", lambda device_type: False)
-    monkeypatch.setattr(distributed, "world_size", lambda: world)
 
 
 def refused(capsys, argv: list[str]) -> str:

@@ -159,12 +159,17 @@ def test_fsdp_on_two_nodes_equals_one_node_with_two_processes(one_node, two_node
     assert_equal_tensors(two["states"]["best_model/weights"], one["states"]["best_model/weights"])
     assert_equal_tensors(saved_model(out / "model"), saved_model(ref / "model"))
     # The manifest records the number of processes, not of nodes: one node with two processes resumes it
-    # (test_a_node_lost_mid_run_... below does).
+    # (test_a_node_lost_mid_run_... below: the two-node checkpoint it keeps equals the one-node run's, which
+    # test_fsdp_resume.py resumes on one node).
     written = [json.loads((d / "checkpoint.dcp" / "mixft-manifest.json").read_text()) for d in (out, ref)]
     assert [m["world_size"] for m in written] == [2, 2]
-    when = ("saved", "checkpoint_time_s")  # the only fields that differ: when it was written, and how long it took
-    meta_two, meta_one = ({k: v for k, v in m["meta"].items() if k not in when} for m in written)
-    assert meta_two == meta_one
+    assert meta_but_when(written[0]) == meta_but_when(written[1])
+
+
+def meta_but_when(manifest: dict) -> dict:
+    """A sharded checkpoint's recorded meta, but for the only fields two equal saves differ in: when it was
+    written, and how long that took."""
+    return {k: v for k, v in manifest["meta"].items() if k not in ("saved", "checkpoint_time_s")}
 
 
 def test_ddp_on_two_nodes_equals_one_node_with_two_processes(one_node_ddp, tmp_path):
@@ -219,10 +224,7 @@ def test_a_node_lost_mid_run_ends_the_other_in_one_line_and_its_checkpoint_conti
     # to the run's end, bit for bit. (The manifest counts processes, not nodes.)
     kept, never = (verify_sharded_checkpoint(c, world_size=2) for c in (checkpoint, ref / "checkpoint-step7.dcp"))
     assert sorted(kept["files"]) == sorted(never["files"]) and kept["meta"]["step"] == 7
-    when = ("saved", "checkpoint_time_s")
-    assert {k: v for k, v in kept["meta"].items() if k not in when} == {
-        k: v for k, v in never["meta"].items() if k not in when
-    }
+    assert meta_but_when(kept) == meta_but_when(never)
     lost, whole = sharded_state(checkpoint, tmp_path), sharded_state(ref / "checkpoint-step7.dcp", tmp_path)
     assert_equal_tensors(lost, whole)
     assert loop_states(lost) == loop_states(whole)
