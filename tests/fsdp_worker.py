@@ -30,6 +30,8 @@ VOCAB, ROWS, SEQ = 96, 32, 12
 RUNS = {
     "bert_fp32": ("bert", False, "fp32", 1),
     "qwen2_fp32": ("qwen2", False, "fp32", 2),
+    # RoBERTa's encoder (its own embeddings and blocks): the text-classification recipe's family, sharded too.
+    "roberta_fp32": ("roberta", False, "fp32", 1),
     "bert_lora_fp32": ("bert", True, "fp32", 1),
     "gpt2_lora_fp32": ("gpt2", True, "fp32", 1),
     "bert_bf16": ("bert", False, "bf16", 1),
@@ -99,7 +101,7 @@ def classifier(arch: str, lora: bool, dropout: bool = False):
         return model
     model = SequenceClassifier(AutoModelForSequenceClassification.from_config(config))
     if lora:
-        targets = {"bert": "query,value", "qwen2": "q_proj,v_proj", "gpt2": "c_attn"}[arch]
+        targets = {"bert": "query,value", "roberta": "query,value", "qwen2": "q_proj,v_proj", "gpt2": "c_attn"}[arch]
         model = apply_lora(model, LoraOptions(r=4, alpha=8.0, dropout=0.0, target_modules=targets))
         torch.manual_seed(1)
         for name, p in model.named_parameters():  # peft starts B at zero: give the adapters a signal at once

@@ -43,7 +43,7 @@ def one_process(name: str):
     return trainer, result
 
 
-@pytest.mark.parametrize("name", ["bert_fp32", "qwen2_fp32", "bert_lora_fp32", "gpt2_lora_fp32", "bertcls_fp32"])
+@pytest.mark.parametrize("name", ["bert_fp32", "qwen2_fp32", "roberta_fp32", "bert_lora_fp32", "gpt2_lora_fp32", "bertcls_fp32"])
 def test_fsdp_fp32_equals_one_process(sharded, name):
     ranks = sharded[name]
     trainer, result = one_process(name)
@@ -205,7 +205,7 @@ def test_trainer_fsdp_without_a_process_group_is_one_line_usage_error():
 def test_transformer_blocks_found_in_every_tiny_architecture_and_lora():
     from mixft.train.fsdp import fp32_units, transformer_blocks
 
-    for arch in ("bert", "qwen2", "gpt2"):
+    for arch in ("bert", "roberta", "qwen2", "gpt2"):
         for lora in (False, True):
             model = fsdp_worker.classifier(arch, lora)
             blocks = transformer_blocks(model)
