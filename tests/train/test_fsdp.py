@@ -43,7 +43,9 @@ def one_process(name: str):
     return trainer, result
 
 
-@pytest.mark.parametrize("name", ["bert_fp32", "qwen2_fp32", "roberta_fp32", "bert_lora_fp32", "gpt2_lora_fp32", "bertcls_fp32"])
+@pytest.mark.parametrize(
+    "name", ["bert_fp32", "qwen2_fp32", "roberta_fp32", "bert_lora_fp32", "gpt2_lora_fp32", "bertcls_fp32"]
+)
 def test_fsdp_fp32_equals_one_process(sharded, name):
     ranks = sharded[name]
     trainer, result = one_process(name)
