@@ -26,7 +26,10 @@ How each figure is counted (printed with the figures):
   holds the run layer's plan object counts too, since it carries them: a ``RunPlan`` for both walks,
   a ``PlannedRun`` for (a) (before issue 43's fold, no object handed down carried either: runner.py's
   ``Plan`` was unpacked where it was made, and the ``RunPlan`` of then held only file names and
-  precision names, so the rule counts nothing more on older trees). Only frames whose code lives in ``mixft/`` count. After every call
+  precision names, so the rule counts nothing more on older trees). Only frames whose code lives in ``mixft/`` count,
+  and none while a mixft module is being imported (a ``<module>`` frame below it): building a module's constants,
+  such as the precision table's rows, follows no run's value, and whether it is traced at all would depend only
+  on whether the import happens before or inside ``main()``. After every call
   and return event the module of the innermost on-walk frame is noted; consecutive repeats
   collapse, leaving the sequence of rooms a reader goes through. Reported: modules opened
   (distinct modules in the sequence), transitions (length - 1), comebacks (entries of a
@@ -235,8 +238,9 @@ def trace_walks(argv: list[str]) -> dict[str, list[str]]:
         module = module_name(Path(filename))
         if event == "call":
             frames.append(frame)
+            importing = any(f.f_code.co_name == "<module>" for f in frames)
             for walk in walks:
-                stacks[walk].append(module if _on_walk(frame, walk) else None)
+                stacks[walk].append(module if not importing and _on_walk(frame, walk) else None)
                 note(walk)
             if frame.f_code.co_name == "_train_window":
                 done = True
