@@ -150,8 +150,11 @@ def watch_gathered_dtypes(model, record: Record) -> None:
             )
 
 
-def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), before_fit=None):
-    """Train RUNS[name] 4 steps: sharded (fsdp) or in one process (the reference: global batch in grad_accum)."""
+def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), before_fit=None, eval_only=False):
+    """Train RUNS[name] 4 steps: sharded (fsdp) or in one process (the reference: global batch in grad_accum).
+
+    ``eval_only``: evaluate the untrained model instead (``Trainer.evaluate_only``, ``--eval-only``'s path).
+    """
     arch, lora, precision, accum = RUNS[name]
     ddp = name.endswith("_ddp")
     fsdp = fsdp and not ddp
@@ -202,7 +205,7 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
     watch_last_feed_forward(trainer.module, record)
     if before_fit is not None:
         before_fit(trainer)
-    result = trainer.fit()
+    result = trainer.evaluate_only() if eval_only else trainer.fit()
     return trainer, result, record
 
 
@@ -269,6 +272,8 @@ if __name__ == "__main__":
             result.eval["checkpoint_step"] = verify_sharded_checkpoint(f"{out}.signal.dcp", 2)["meta"]["step"]
         elif name.startswith("collapse:"):
             trainer, result, record = collapsed(name.removeprefix("collapse:"))
+        elif name.startswith("evalonly:"):
+            trainer, result, record = train(name.removeprefix("evalonly:"), fsdp=True, eval_only=True)
         else:
             trainer, result, record = train(name, fsdp=True)
         seen[name] = {

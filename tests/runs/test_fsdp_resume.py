@@ -1,5 +1,6 @@
 """--fsdp checkpoints at the command line: written at the one-process cadence, resumed bit for bit, refused
-in one line when they cannot go on; --fsdp with --compare, --gradient-checkpointing, --eval-only, --save-model.
+in one line when they cannot go on; --fsdp with --compare, --gradient-checkpointing, --save-model (--eval-only's
+sharded evaluation is tests/train/test_fsdp.py's, in its shared launch: the same metrics as one process).
 
 As in test_resume.py, the continuation starts from a checkpoint the reference run wrote on its way
 (its kept step checkpoints, ``--save-total-limit``): a resume from the middle of an epoch, after an
@@ -409,28 +410,3 @@ def test_fsdp_compares_precisions_with_gradient_checkpointing(reference, tmp_pat
     assert_equal_tensors(fp32, sharded_state(ref / "checkpoint.dcp", tmp_path)["model"])
     saved = runs["fp32"]["memory"]["saved_activations_peak"]
     assert saved < run_of(ref)["memory"]["saved_activations_peak"]
-
-
-def test_fsdp_eval_only_evaluates_a_saved_model_as_the_run_did(reference, tmp_path):
-    _, data, ref = reference
-    out = tmp_path / "eval"
-    proc = finetune(
-        "--recipe",
-        "bert-sst2",
-        "--model",
-        str(ref / "model"),
-        "--data-dir",
-        str(data),
-        "--batch-size",
-        "2",
-        "--eval-only",
-        "--fsdp",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-    )
-    assert "sharding   FSDP2 over 2 processes" in proc.stdout and "checkpoint" not in proc.stdout
-    run, trained = run_of(out), run_of(ref)
-    assert run["steps"] == 0 and not list(out.glob("checkpoint*"))
-    assert run["eval"]["accuracy"] == trained["eval"]["accuracy"]
-    assert run["eval"]["loss"] == pytest.approx(trained["eval"]["loss"], rel=1e-5)  # the best weights' evaluation

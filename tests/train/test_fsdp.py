@@ -22,7 +22,7 @@ from tests.cli_runs import bert_sst2_args  # noqa: E402
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     """Every check of fsdp_worker.RUNS, trained once under torchrun: ``{name: [rank 0's, rank 1's]}``."""
-    checks = [*fsdp_worker.RUNS, *RESUMED, "signal:bert_fp32", "collapse:bert_fp32"]
+    checks = [*fsdp_worker.RUNS, *RESUMED, "signal:bert_fp32", "collapse:bert_fp32", "evalonly:bertcls_fp32"]
     folder = made_once(
         tmp_path_factory,
         "fsdp-runs",
@@ -99,6 +99,21 @@ def test_bert_classifier_computes_its_last_layer_for_cls_only_under_fsdp_too(sha
         assert rank["last_feed_forward"] == [(4, 32)]
     _, _, alone = fsdp_worker.train(name, fsdp=False, grad_accum=2)
     assert alone.last_feed_forward == {(4, 32)}
+
+
+def test_evaluating_without_training_under_fsdp_equals_one_process(sharded):
+    # --eval-only's path (Trainer.evaluate_only) on bert-sst2's model, sharded: every row's metrics,
+    # gathered from both processes (3 batches: 2 + 1), as one process computes them; nothing trained.
+    ranks = sharded["evalonly:bertcls_fp32"]
+    _, alone, _ = fsdp_worker.train("bertcls_fp32", fsdp=False, eval_only=True)
+    initial = fsdp_worker.whole_parameters(fsdp_worker.classifier("bertcls", False))
+    for rank in ranks:
+        assert rank["sharded"] and rank["local_numel"] < 0.6 * rank["numel"]
+        assert rank["step"] == 0 and rank["steps"] == [] and rank["samples"] == 0
+        torch.testing.assert_close(rank["weights"], initial, rtol=0, atol=0)
+    assert alone.steps == 0
+    assert ranks[0]["eval"]["accuracy"] == pytest.approx(alone.eval["accuracy"])
+    assert ranks[0]["eval"]["loss"] == pytest.approx(alone.eval["loss"], rel=1e-5)
 
 
 def test_fsdp_fp16_inf_on_one_rank_skips_on_every_rank(sharded):
