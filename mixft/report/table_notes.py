@@ -1,6 +1,7 @@
 """The notes under report.md's comparison table: what its numbers say, and what they do not.
 
-Seed noise against the deltas, evaluation-only rows, speed, the loss scaler's skipped steps,
+Seed noise against the deltas, evaluation-only rows, speed (and batch shapes that differ between precisions),
+the loss scaler's skipped steps,
 memory, anything unusual in the runs, and which evaluation the figures come from (``--load-best``,
 checkpoint writes). Every sentence is computed from the results document.
 
@@ -49,6 +50,7 @@ def table_notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
         *_held_in_low_precision_notes(doc, rows),
         *_eval_only_notes(rows, base, baseline, evaluated),
         *_speed_notes(rows, base, baseline),
+        *_batch_shape_notes(doc, evaluated),
         *_scaler_notes(doc, rows, evaluated),
         *_memory_notes(doc, rows),
         *best_model_notes(doc.get("runs") or []),
@@ -190,6 +192,28 @@ def _speed_notes(rows: list[dict], base: dict | None, baseline: str) -> list[str
             f"memory ratio = this precision's mean peak memory ÷ {baseline}'s (below 1.00× is smaller)."
         )
     return notes
+
+
+def _batch_shape_notes(doc: dict, evaluated: bool) -> list[str]:
+    """Precisions that trained on differently shaped batches (``--batch-shapes auto`` rounds up a ladder only where
+    a precision's compute is native): their speed ratio holds the shapes' effect too, so it is said."""
+    if evaluated:
+        return []
+    shapes: dict[str, list[str]] = {}
+    for r in doc.get("runs") or []:
+        if r.get("batch_shapes") and r.get("steps"):
+            shapes.setdefault(r["batch_shapes"], [])
+            if r["precision"] not in shapes[r["batch_shapes"]]:
+                shapes[r["batch_shapes"]].append(r["precision"])
+    if len(shapes) < 2:
+        return []
+    which = "; ".join(f"{kind}: {', '.join(precisions)}" for kind, precisions in sorted(shapes.items()))
+    return [
+        f"The precisions trained on differently shaped batches ({which}; `ladder`: rows and row length rounded up "
+        "a short ladder so that shapes repeat, `exact`: as the data gives them), so each speedup holds what the "
+        "shapes buy or cost as well as the precision. Rerun with `--batch-shapes ladder` or `--batch-shapes exact` "
+        "to compare the precisions alone."
+    ]
 
 
 def _scaler_notes(doc: dict, rows: list[dict], evaluated: bool) -> list[str]:

@@ -290,6 +290,21 @@ def test_skipped_steps_note_lists_steps(doc):
         assert ", ".join(map(str, at)) in note
 
 
+def test_precisions_on_differently_shaped_batches_are_said_beside_the_speedup(doc):
+    # --batch-shapes auto on a CPU with native bf16: bf16 on the ladder, fp32 (and fp16 here) exact.
+    for r in doc["runs"]:
+        r["batch_shapes"] = "ladder" if r["precision"] == "bf16" else "exact"
+    md = render_markdown(doc)
+    assert "differently shaped batches (exact: fp32, fp16; ladder: bf16;" in md
+    assert "`--batch-shapes exact` to compare the precisions alone" in md
+    for r in doc["runs"]:  # the same shapes everywhere (or none recorded, as before the option): no note
+        r["batch_shapes"] = "exact"
+    assert "differently shaped" not in render_markdown(doc)
+    for r in doc["runs"]:
+        r.pop("batch_shapes")
+    assert "differently shaped" not in render_markdown(doc)
+
+
 def test_no_scaler_runs_say_so(doc):
     doc["runs"] = [r for r in doc["runs"] if r["precision"] != "fp16"]
     md = render_markdown(doc)
