@@ -13,7 +13,7 @@ from mixft.config.run_config import RunConfig
 from mixft.runs.runner import run
 from tests.conftest import made_once, make_data_dir, make_tiny_bert_dir
 
-NUMERIC = ("parameters", "gradients", "optimizer_state", "saved_activations_peak", "device_figure")
+BREAKDOWN = ("parameters", "gradients", "optimizer_state", "saved_activations_peak")
 
 
 def _config(out, precisions, model, data) -> RunConfig:
@@ -55,7 +55,8 @@ def fresh_compare(tmp_path_factory):
 
 @pytest.mark.fresh_memory
 def test_a_runs_peak_does_not_depend_on_what_ran_before_it_in_the_process(tmp_path, fresh_compare):
-    """bf16 ran second in the compare; measured again first, from a process that holds far more."""
+    """bf16 ran second in the compare; measured again first, from a process that holds far more: its peak
+    (a fresh process's) and its breakdown (one step in this process, here a bf16 run alone) are the compare's."""
     from mixft.runs.fresh_process import fresh_peak_rss
     from mixft.runs.plan import make_plan
 
@@ -68,10 +69,15 @@ def test_a_runs_peak_does_not_depend_on_what_ran_before_it_in_the_process(tmp_pa
     ballast = torch.ones(64 * 2**20)
     try:
         figure = fresh_peak_rss(plan.cfg, plan.prepared, bf16.precision, plan.device, bf16.seed)
+        alone = _compare(tmp_path / "alone", ["bf16"], model, data)["bf16"]
     finally:
         del ballast
     assert forward["bf16"]["memory"]["device_figure_scope"] == "fresh_process"
     assert figure.peak_bytes == pytest.approx(forward["bf16"]["peak_memory_bytes"], rel=0.05)
+    for key in BREAKDOWN:
+        assert alone["memory"][key] == pytest.approx(forward["bf16"]["memory"][key], rel=0.05), key
+    # Same seed, same first batch: the one-step figures are not just close but equal.
+    assert alone["memory"]["saved_activations_peak"] == forward["bf16"]["memory"]["saved_activations_peak"]
 
 
 @pytest.mark.fresh_memory
