@@ -1,9 +1,9 @@
 """The notes under report.md's comparison table: what its numbers say, and what they do not.
 
-Seed noise against the deltas, evaluation-only rows, speed (and batch shapes that differ between precisions),
-the loss scaler's skipped steps,
-memory, anything unusual in the runs, and which evaluation the figures come from (``--load-best``,
-checkpoint writes). Every sentence is computed from the results document.
+Seed noise against the deltas, evaluation-only rows, speed (and batch shapes that differ between
+precisions), the loss scaler's skipped steps, memory, anything unusual in the runs, and which
+evaluation the figures come from (``--load-best``, checkpoint writes). Every sentence is computed
+from the results document.
 
 Usage: ``notes = table_notes(doc, summarize(doc), "fp32")``
 """
@@ -50,7 +50,7 @@ def table_notes(doc: dict, rows: list[dict], baseline: str) -> list[str]:
         *_held_in_low_precision_notes(doc, rows),
         *_eval_only_notes(rows, base, baseline, evaluated),
         *_speed_notes(rows, base, baseline),
-        *_batch_shape_notes(doc, evaluated),
+        *_batch_shape_notes(doc),
         *_scaler_notes(doc, rows, evaluated),
         *_memory_notes(doc, rows),
         *best_model_notes(doc.get("runs") or []),
@@ -194,20 +194,17 @@ def _speed_notes(rows: list[dict], base: dict | None, baseline: str) -> list[str
     return notes
 
 
-def _batch_shape_notes(doc: dict, evaluated: bool) -> list[str]:
+def _batch_shape_notes(doc: dict) -> list[str]:
     """Precisions that trained on differently shaped batches (``--batch-shapes auto`` rounds up a ladder only where
     a precision's compute is native): their speed ratio holds the shapes' effect too, so it is said."""
-    if evaluated:
+    trained = [r for r in doc.get("runs") or [] if r.get("steps")]  # evaluation-only runs have no batches of theirs
+    kinds = distinct(trained, "batch_shapes")
+    if len(kinds) < 2:
         return []
-    shapes: dict[str, list[str]] = {}
-    for r in doc.get("runs") or []:
-        if r.get("batch_shapes") and r.get("steps"):
-            shapes.setdefault(r["batch_shapes"], [])
-            if r["precision"] not in shapes[r["batch_shapes"]]:
-                shapes[r["batch_shapes"]].append(r["precision"])
-    if len(shapes) < 2:
-        return []
-    which = "; ".join(f"{kind}: {', '.join(precisions)}" for kind, precisions in sorted(shapes.items()))
+    which = "; ".join(
+        f"{kind}: {', '.join(distinct([r for r in trained if r.get('batch_shapes') == kind], 'precision'))}"
+        for kind in sorted(kinds)
+    )
     return [
         f"The precisions trained on differently shaped batches ({which}; `ladder`: rows and row length rounded up "
         "a short ladder so that shapes repeat, `exact`: as the data gives them), so each speedup holds what the "

@@ -61,8 +61,8 @@ def test_a_runs_peak_does_not_depend_on_what_ran_before_it_in_the_process(tmp_pa
     from mixft.runs.plan import make_plan
 
     forward, _, model, data = fresh_compare
-    plan = make_plan(_config(tmp_path / "b", ["bf16", "fp32"], model, data))
-    bf16 = next(r for r in plan.runs if r.precision.name == "bf16")
+    plan = make_plan(_config(tmp_path / "alone", ["bf16"], model, data))
+    (bf16,) = plan.runs
     # What an earlier run may leave allocated in the process (allocator caches, datasets): 256 MiB
     # held, and touched so it is resident, while bf16 is measured. An in-process peak RSS carries it;
     # a figure that does not depend on what ran before cannot.
