@@ -5,8 +5,7 @@ probability...); these are the rules *between* options that need no data or mode
 a schedule and the learning rate, the fp16 loss scale and the collapse floor, the
 collapse options and ``--no-collapse-check``. ``RunConfig.validate`` runs them, so a
 flag, a config file and a ``RunConfig`` from Python are refused alike, before any work.
-Rules that need the resolved precisions are in ``check_precision_combinations`` (run
-where they are known); rules that need the run's length are in ``mixft.runs.shape``.
+Rules that need the precisions are in ``check_precision_combinations``; rules that need the run's length are in ``mixft.runs.shape``.
 
 Usage::
 
@@ -65,11 +64,21 @@ def check_option_combinations(cfg) -> None:
 
 
 def check_precision_combinations(cfg, precisions) -> None:
-    """Options that do nothing at the precisions this command trains (``Precision`` objects, ``--amp`` resolved).
+    """Options that do nothing, or cannot work, at the precisions this command trains (``Precision`` objects).
+
+    Run twice: on the precisions as asked, before any file is read (``mixft.runs.options``;
+    "amp" there is the device's mixed precision), and on the precisions ``--amp`` resolved
+    to once the model is known (``mixft.runs.checks``).
 
     Usage: ``check_precision_combinations(cfg, [resolve_precision("fp32", device)])``
     """
     trained = ", ".join(p.name for p in precisions)
+    pure = [p.name for p in precisions if p.param_dtype is not None]  # bf16 weights: no fp32 master copy
+    if cfg.fp32_modules and pure:
+        raise UsageError(
+            f"--fp32-modules keeps modules in fp32 on fp32 master weights; {pure[0]} holds the weights "
+            f"in bf16: drop --fp32-modules or train {pure[0]} in a command of its own"
+        )
     if cfg.init_loss_scale is not None and not any(p.grad_scaler for p in precisions):
         raise UsageError(f"--init-loss-scale: only fp16 uses a loss scale; this command trains {trained}")
     if cfg.detect_collapse and _set(cfg, "min_loss_scale") and not any(p.grad_scaler for p in precisions):

@@ -17,10 +17,10 @@ import torch
 
 from mixft import distributed
 from mixft.amp.precision import Precision, precision_row, resolve_device, resolve_precision
+from mixft.config.option_rules import check_precision_combinations
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.recipe import get_recipe
-from mixft.train.pure_bf16 import check_run_options
 
 
 def check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[Precision]]:
@@ -44,7 +44,7 @@ def check_options(cfg: RunConfig) -> tuple[Any, RunConfig, torch.device, list[Pr
     names = [p.name for p in precisions]
     if len(set(names)) != len(names):
         raise UsageError(f"--compare resolves to the same precision twice: {','.join(names)}")
-    check_run_options(precisions, fp32_modules=cfg.fp32_modules, init_loss_scale=cfg.init_loss_scale)  # bf16-pure
+    check_precision_combinations(cfg, precisions)  # as asked; again once --amp is resolved (runs.checks)
     return recipe, cfg, device, precisions
 
 

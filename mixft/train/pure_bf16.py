@@ -33,7 +33,6 @@ from mixft.log import logger
 __all__ = [
     "BF16_TRUE_NOTICE",
     "check_optimizers",
-    "check_run_options",
     "compensated_adamw",
     "compensated_sgd",
     "is_compensated",
@@ -179,28 +178,3 @@ def check_optimizers(precision, optimizers: Sequence[torch.optim.Optimizer]) -> 
                 f"torch-optimi's Kahan AdamW); {optimizer_name(opt)} would lose bf16 updates; use bf16-true to "
                 "train without compensation knowingly"
             )
-
-
-def check_run_options(
-    precisions: Sequence[Any], *, fp32_modules: Sequence[str] | None = None, init_loss_scale: float | None = None
-) -> None:
-    """A run's options that cannot work with a pure-bf16 precision: UsageError (one line) before any work.
-
-    ``--fp32-modules`` runs modules in fp32 on fp32 master weights, which pure bf16 does not
-    hold; ``--init-loss-scale`` starts fp16's GradScaler, which pure bf16 has not (bf16 needs
-    no loss scaling) unless another precision of the command uses one.
-
-    Usage: ``check_run_options(precisions, fp32_modules=cfg.fp32_modules, init_loss_scale=cfg.init_loss_scale)``
-    """
-    pure = [p.name for p in precisions if getattr(p, "param_dtype", None) is not None]
-    if not pure:
-        return
-    if fp32_modules:
-        raise UsageError(
-            f"--fp32-modules keeps modules in fp32 on fp32 master weights; {pure[0]} holds the weights "
-            f"in bf16: drop --fp32-modules or train {pure[0]} in a command of its own"
-        )
-    if init_loss_scale is not None and not any(p.grad_scaler for p in precisions):
-        raise UsageError(
-            f"--init-loss-scale: only fp16 uses a loss scale; {pure[0]} has no GradScaler (bf16 needs no loss scaling)"
-        )

@@ -122,3 +122,18 @@ def test_fp32_modules_naming_part_of_the_model_still_trains(tmp_path, model, cap
         tmp_path, model, "--max-steps", "1", "--precision", "bf16", "--fp32-modules", "model.classifier", capsys=capsys
     )
     assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("--precision", "fp32", "--fp32-modules", "classifier"), "--fp32-modules: only autocast precisions"),
+        (("--precision", "bf16-pure", "--fp32-modules", "classifier"), "bf16-pure holds the weights in bf16"),
+        (("--precision", "bf16", "--init-loss-scale", "128"), "--init-loss-scale: only fp16 uses a loss scale"),
+    ],
+)
+def test_precision_rules_answer_before_any_file_is_read(tmp_path, capsys, args, expected):
+    # The model directory does not exist: a rule checked after reading data or the model would
+    # answer with that instead.
+    code, err, out = run_cli(tmp_path, tmp_path / "no-such-model", "--max-steps", "2", *args, capsys=capsys)
+    assert_refused(code, err, out, expected)

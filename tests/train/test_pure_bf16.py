@@ -274,7 +274,7 @@ def _cli(tiny_bert_dir, tiny_data_dir, out, *flags):
     [
         (
             ["--precision", "bf16-pure", "--init-loss-scale", "128"],
-            "--init-loss-scale: only fp16 uses a loss scale; bf16-pure has no GradScaler (bf16 needs no loss scaling)",
+            "--init-loss-scale: only fp16 uses a loss scale; this command trains bf16-pure",
         ),
         (
             ["--precision", "bf16-pure", "--fp32-modules", "classifier"],
