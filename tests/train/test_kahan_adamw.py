@@ -110,6 +110,7 @@ def test_a_trajectory_with_decay_stays_within_a_bf16_spacing_of_fp32(foreach):
 
 
 @PATHS
+@pytest.mark.filterwarnings("ignore:You are using weight_decay:UserWarning")  # optimi on the deliberately high 0.3
 def test_uncompensated_parameters_decay_exactly_as_optimi_decays_them(foreach):
     # An fp32 parameter beside a bf16 one in a group, and fully decoupled decay (lr / max_lr).
     g = torch.Generator().manual_seed(2)
