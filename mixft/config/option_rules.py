@@ -5,7 +5,8 @@ probability...); these are the rules *between* options that need no data or mode
 a schedule and the learning rate, the fp16 loss scale and the collapse floor, the
 collapse options and ``--no-collapse-check``. ``RunConfig.validate`` runs them, so a
 flag, a config file and a ``RunConfig`` from Python are refused alike, before any work.
-Rules that need the precisions are in ``check_precision_combinations``; rules that need the run's length are in ``mixft.runs.shape``.
+Rules that need the precisions are in ``check_precision_combinations``; rules that need
+the run's length are in ``mixft.runs.shape``.
 
 Usage::
 
