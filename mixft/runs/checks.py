@@ -63,7 +63,7 @@ def check_before_training(
 
     Usage: ``checked = check_before_training(recipe, cfg, prepared, device, precisions)``
     """
-    check_precision_combinations(cfg, precisions)  # --init-loss-scale, --min-loss-scale, --fp32-modules: not idle
+    check_precision_combinations(cfg, precisions)  # again, on what --amp resolved to (first: check_options)
     due = preflight_due(cfg, precisions) and trains
     if not (due or cfg.fp32_modules or cfg.fsdp):
         return None
