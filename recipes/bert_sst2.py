@@ -28,7 +28,7 @@ from torch import nn
 from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting, is_recipe_default
-from mixft.data.loaders import make_loader, pad_multiple
+from mixft.data.loaders import run_loaders
 from mixft.data.shape_ladder import batch_shape_ladder, shapes_name
 from mixft.data.synthetic.stand_ins import SST2
 from mixft.data.user_data import TextData, load_glue_data, load_text_data
@@ -273,32 +273,18 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
     model = build_model(prepared.model_path, seed)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    pad8 = pad_multiple(device)
     shapes = batch_shape_ladder(cfg.batch_shapes, precision, device, max_length=cfg.max_length)
-    pin = device.type == "cuda"
-    train_loader = make_loader(
+    train_loader, eval_loader = run_loaders(
         prepared.train,
+        prepared.eval,
         prepared.tokenizer,
         cfg.batch_size,
-        shuffle=True,
+        device=device,
         seed=seed,
-        pad_to_multiple_of=pad8,
         num_workers=cfg.num_workers,
-        pin_memory=pin,
         group_size=cfg.length_group_size if cfg.group_by_length else 1,  # 1: random batches
         pack=prepared.settled.get("pack_sequences", cfg.pack_sequences),  # what prepare settled for this model
         shapes=shapes,
-    )
-    # Evaluation batches keep their own shapes: they come length-sorted, in the same order at every
-    # evaluation, so their shapes repeat from one evaluation to the next already (mixft.data.shape_ladder).
-    eval_loader = make_loader(
-        prepared.eval,
-        prepared.tokenizer,
-        cfg.batch_size * 2,
-        shuffle=False,
-        pad_to_multiple_of=pad8,
-        num_workers=cfg.num_workers,
-        pin_memory=pin,
     )
 
     logger.debug("bert-sst2: %d train / %d eval examples", len(prepared.train), len(prepared.eval))

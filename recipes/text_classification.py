@@ -39,7 +39,7 @@ import torch
 from mixft.amp.precision import Precision
 from mixft.atomic import atomic_directory
 from mixft.config.run_config import RunConfig, describe_setting
-from mixft.data.loaders import make_loader, pad_multiple
+from mixft.data.loaders import run_loaders
 from mixft.data.shape_ladder import batch_shape_ladder, shapes_name
 from mixft.errors import UsageError
 from mixft.metrics.task import task_metrics
@@ -49,7 +49,7 @@ from mixft.train.schedules import build_scheduler_factory
 
 NAME = "text-classification"
 LORA_OPTIONS = ("lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
-# Length-grouped batching (mixft.data.batching), read by make_loader below.
+# Length-grouped batching (mixft.data.batching), read by run_loaders below.
 BATCHING_OPTIONS = ("group_by_length", "length_group_size", "batch_shapes")
 OPTIMISATION_OPTIONS = (
     "lr_scheduler",
@@ -307,31 +307,17 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
     trainable, total = trainable_parameters(model)
-    pad = pad_multiple(device)
     shapes = batch_shape_ladder(cfg.batch_shapes, precision, device, max_length=prepared.max_length)
-    pin = device.type == "cuda"
-    train_loader = make_loader(
+    train_loader, eval_loader = run_loaders(
         prepared.train,
-        prepared.tokenizer,
-        cfg.batch_size,
-        shuffle=True,
-        seed=seed,
-        pad_to_multiple_of=pad,
-        num_workers=cfg.num_workers,
-        pin_memory=pin,
-        group_size=length_group_size(cfg),
-        shapes=shapes,
-    )
-    # Evaluation batches keep their own shapes: they come length-sorted, in the same order at every
-    # evaluation, so their shapes repeat from one evaluation to the next already (mixft.data.shape_ladder).
-    eval_loader = make_loader(
         prepared.eval,
         prepared.tokenizer,
-        cfg.batch_size * 2,
-        shuffle=False,
-        pad_to_multiple_of=pad,
+        cfg.batch_size,
+        device=device,
+        seed=seed,
         num_workers=cfg.num_workers,
-        pin_memory=pin,
+        group_size=length_group_size(cfg),
+        shapes=shapes,
     )
     return TrainerParts(
         model=model,

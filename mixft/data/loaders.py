@@ -86,6 +86,56 @@ def make_loader(
     )
 
 
+def run_loaders(
+    train,
+    evaluation,
+    tokenizer,
+    batch_size: int,
+    *,
+    device,
+    seed: int,
+    num_workers: int = 0,
+    group_size: int = 1,
+    pack: bool = False,
+    shapes: ShapeLadder | None = None,
+) -> tuple[DataLoader, DataLoader]:
+    """A recipe's (training, evaluation) loaders for one run on ``device``, built alike for every recipe.
+
+    Training batches are shuffled with ``seed`` (``group_size``, ``pack`` and ``shapes`` as in
+    ``make_loader``). Evaluation batches are twice as large (no activations are kept for a backward)
+    and keep their own shapes: they come length-sorted, in the same order at every evaluation, so
+    their shapes repeat from one evaluation to the next already (``mixft.data.shape_ladder``). Both
+    are padded for the device (``pad_multiple``) and pin memory on CUDA.
+
+    Usage: ``train_loader, eval_loader = run_loaders(train, dev, tokenizer, 32, device=cpu, seed=0)``
+    """
+    pad = pad_multiple(device)
+    pin = getattr(device, "type", None) == "cuda"
+    train_loader = make_loader(
+        train,
+        tokenizer,
+        batch_size,
+        shuffle=True,
+        seed=seed,
+        pad_to_multiple_of=pad,
+        num_workers=num_workers,
+        pin_memory=pin,
+        group_size=group_size,
+        pack=pack,
+        shapes=shapes,
+    )
+    eval_loader = make_loader(
+        evaluation,
+        tokenizer,
+        batch_size * 2,
+        shuffle=False,
+        pad_to_multiple_of=pad,
+        num_workers=num_workers,
+        pin_memory=pin,
+    )
+    return train_loader, eval_loader
+
+
 def pad_multiple(device) -> int | None:
     """Pad batches to a multiple of this on ``device`` (None: to the batch's longest example).
 

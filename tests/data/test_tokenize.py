@@ -1,4 +1,4 @@
-"""mixft.data.tokenize + loaders.make_loader: Arrow in, Arrow out, cached by datasets, length-grouped batches."""
+"""mixft.data.tokenize + loaders.make_loader / run_loaders: Arrow in, Arrow out, cached by datasets, length-grouped batches."""
 
 from __future__ import annotations
 
@@ -100,6 +100,31 @@ def test_make_loader_still_takes_a_list_of_dicts(tokenizer):
     ]
     batch = next(iter(make_loader(examples, tokenizer, batch_size=2, shuffle=False)))
     assert batch["labels"].tolist() == [0.0, 1.0]  # longest first in evaluation order
+
+
+def test_run_loaders_train_seeded_on_the_ladder_and_evaluate_in_double_batches_of_their_own_shapes(tokenizer):
+    from mixft.data.loaders import run_loaders
+    from mixft.data.shape_ladder import ShapeLadder, ladder_up
+
+    # 3 to 21 tokens: most of these lengths are not on the ladder (9 -> 10, 17 -> 20).
+    examples = [{**tokenizer(" ".join(["word"] * n)), "labels": float(n % 2)} for n in range(1, 20)]
+    cpu = torch.device("cpu")
+    train_loader, eval_loader = run_loaders(examples, examples, tokenizer, 3, device=cpu, seed=1, shapes=ShapeLadder())
+    batches = list(train_loader)
+    # Training: the seed's order, every example once, each batch padded to its longest up the ladder.
+    again, _ = run_loaders(examples, examples, tokenizer, 3, device=cpu, seed=1, shapes=ShapeLadder())
+    assert [b["labels"].tolist() for b in again] == [b["labels"].tolist() for b in batches]
+    assert sorted(torch.cat([b["labels"] for b in batches]).tolist()) == sorted(e["labels"] for e in examples)
+    assert [b["input_ids"].shape[1] for b in batches] == [
+        ladder_up(int(b["attention_mask"].sum(1).max())) for b in batches
+    ]
+    # Evaluation: twice the batch, longest first, each batch padded to its own longest (no ladder).
+    eval_batches = list(eval_loader)
+    assert [len(b["labels"]) for b in eval_batches] == [6, 6, 6, 1]
+    widths = [b["input_ids"].shape[1] for b in eval_batches]
+    assert widths == sorted(widths, reverse=True)
+    assert widths == [int(b["attention_mask"].sum(1).max()) for b in eval_batches]
+    assert not train_loader.pin_memory and not eval_loader.pin_memory  # pinned on CUDA only
 
 
 def test_float_labels_for_a_one_logit_head(tmp_path, tokenizer):
