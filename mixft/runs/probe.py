@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from mixft import distributed
 from mixft.amp.hardware import describe_hardware, hardware_line
@@ -56,7 +55,6 @@ from mixft.amp.precision import (
     PRECISIONS,
     Precision,
     amp_precision_names,
-    configure_matmul,
     matmul_settings_kept,
     resolve_device,
     resolve_precision,
@@ -71,7 +69,7 @@ from mixft.results import results_document, write_results
 from mixft.runs.build import build_trainer
 from mixft.runs.options import check_options
 from mixft.runs.outdir import PROBE_REPORT_NAME, PROBE_RESULTS_NAME, OutputLock
-from mixft.train.floor import StepFloor, StepFlops, measure_bandwidth, optimizer_clip_bytes
+from mixft.train.floor import LinearShapes, StepFloor, StepFlops, matmul_rate, measure_bandwidth, optimizer_clip_bytes
 from mixft.train.hooks import Callback
 from mixft.train.measure import synchronize
 
@@ -79,7 +77,6 @@ DEFAULT_BUDGET_S = 30.0
 WARMUP_STEPS = 1  # the first step pays for kernel selection/JIT and optimizer state
 MIN_TIMED_STEPS = 3  # a median needs at least three (where the precision's share of the budget allows)
 MAX_TIMED_STEPS = 5
-MATMUL_REPEATS = 3
 # Kept back from the budget when deciding whether another step still fits: what follows
 # the last step (the remaining matmul timings, the result) takes about this long.
 RESERVE_S = 1.0
@@ -200,7 +197,7 @@ def _measure(
         steppers, matmul_shapes = _warmed_up(recipe, cfg, prepared, required, dev)
         fp32, batch, run_info = steppers[0], steppers[0].batch, steppers[0].run_info
         rows = {
-            p.name: PrecisionProbe(p.name, matmul_flops_per_s=_matmul_rate(matmul_shapes, p, dev))
+            p.name: PrecisionProbe(p.name, matmul_flops_per_s=matmul_rate(matmul_shapes, p, dev))
             for p in [*required, *optional]
         }
         # Timed steps in rounds, one step per precision per round in a rotating order, so
@@ -231,7 +228,7 @@ def _warmed_up(recipe, cfg: RunConfig, prepared, required: list[Precision], dev)
     records the shapes the model's Linear layers see.
     """
     seed = cfg.seeds[0]
-    shapes = _LinearShapes()
+    shapes = LinearShapes()
     flops = StepFlops()  # the warm-up step's matmul FLOPs: the floor's (_log_floors)
     fp32 = _Stepper(recipe, cfg, prepared, required[0], dev, seed, None, [shapes, flops])
     fp32.flops = flops
@@ -479,80 +476,6 @@ def _round(steppers: list[_Stepper], index: int, deadline: float, share: float) 
         stepper.run(1)
         stepped = True
     return stepped
-
-
-class _LinearShapes(Callback):
-    """Records the matmuls the model's ``nn.Linear`` layers run in the first training forward."""
-
-    def __init__(self):
-        self.calls: dict[tuple[int, int, int, bool], int] = {}
-        self._hooks: list = []
-
-    def on_train_begin(self, trainer) -> None:
-        if self.calls:
-            return  # recorded in the first step; later fit() calls train the same shapes
-
-        def record(module: nn.Linear, args) -> None:
-            x = args[0] if args else None
-            if isinstance(x, torch.Tensor) and x.dim() >= 1:
-                key = (
-                    x.numel() // module.in_features,
-                    module.in_features,
-                    module.out_features,
-                    module.bias is not None,
-                )
-                self.calls[key] = self.calls.get(key, 0) + 1
-
-        self._hooks = [
-            m.register_forward_pre_hook(record) for m in trainer.module.modules() if isinstance(m, nn.Linear)
-        ]
-
-    def on_step_end(self, trainer, info) -> None:
-        self._remove()
-
-    def on_train_end(self, trainer, result) -> None:
-        self._remove()
-
-    def _remove(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
-
-    def table(self) -> list[dict[str, Any]]:
-        """``[{"rows", "in", "out", "bias", "calls"}]``, most FLOPs first."""
-        entries = [{"rows": r, "in": i, "out": o, "bias": b, "calls": n} for (r, i, o, b), n in self.calls.items()]
-        return sorted(entries, key=lambda e: -e["calls"] * e["rows"] * e["in"] * e["out"])
-
-
-def _matmul_rate(shapes: list[dict[str, Any]], precision: Precision, device: torch.device) -> float | None:
-    """FLOP/s of ``F.linear`` over ``shapes`` (weighted by calls) in the precision's compute dtype.
-
-    Under autocast a Linear runs in the autocast dtype, so that is the dtype timed here;
-    tf32 is fp32 with TF32 matmuls allowed.
-    """
-    if not shapes:
-        return None
-    dtype = precision.autocast_dtype or torch.float32
-    inner = 10 if device.type == "cuda" else 1  # a GPU matmul this small is mostly launch latency
-    with configure_matmul(precision, device):  # tf32 is fp32 with TF32 allowed; restored after
-        gen = torch.Generator().manual_seed(0)
-        flops = seconds = 0.0
-        for s in shapes:
-            x = torch.randn(s["rows"], s["in"], generator=gen).to(device=device, dtype=dtype)
-            w = torch.randn(s["out"], s["in"], generator=gen).to(device=device, dtype=dtype)
-            b = torch.randn(s["out"], generator=gen).to(device=device, dtype=dtype) if s["bias"] else None
-            nn.functional.linear(x, w, b)  # warm-up: kernel selection
-            times = []
-            for _ in range(MATMUL_REPEATS):
-                synchronize(device)
-                t0 = time.perf_counter()
-                for _ in range(inner):
-                    nn.functional.linear(x, w, b)
-                synchronize(device)
-                times.append((time.perf_counter() - t0) / inner)
-            seconds += s["calls"] * statistics.median(times)
-            flops += s["calls"] * 2.0 * s["rows"] * s["in"] * s["out"]
-        return flops / seconds if seconds > 0 else None
 
 
 def _estimated_step_s(fp32: _Stepper, fp32_row: PrecisionProbe, row: PrecisionProbe) -> float:

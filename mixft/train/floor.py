@@ -6,8 +6,9 @@ How far a step runs above what the machine could do is the question behind every
 implementation avoids:
 
 * the step's matmul FLOPs (forward and backward, as ``torch.utils.flop_counter`` counts them:
-  :class:`StepFlops`) at a matmul rate measured on this machine for the precision (the probe's,
-  ``mixft.runs.probe``: ``F.linear`` on the model's own Linear shapes);
+  :class:`StepFlops`) at a matmul rate measured on this machine for the precision
+  (:func:`matmul_rate`: ``F.linear`` on the model's own Linear shapes, recorded by :class:`LinearShapes`;
+  ``mixft.runs.probe`` measures it per precision);
 * the bytes the optimizer and the clip move over the parameters, at a memory bandwidth measured
   here (:func:`measure_bandwidth`): fused AdamW reads each parameter, its gradient and its two
   moments and writes the parameter and the moments (7 passes); the clip's norm reads every
@@ -27,9 +28,12 @@ import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
+from mixft.amp.precision import Precision, configure_matmul
 from mixft.train.hooks import Callback
 from mixft.train.measure import synchronize
 
@@ -37,6 +41,7 @@ ADAMW_PASSES = 7  # fused AdamW: read param, grad, exp_avg, exp_avg_sq; write pa
 CLIP_PASSES = 3  # clip_grad_norm_: the norm reads each gradient; the multiply reads and writes it
 BANDWIDTH_ELEMENTS = 2**25  # fp32 elements per operand (128 MiB): past any CPU's last-level cache share
 BANDWIDTH_PASSES = 3  # a.add_(b): read a, read b, write a
+MATMUL_REPEATS = 3  # timings per Linear shape: the median is kept
 
 
 @dataclass(frozen=True)
@@ -154,3 +159,81 @@ class StepFlops(Callback):
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
             self.flops = mode.get_total_flops()
+
+
+class LinearShapes(Callback):
+    """Records the matmuls the model's ``nn.Linear`` layers run in the first training forward (their inputs' shapes).
+
+    Usage: ``shapes = LinearShapes(); build_trainer(..., callbacks=[shapes]).fit(); matmul_rate(shapes.table(), p, cpu)``
+    """
+
+    def __init__(self):
+        self.calls: dict[tuple[int, int, int, bool], int] = {}
+        self._hooks: list = []
+
+    def on_train_begin(self, trainer) -> None:
+        if self.calls:
+            return  # recorded in the first step; later fit() calls train the same shapes
+
+        def record(module: nn.Linear, args) -> None:
+            x = args[0] if args else None
+            if isinstance(x, torch.Tensor) and x.dim() >= 1:
+                key = (
+                    x.numel() // module.in_features,
+                    module.in_features,
+                    module.out_features,
+                    module.bias is not None,
+                )
+                self.calls[key] = self.calls.get(key, 0) + 1
+
+        self._hooks = [
+            m.register_forward_pre_hook(record) for m in trainer.module.modules() if isinstance(m, nn.Linear)
+        ]
+
+    def on_step_end(self, trainer, info) -> None:
+        self._remove()
+
+    def on_train_end(self, trainer, result) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def table(self) -> list[dict[str, Any]]:
+        """``[{"rows", "in", "out", "bias", "calls"}]``, most FLOPs first."""
+        entries = [{"rows": r, "in": i, "out": o, "bias": b, "calls": n} for (r, i, o, b), n in self.calls.items()]
+        return sorted(entries, key=lambda e: -e["calls"] * e["rows"] * e["in"] * e["out"])
+
+
+def matmul_rate(shapes: list[dict[str, Any]], precision: Precision, device: torch.device) -> float | None:
+    """FLOP/s of ``F.linear`` over ``shapes`` (``LinearShapes.table()``, weighted by calls) in the precision's compute dtype.
+
+    Under autocast a Linear runs in the autocast dtype, so that is the dtype timed here;
+    tf32 is fp32 with TF32 matmuls allowed. None for no shapes. Matmul settings are restored after.
+    Usage: ``matmul_rate(shapes.table(), resolve_precision("bf16", cpu), cpu) / 1e9  # GFLOP/s``
+    """
+    if not shapes:
+        return None
+    dtype = precision.autocast_dtype or torch.float32
+    inner = 10 if device.type == "cuda" else 1  # a GPU matmul this small is mostly launch latency
+    with configure_matmul(precision, device):  # tf32 is fp32 with TF32 allowed; restored after
+        gen = torch.Generator().manual_seed(0)
+        flops = seconds = 0.0
+        for s in shapes:
+            x = torch.randn(s["rows"], s["in"], generator=gen).to(device=device, dtype=dtype)
+            w = torch.randn(s["out"], s["in"], generator=gen).to(device=device, dtype=dtype)
+            b = torch.randn(s["out"], generator=gen).to(device=device, dtype=dtype) if s["bias"] else None
+            nn.functional.linear(x, w, b)  # warm-up: kernel selection
+            times = []
+            for _ in range(MATMUL_REPEATS):
+                synchronize(device)
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    nn.functional.linear(x, w, b)
+                synchronize(device)
+                times.append((time.perf_counter() - t0) / inner)
+            seconds += s["calls"] * statistics.median(times)
+            flops += s["calls"] * 2.0 * s["rows"] * s["in"] * s["out"]
+        return flops / seconds if seconds > 0 else None

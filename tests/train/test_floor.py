@@ -1,4 +1,4 @@
-"""mixft.train.floor: the floor arithmetic against a hand computation, the bytes per parameter, the step's FLOPs."""
+"""mixft.train.floor: the floor arithmetic against a hand computation, the bytes per parameter, the step's FLOPs, the Linear shapes and their matmul rate."""
 
 from __future__ import annotations
 
@@ -95,3 +95,30 @@ def test_step_flops_close_ends_the_count_after_a_step_that_raised():
             assert _get_current_dispatch_mode() is not None  # the step raised inside the count
             counter.close()
     assert _get_current_dispatch_mode() is None and counter.flops == 2 * 1 * 8 * 1  # the forward it ran
+
+
+def test_linear_shapes_records_the_first_steps_linear_inputs_then_lets_go():
+    from mixft.amp.precision import resolve_precision
+    from mixft.train.floor import LinearShapes, matmul_rate
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1, bias=False))
+    x, y = torch.randn(12, 8), torch.randn(12, 1)
+    shapes = LinearShapes()
+    trainer = Trainer(
+        model,
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        nn.MSELoss(),
+        DataLoader(TensorDataset(x, y), batch_size=4),
+        epochs=1,
+        callbacks=[shapes],
+    )
+    trainer.fit()  # three steps; only the first one's forward is recorded
+    assert shapes.table() == [  # most FLOPs first
+        {"rows": 4, "in": 8, "out": 16, "bias": True, "calls": 1},
+        {"rows": 4, "in": 16, "out": 1, "bias": False, "calls": 1},
+    ]
+    assert all(not layer._forward_pre_hooks for layer in model)  # the hooks are gone after that step
+    cpu = torch.device("cpu")
+    assert matmul_rate([], resolve_precision("fp32", cpu), cpu) is None
+    assert 1e6 < matmul_rate(shapes.table(), resolve_precision("fp32", cpu), cpu) < 1e14  # FLOP/s
