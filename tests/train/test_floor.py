@@ -18,6 +18,12 @@ from mixft.train.floor import (
 from mixft.train.trainer import Trainer
 
 
+def fit_one_epoch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, callback) -> None:
+    """One epoch of plain SGD on (x, y) in batches of 4, with ``callback`` watching."""
+    loader = DataLoader(TensorDataset(x, y), batch_size=4)
+    Trainer(model, lambda p: torch.optim.SGD(p, lr=0.1), nn.MSELoss(), loader, epochs=1, callbacks=[callback]).fit()
+
+
 def test_the_floor_is_the_matmuls_at_their_rate_plus_the_parameter_passes_at_the_bandwidth():
     # By hand: 27.5 GFLOP at 320 GFLOP/s = 85.9375 ms; 22.7 M fp32 parameters x (7 + 3) passes
     # x 4 bytes = 908 MB at 35 GB/s = 25.942857 ms; floor 111.880357 ms; a 210.5 ms step is 1.8815x it.
@@ -56,15 +62,7 @@ def test_step_flops_counts_the_first_training_step_forward_and_backward():
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     x, y = torch.randn(8, 8), torch.randn(8, 1)
     counter = StepFlops()
-    trainer = Trainer(
-        model,
-        lambda p: torch.optim.SGD(p, lr=0.1),
-        nn.MSELoss(),
-        DataLoader(TensorDataset(x, y), batch_size=4),
-        epochs=1,
-        callbacks=[counter],
-    )
-    trainer.fit()
+    fit_one_epoch(model, x, y, counter)
     forward = 2 * 4 * (8 * 16 + 16 * 1)
     assert counter.flops == forward + 2 * forward - 2 * 4 * 8 * 16  # the second step is not counted
     from torch.utils._python_dispatch import _get_current_dispatch_mode
@@ -105,15 +103,7 @@ def test_linear_shapes_records_the_first_steps_linear_inputs_then_lets_go():
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1, bias=False))
     x, y = torch.randn(12, 8), torch.randn(12, 1)
     shapes = LinearShapes()
-    trainer = Trainer(
-        model,
-        lambda p: torch.optim.SGD(p, lr=0.1),
-        nn.MSELoss(),
-        DataLoader(TensorDataset(x, y), batch_size=4),
-        epochs=1,
-        callbacks=[shapes],
-    )
-    trainer.fit()  # three steps; only the first one's forward is recorded
+    fit_one_epoch(model, x, y, shapes)  # three steps; only the first one's forward is recorded
     assert shapes.table() == [  # most FLOPs first
         {"rows": 4, "in": 8, "out": 16, "bias": True, "calls": 1},
         {"rows": 4, "in": 16, "out": 1, "bias": False, "calls": 1},
