@@ -74,7 +74,7 @@ class PlannedRun:
     continues: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a plan is itself (the runner trains each plan once), not its fields
 class RunPlan:
     """What a command trains and how, decided before any work (``make_plan``); the runner only follows it.
 

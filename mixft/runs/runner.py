@@ -6,9 +6,11 @@ what ``--resume`` does with it); ``run`` then takes the output directory (its lo
 earlier run set aside) and trains what the plan says, run by run: build (``mixft.runs.build``),
 train, record (``mixft.runs.record``). The run layer carries the options to results.json;
 the loop does not. This is what ``scripts/finetune.py`` calls after parsing; notebooks can
-call it too::
+call it too, with the options or with a plan made (and looked at) first::
 
     results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"], max_train_samples=500))
+    plan = make_plan(RunConfig(recipe="bert-sst2", precisions=["amp"]))   # print(plan.runs[0].reason)
+    results = run(plan)   # trains what it says; the data is not prepared again
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import weakref
 
 import torch
 
@@ -41,13 +44,27 @@ from mixft.runs.watch import RunWatch
 __all__ = ["run", "RunObserver", "report_kept_run"]
 
 
-def run(cfg: RunConfig, observer: RunObserver | None = None) -> list[RunResult]:
+# Plans already trained: a plan read the output directory (and what --resume continues) as it was then.
+_TRAINED_PLANS: weakref.WeakSet = weakref.WeakSet()
+
+
+def run(cfg: RunConfig | RunPlan, observer: RunObserver | None = None) -> list[RunResult]:
     """Train every (seed, precision) pair; write results.json (and report.md when comparing).
+
+    ``cfg``: the options, or the ``RunPlan`` ``make_plan`` made of them (trained as it is, its data
+    not prepared again). A plan is trained once: it holds the output directory and ``--resume``'s
+    checkpoints as they were when it was made (UsageError for a second time: make a new plan).
 
     Usage: ``results = run(RunConfig(recipe="bert-sst2", precisions=["fp32", "bf16"]))``
     """
     observer = observer or RunObserver()
-    plan = make_plan(cfg)  # every refusal (exit 2) happens here, before the directory is touched
+    if isinstance(cfg, RunPlan):
+        plan = cfg
+        if plan in _TRAINED_PLANS:
+            raise UsageError("this plan was trained already: make_plan(cfg) again to train once more")
+    else:
+        plan = make_plan(cfg)  # every refusal (exit 2) happens here, before the directory is touched
+    _TRAINED_PLANS.add(plan)
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     with OutputLock.for_this_process(plan.out):

@@ -84,3 +84,26 @@ def test_make_plan_holds_everything_the_runner_follows(tmp_path):
     assert plan.recorded_config == {**plan.cfg.to_dict(), "precisions": None, "seeds": None, "data_files": {}}
     with pytest.raises(KeyError):
         plan.run("fp16", 0)
+
+
+def test_a_plan_made_first_is_trained_as_it_says_without_preparing_again_and_only_once(tmp_path, monkeypatch):
+    import json
+
+    from mixft.runs.runner import run
+
+    cfg = RunConfig(recipe="mlp-synthetic", output_dir=str(tmp_path), precisions=["amp"], batch_size=4, extra=TINY_MLP)
+    plan = make_plan(cfg)
+
+    def prepared_again(cfg):
+        raise AssertionError("the plan's data was prepared again")
+
+    monkeypatch.setattr(plan.recipe, "prepare", prepared_again)
+    (result,) = run(plan)
+    written = json.loads((tmp_path / RESULTS_NAME).read_text())["runs"]
+    assert [(r["precision"], r["precision_requested"], r["precision_reason"]) for r in written] == [
+        (plan.runs[0].precision.name, "amp", plan.runs[0].reason)
+    ]  # what the plan decided, not a decision made again
+    assert result.precision == plan.runs[0].precision.name and result.skipped_steps == 0
+    with pytest.raises(UsageError, match="this plan was trained already: make_plan"):
+        run(plan)  # it read the output directory before this run wrote into it
+    assert json.loads((tmp_path / RESULTS_NAME).read_text())["runs"] == written  # and the refusal touched nothing
