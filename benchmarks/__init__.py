@@ -22,7 +22,9 @@ Modules, one job each:
 - ``gpu_check`` the GPU check (``scripts/gpu_check.sh``): its parts (``gpu_parts``: CUDA tests, a BERT
   step per precision, ``--compare``, mixft vs Trainer) within a time budget, JSON + markdown; what a
   bare GPU machine lacks (``gpu_setup``: recipe entry points, a BERT directory, the generated data)
+- ``bf16_check`` issue 41's bf16 goals in one command on a CPU with native bf16, on the GPU check's
+  driver: the main job, BERT-base size, Trainer with and without mixft's packing, the stream's floor
 
-Only ``cli``, the GPU check and the scripts with their own ``main`` (``step_ablation``, ``profile_step``,
+Only ``cli``, the GPU and bf16 checks and the scripts with their own ``main`` (``step_ablation``, ``profile_step``,
 ``new_shapes``, ...) print.
 """

@@ -28,7 +28,8 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,11 @@ from mixft.atomic import write_json, write_text
 from mixft.cli.parser import OneLineParser, non_negative_float, setup_logging
 from mixft.errors import UsageError
 
-from .gpu_parts import GPU, PARTS, TINY, Budget, Context, Sizes, child_env, one_line, package_versions
+from .gpu_parts import GPU, PARTS, TINY, Budget, Context, Part, Sizes, child_env, one_line, package_versions
 from .gpu_setup import ensure_entry_points
 from .timing import markdown_table
 
 PROG = "gpu_check"
-JSON_NAME, MARKDOWN_NAME = "gpu_check.json", "gpu_check.md"
 DEFAULT_BUDGET_S = 480.0  # an 8-minute device call; the call's own limit (10 minutes) leaves room around it
 # What the report names the versions of: the machine's stack and what the carried wheels bring.
 PACKAGES = (
@@ -70,6 +70,33 @@ PACKAGES = (
     "pytest",
     "pytest-xdist",
 )
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One prepared check run by ``run_check``: its parts in order, its title and its files' stem.
+
+    ``goals``: the check's verdicts as a markdown section placed under the parts' table, made from
+    the document as it stands (None: no such section). The bf16 check (``benchmarks.bf16_check``)
+    is the other suite.
+    """
+
+    stem: str  # STEM.json, STEM.md
+    title: str
+    parts: dict[str, Part]
+    goals: Callable[[dict[str, Any]], str] | None = None
+
+    @property
+    def json_name(self) -> str:
+        return f"{self.stem}.json"
+
+    @property
+    def markdown_name(self) -> str:
+        return f"{self.stem}.md"
+
+
+GPU_CHECK = Suite("gpu_check", "GPU check", PARTS)
+JSON_NAME, MARKDOWN_NAME = GPU_CHECK.json_name, GPU_CHECK.markdown_name
 
 
 def build_parser() -> OneLineParser:
@@ -109,13 +136,23 @@ def check_step_shapes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(shapes)
 
 
-def check_parts(text: str) -> list[str]:
+def check_parts(text: str, parts: dict[str, Part] = PARTS) -> list[str]:
     """``"tests,steps"`` -> the names in the check's order; an unknown one is a UsageError."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PARTS]
+    unknown = [n for n in names if n not in parts]
     if not names or unknown:
-        raise UsageError(f"--parts must list some of {', '.join(PARTS)}, got {text!r}")
-    return [n for n in PARTS if n in names]
+        raise UsageError(f"--parts must list some of {', '.join(parts)}, got {text!r}")
+    return [n for n in parts if n in names]
+
+
+def made_out_dir(path: str) -> Path:
+    """The check's folder, made now (with its parents); one that cannot be made is a UsageError."""
+    out_dir = Path(path)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the output folder {out_dir}: {e.strerror or e}") from e
+    return out_dir
 
 
 def _now() -> str:
@@ -137,12 +174,15 @@ def versions(device: torch.device) -> dict[str, Any]:
 class Check:
     """The document being filled in: JSON figures, one markdown section per part, written after each change."""
 
-    def __init__(self, out_dir: Path, command: str, device: torch.device, sizes: Sizes, budget: Budget):
+    def __init__(
+        self, out_dir: Path, command: str, device: torch.device, sizes: Sizes, budget: Budget, suite: Suite = GPU_CHECK
+    ):
         self.out_dir = out_dir
         self.budget = budget
+        self.suite = suite
         self.sections: dict[str, str] = {}
         self.doc: dict[str, Any] = {
-            "check": "mixft GPU check",
+            "check": f"mixft {suite.title}",
             "command": command,
             "started_at": _now(),
             "finished_at": None,
@@ -163,8 +203,8 @@ class Check:
 
     def write(self) -> None:
         self.doc["elapsed_s"] = round(self.budget.elapsed(), 1)
-        write_json(self.out_dir / JSON_NAME, self.doc)
-        write_text(self.out_dir / MARKDOWN_NAME, render_markdown(self.doc, self.sections))
+        write_json(self.out_dir / self.suite.json_name, self.doc)
+        write_text(self.out_dir / self.suite.markdown_name, render_markdown(self.doc, self.sections, self.suite))
 
 
 def parts_table(doc: dict[str, Any]) -> str:
@@ -181,8 +221,8 @@ def parts_table(doc: dict[str, Any]) -> str:
     return markdown_table(["part", "status", "time (s)", "estimate (s)", "note"], rows)
 
 
-def render_markdown(doc: dict[str, Any], sections: dict[str, str]) -> str:
-    """gpu_check.md: the machine, the parts' statuses, then each part's tables."""
+def render_markdown(doc: dict[str, Any], sections: dict[str, str], suite: Suite = GPU_CHECK) -> str:
+    """STEM.md: the machine, the parts' statuses, the suite's goals (if it has them), then each part's tables."""
     v = doc["versions"]
     stack = f"torch {v['torch']}" + (f", CUDA {v['cuda']}" if v.get("cuda") else "")
     stack += f", cuDNN {v['cudnn']}" if v.get("cudnn") else ""
@@ -190,7 +230,7 @@ def render_markdown(doc: dict[str, Any], sections: dict[str, str]) -> str:
     packages = ", ".join(f"{k} {val}" for k, val in doc["packages"].items() if val and k != "torch")
     missing = ", ".join(k for k, val in doc["packages"].items() if not val)
     lines = [
-        "# GPU check",
+        f"# {suite.title}",
         "",
         f"- device: {doc['device']}: {doc['hardware_line'] or 'not read yet'}",
         f"- {stack}; Python {v['python']}",
@@ -202,6 +242,8 @@ def render_markdown(doc: dict[str, Any], sections: dict[str, str]) -> str:
         "",
         parts_table(doc),
     ]
+    if suite.goals is not None:
+        lines += ["", "## Goals", "", suite.goals(doc)]
     for p in doc["parts"]:
         if p["name"] in sections:
             lines += ["", f"## {p['title']}", "", sections[p["name"]]]
@@ -216,19 +258,22 @@ def run_check(
     budget: Budget,
     site: Path | None,
     command: str,
+    suite: Suite = GPU_CHECK,
+    make_context: Callable[..., Context] = Context,
 ) -> int:
     """Every part of ``names`` in order, within ``budget``; the files written after each. Returns the exit code.
 
     ``site``: where mixft's recipes are registered if mixft is not installed (None: the scratch folder).
+    ``make_context``: builds what the parts share, called as ``Context`` is (a suite's parts may need more).
     """
-    check = Check(out_dir, command, device, sizes, budget)
+    check = Check(out_dir, command, device, sizes, budget, suite)
     doc = check.doc
     for name in names:
-        part = PARTS[name]
+        part = suite.parts[name]
         estimate = sizes.estimates[name]
         record = {"name": name, "title": part.title, "status": "pending", "estimate_s": estimate, "elapsed_s": None}
         doc["parts"].append({**record, "note": None, "figures": {}})
-    work = Path(tempfile.mkdtemp(prefix="mixft-gpu-check-"))
+    work = Path(tempfile.mkdtemp(prefix=f"mixft-{suite.stem.replace('_', '-')}-"))
     site = site or work / "site"
     try:
         try:
@@ -238,7 +283,7 @@ def run_check(
         hw = describe_hardware(device)
         doc["hardware"], doc["hardware_line"] = hw, hardware_line(hw)
         check.write()
-        ctx = Context(device, sizes, budget, out_dir, work, child_env(site), setup=doc["setup"])
+        ctx = make_context(device, sizes, budget, out_dir, work, child_env(site), setup=doc["setup"])
         for name in names:
             record = check.part(name)
             if not budget.covers(record["estimate_s"]):
@@ -249,7 +294,7 @@ def run_check(
             check.write()
             t0 = time.monotonic()
             try:
-                outcome = PARTS[name].run(ctx)
+                outcome = suite.parts[name].run(ctx)
             except Exception as e:
                 traceback.print_exc()
                 record["status"], record["note"] = "failed", one_line(e)
@@ -265,7 +310,9 @@ def run_check(
         check.write()
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{hardware_line(doc['hardware']) if doc['hardware'] else doc['device']}\n{parts_table(doc)}")
-    print(f"\nwritten: {out_dir / JSON_NAME}, {out_dir / MARKDOWN_NAME}")
+    if suite.goals is not None:
+        print(f"\n{suite.goals(doc)}")
+    print(f"\nwritten: {out_dir / suite.json_name}, {out_dir / suite.markdown_name}")
     return 1 if any(p["status"] == "failed" for p in doc["parts"]) else 0
 
 
@@ -279,11 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.step_shapes is not None:
             sizes = replace(sizes, step_shapes=check_step_shapes(args.step_shapes))
         device = resolve_device(args.device)
-        out_dir = Path(args.out_dir)
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot create the output folder {out_dir}: {e.strerror or e}") from e
+        out_dir = made_out_dir(args.out_dir)
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -385,28 +385,36 @@ def run_steps(ctx: Context) -> Outcome:
 
 # ----------------------------------------------------------------------------- compare
 def run_compare(ctx: Context) -> Outcome:
+    s = ctx.sizes
+    argv = ["--compare", COMPARE_PRECISIONS, "--model", str(ctx.model_dir()), "--data-dir", str(ctx.data_dir())]
+    argv += ["--epochs", str(s.epochs), "--batch-size", str(s.batch), "--seed", "0"]
+    return compare_outcome(ctx, argv, "compare")
+
+
+def compare_outcome(ctx: Context, options: list[str], name: str) -> Outcome:
+    """``python scripts/finetune.py --recipe bert-sst2 OPTIONS`` (a ``--compare``) in this process, into
+    ``WORK/NAME``: each run's figures, its speed over fp32's of the same seed, one table. Its results.json
+    and report.md are copied into the check's folder as ``NAME_results.json`` and ``NAME_report.md``."""
     from mixft.cli.main import main as finetune
 
-    s = ctx.sizes
-    out = ctx.work_dir / "compare"
-    argv = ["--recipe", "bert-sst2", "--compare", COMPARE_PRECISIONS, "--model", str(ctx.model_dir())]
-    argv += ["--data-dir", str(ctx.data_dir()), "--device", ctx.device.type, "--epochs", str(s.epochs)]
-    argv += ["--batch-size", str(s.batch), "--seed", "0", "--output-dir", str(out), "--no-progress"]
+    out = ctx.work_dir / name
+    argv = ["--recipe", "bert-sst2", *options, "--device", ctx.device.type, "--output-dir", str(out), "--no-progress"]
     command = "python scripts/finetune.py " + shlex.join(argv)
-    print(f"gpu_check: compare: {command}", flush=True)
+    print(f"{name}: {command}", flush=True)
     code = finetune(argv)
     if code != 0:
         raise RuntimeError(f"{command} exited with code {code}")
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    for name, target in (("results.json", "compare_results.json"), ("report.md", "compare_report.md")):
-        if (out / name).is_file():
-            shutil.copy(out / name, ctx.out_dir / target)
+    for source, target in (("results.json", f"{name}_results.json"), ("report.md", f"{name}_report.md")):
+        if (out / source).is_file():
+            shutil.copy(out / source, ctx.out_dir / target)
     rows = []
     for run in results["runs"]:
         memory = run.get("memory") or {}
         rows.append(
             {
                 "precision": run["precision"],
+                "seed": run.get("seed"),
                 "accuracy": (run.get("eval") or {}).get("accuracy"),
                 "train_time_s": run["train_time_s"],
                 "train_samples_per_s": run["train_samples_per_s"],
@@ -418,12 +426,13 @@ def run_compare(ctx: Context) -> Outcome:
                 "final_loss_scale": run["final_loss_scale"],
             }
         )
-    base = next((r for r in rows if r["precision"] == "fp32"), None)
-    for r in rows:
+    for r in rows:  # each run against fp32 of its own seed, trained beside it
+        base = next((b for b in rows if b["precision"] == "fp32" and b["seed"] == r["seed"]), None)
         r["speed_vs_fp32"] = ratio(base["train_time_s"], r["train_time_s"]) if base else None
     table = [
         [
             r["precision"],
+            r["seed"],
             f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "n/a",
             f"{r['train_time_s']:.1f}",
             f"{r['train_samples_per_s']:.1f}",
@@ -435,9 +444,9 @@ def run_compare(ctx: Context) -> Outcome:
         ]
         for r in rows
     ]
-    headers = ["precision", "accuracy", "train (s)", "samples/s", "speed vs fp32", "peak memory"]
+    headers = ["precision", "seed", "accuracy", "train (s)", "samples/s", "speed vs fp32", "peak memory"]
     headers += ["saved activations", "steps", "final loss scale"]
-    markdown = f"`{command}` (its results.json and report.md: compare_results.json, compare_report.md)\n\n"
+    markdown = f"`{command}` (its results.json and report.md: {name}_results.json, {name}_report.md)\n\n"
     markdown += markdown_table(headers, table)
     return Outcome({"command": command, "runs": rows}, markdown, f"{len(rows)} runs")
 

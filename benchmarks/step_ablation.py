@@ -1,7 +1,8 @@
 """Whole-step ablation of mixft's CPU step changes: each one left out of the real trainer, rotated rounds.
 
 ``python benchmarks/step_ablation.py [--stream [--train-samples 2000]] [--rounds 3] [--steps 12] [--warmup 3]
-[--precisions fp32,bf16] [--batch-size 32] [--max-grad-norm X] [--data-dir DIR] [--no-floor] [--json FILE]``
+[--precisions fp32,bf16] [--batch-size 32] [--max-grad-norm X] [--data-dir DIR] [--model M] [--no-floor]
+[--json FILE]``
 
 What is switched (all on is what ``scripts/finetune.py`` runs on a CPU, except the shape ladder, which
 it uses only when asked, ``--batch-shapes ladder`` or ``auto``; none is torch's own step):
@@ -262,6 +263,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--max-grad-norm", type=float, help="the clip limit (default: the recipe's)")
     p.add_argument("--data-dir", help="a GLUE-layout SST-2 directory whose first batch is timed (default: generated)")
+    p.add_argument("--model", default=BertSetup.model, help="model name or directory (offline: the shipped MiniLM)")
     p.add_argument(
         "--stream",
         action="store_true",
@@ -298,6 +300,7 @@ def main(argv=None) -> int:
         batch_size=args.batch_size,
         device="cpu",
         data_dir=args.data_dir,
+        model=args.model,
     )
     try:
         bert = prepare_bert(setup)

@@ -235,7 +235,7 @@ def choose_precision(
     row = PRECISIONS.get(name)
     key = NATIVE_KEY.get(row.autocast_dtype) if row is not None else None
     if device_type == "cpu" and key is not None and native.get(key) is False:
-        lacks = f"this CPU has no native {key} ({_evidence(native, key)})"
+        lacks = f"this CPU has no native {key} ({native_evidence(native, key)})"
         also = f" and {measured}" if measured else ""
         notice = (
             f"notice: {lacks}: {option} runs it emulated, as asked{also}; the estimate after the first "
@@ -276,9 +276,9 @@ def _amp_choice(
         return PrecisionChoice("fp16", reason + (f"; {measured}" if measured else ""))
     if native.get(mixed) is not True:
         lacks = (
-            f"this CPU has no native {mixed} ({_evidence(native, mixed)})"
+            f"this CPU has no native {mixed} ({native_evidence(native, mixed)})"
             if native.get(mixed) is False
-            else f"torch cannot tell whether this CPU has native {mixed} ({_evidence(native, mixed)})"
+            else f"torch cannot tell whether this CPU has native {mixed} ({native_evidence(native, mixed)})"
         )
         emulated = f", so {mixed} would run emulated" if native.get(mixed) is False else ""
         why = f" and {measured}" if measured else emulated
@@ -287,7 +287,7 @@ def _amp_choice(
     if ratio is not None and ratio < 1.0:
         reason = f"--amp chose fp32: {measured} on this CPU; --precision {mixed} forces {mixed}"
         return PrecisionChoice("fp32", reason, f"notice: {reason}")
-    reason = f"--amp chose {mixed}: this CPU runs {mixed} natively ({_evidence(native, mixed)})"
+    reason = f"--amp chose {mixed}: this CPU runs {mixed} natively ({native_evidence(native, mixed)})"
     return PrecisionChoice(mixed, reason + (f" and {measured}" if measured else ""))
 
 
@@ -298,7 +298,7 @@ def _measured(name: str, ratio: float | None, date: str | None) -> str | None:
     return f"the probe of {date or 'an unknown date'} measured {name} at {ratio:.2f}x fp32 per training step"
 
 
-def _evidence(native: Mapping[str, Any], name: str) -> str:
+def native_evidence(native: Mapping[str, Any], name: str) -> str:
     """torch's words for ``name``'s hardware path: ``"torch: CPU capability AVX2, oneDNN has no bf16 here"``."""
     if native.get("via") == "CUDA":
         return f"torch: compute capability {native.get('compute_capability')}"
