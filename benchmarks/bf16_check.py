@@ -65,6 +65,7 @@ class Bf16Sizes:
     eval: int
     main_options: tuple[str, ...]  # the main job's options beyond --compare and --seeds
     peers_train: int
+    peers_precisions: tuple[str, ...]  # the goals read bf16's rows; fp32's say what packing and the loop buy there
     peers_eval: int
     stream_options: tuple[str, ...]  # step_ablation's
     estimates: dict[str, float]
@@ -76,6 +77,7 @@ FULL = Bf16Sizes(
     eval=64,
     main_options=("--max-train-samples", "2000"),  # the recipe's defaults otherwise: 2 epochs, batch 32
     peers_train=1000,
+    peers_precisions=("fp32", "bf16"),
     peers_eval=500,
     stream_options=("--rounds", "2", "--steps", "8", "--warmup", "2", "--train-samples", "2000"),
     estimates={"main": 600.0, "bert-base": 300.0, "peers": 900.0, "floor": 300.0},
@@ -86,6 +88,7 @@ TINY = Bf16Sizes(
     eval=8,
     main_options=("--epochs", "1", "--batch-size", "8"),
     peers_train=16,
+    peers_precisions=("bf16",),
     peers_eval=8,
     stream_options=("--rounds", "1", "--steps", "1", "--warmup", "1", "--train-samples", "16", "--batch-size", "8"),
     estimates={"main": 30.0, "bert-base": 30.0, "peers": 60.0, "floor": 60.0},
@@ -184,9 +187,10 @@ def run_peers_goals(ctx: Bf16Context) -> Outcome:
         data_dir=ctx.recipe_data(),
         **({"model": ctx.recipe_model()} if ctx.tiny else {}),
     )
-    print(f"peers: {', '.join(PEER_FRAMEWORKS)}; fp32, bf16; seeds {list(ctx.seeds)}", flush=True)
+    precisions = list(s.peers_precisions)
+    print(f"peers: {', '.join(PEER_FRAMEWORKS)}; {', '.join(precisions)}; seeds {list(ctx.seeds)}", flush=True)
     report = run_peers(
-        PeersConfig(setup=setup, precisions=["fp32", "bf16"], frameworks=PEER_FRAMEWORKS, seeds=list(ctx.seeds))
+        PeersConfig(setup=setup, precisions=precisions, frameworks=PEER_FRAMEWORKS, seeds=list(ctx.seeds))
     )
     rows = [{k: v for k, v in row.items() if k != "extra"} for row in report.summary()]
 
