@@ -15,8 +15,8 @@ every part, the goals' table at their top). Parts, in order:
 - ``peers``     mixft, Trainer with mixft's packing, Trainer length-grouped and Trainer's default random
                 sampling (``benchmarks.peers``), fp32 and bf16, each seed: speed ratios and accuracy;
 - ``floor``     the stream's whole-step time beside its floor per precision (``benchmarks.step_ablation
-                --stream --variants all``: the recipe's loader in its order, the probe's matmul rate and a
-                measured bandwidth).
+                --stream --variants all,-shape_ladder``: the recipe's loader in its order, the probe's matmul
+                rate and a measured bandwidth), and what the shape ladder buys in that step.
 
 On a CPU without native bf16 (torch: ``mixft.amp.hardware.native_precisions``) bf16 is emulated,
 ~20x slower than fp32, and its figures say nothing about the goals: the check refuses there (exit
@@ -233,7 +233,8 @@ def run_floor(ctx: Bf16Context) -> Outcome:
     from . import step_ablation
 
     out = ctx.work_dir / "floor.json"
-    argv = ["--stream", "--variants", "all", "--precisions", "fp32,bf16", *ctx.sizes.stream_options]
+    # all: every step change on, the shape ladder among them; -shape_ladder: exact shapes, the recipes' default.
+    argv = ["--stream", "--variants", "all,-shape_ladder", "--precisions", "fp32,bf16", *ctx.sizes.stream_options]
     argv += [*ctx.recipe_options(), "--json", str(out)]
     command = "python benchmarks/step_ablation.py " + shlex.join(argv)
     print(f"floor: {command}", flush=True)
@@ -243,9 +244,18 @@ def run_floor(ctx: Bf16Context) -> Outcome:
         raise RuntimeError(f"{command} exited with code {e.code}") from e
     if code:
         raise RuntimeError(f"{command} exited with code {code}")
-    floors = json.loads(out.read_text(encoding="utf-8"))["floors"]
-    figures = {"command": command, "floors": floors}
+    found = json.loads(out.read_text(encoding="utf-8"))
+    floors, times = found["floors"], found["step_times_s"]
+    # What the ladder buys in the whole step, per precision: exact shapes' median step over the ladder's.
+    ladder = {
+        p: statistics.median(times[f"{p}/-shape_ladder"]["all"]) / statistics.median(times[f"{p}/all"]["all"])
+        for p in ("fp32", "bf16")
+    }
+    figures = {"command": command, "floors": floors, "ladder_speedup": ladder}
     lines = [floors[p]["line"] for p in floors]
+    lines += [
+        f"{p}: the shape ladder's step {ladder[p]:.2f}x as fast as exact shapes' (all ÷ -shape_ladder)" for p in ladder
+    ]
     note = ", ".join(f"{p} {floors[p]['above_floor']:.2f}x its floor" for p in floors)
     return Outcome(figures, f"`{command}`\n\n" + "\n".join(f"- {line}" for line in lines), note or None)
 

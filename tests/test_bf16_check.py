@@ -48,6 +48,9 @@ def test_every_part_runs_on_a_tiny_bert_and_the_goals_read_its_figures(tiny_chec
     assert set(floors) == {"fp32", "bf16"}
     for f in floors.values():
         assert f["above_floor"] == pytest.approx(f["step_s"] / (f["matmul_s"] + f["memory_s"]))
+    ladder = parts["floor"]["figures"]["ladder_speedup"]
+    assert set(ladder) == {"fp32", "bf16"} and all(v > 0 for v in ladder.values())
+    assert f"- bf16: the shape ladder's step {ladder['bf16']:.2f}x as fast as exact shapes'" in markdown
     # The goals' table, under the parts' one: every goal with its figure.
     goals = markdown.split("## Goals", 1)[1].split("\n## ", 1)[0]
     assert f"| {MAIN.what} | >= 1.8x | {parts['main']['figures']['bf16_vs_fp32']:.2f}x |" in goals
