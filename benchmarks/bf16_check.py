@@ -263,7 +263,7 @@ def run_floor(ctx: Bf16Context) -> Outcome:
 PARTS: dict[str, Part] = {
     "main": Part("main", "bert-sst2 main job: --compare fp32,bf16 over seeds", run_main),
     "bert-base": Part("bert-base", "BERT-base size: --compare fp32,bf16", run_bert_base),
-    "peers": Part("peers", "mixft against transformers.Trainer, with and without its packing", run_peers_goals),
+    "peers": Part("peers", "mixft against transformers.Trainer, with and without mixft's packing", run_peers_goals),
     "floor": Part("floor", "The stream's step against its floor", run_floor),
 }
 
