@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 # Under pytest-xdist each worker is one of several torch processes on the same cores: one
@@ -148,6 +152,34 @@ def without_timings(value):
     if isinstance(value, list):
         return [without_timings(v) for v in value]
     return value
+
+
+@contextlib.contextmanager
+def another_run_holding(out: Path):
+    """Another process holds ``out``'s output lock (flock locks are per open file) until the block ends:
+    yields its pid. Usage: ``with another_run_holding(tmp_path) as pid: ...``"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from mixft.runs.outdir import OutputLock
+        with OutputLock(Path({str(out)!r})):
+            print("held", flush=True)
+            sys.stdin.read()
+    """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.communicate("")  # releases the lock by exiting
 
 
 def free_port() -> int:

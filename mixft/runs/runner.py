@@ -64,11 +64,11 @@ def run(cfg: RunConfig | RunPlan, observer: RunObserver | None = None) -> list[R
             raise UsageError("this plan was trained already: make_plan(cfg) again to train once more")
     else:
         plan = make_plan(cfg)  # every refusal (exit 2) happens here, before the directory is touched
-    _TRAINED_PLANS.add(plan)
     # One run per output directory at a time: a second would overwrite the first's
     # checkpoints. Taken once the input is known good, so bad input leaves no lock file.
     with OutputLock.for_this_process(plan.out):
         check_shared_output_dir(plan.out)  # under torchrun: the nodes write into one directory, or exit 2 now
+        _TRAINED_PLANS.add(plan)  # from here the directory changes: a plan refused above can still be trained
         aside = None
         if distributed.is_main_process() and not plan.cfg.resume:
             # A new run never mixes with an earlier one: all of the earlier run moves aside, together.

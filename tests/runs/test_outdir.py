@@ -27,6 +27,7 @@ from mixft.runs.outdir import (
     saved_model_name,
     step_checkpoint_pattern,
 )
+from tests.conftest import another_run_holding
 
 
 def test_the_names_of_a_single_run_and_of_a_comparison():
@@ -80,30 +81,10 @@ def test_entries_of_the_wrong_kind_are_refused(tmp_path):
 
 def test_a_second_run_on_the_directory_is_refused_while_the_first_holds_it(tmp_path):
     # The holder is another process, as it would be: flock locks are per open file.
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(f"""
-        import sys, time
-        from pathlib import Path
-        from mixft.runs.outdir import OutputLock
-        with OutputLock(Path({str(tmp_path)!r})):
-            print("held", flush=True)
-            sys.stdin.read()
-    """),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(UsageError, match=rf"another mixft run \(pid {holder.pid}\) is using it"):
+    with another_run_holding(tmp_path) as pid:
+        with pytest.raises(UsageError, match=rf"another mixft run \(pid {pid}\) is using it"):
             with OutputLock(tmp_path):
                 pass
-    finally:
-        holder.communicate("")  # releases the lock by exiting
     with OutputLock(tmp_path):  # free again once the holder is gone
         assert (tmp_path / LOCK_NAME).exists()
 

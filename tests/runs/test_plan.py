@@ -107,3 +107,17 @@ def test_a_plan_made_first_is_trained_as_it_says_without_preparing_again_and_onl
     with pytest.raises(UsageError, match="this plan was trained already: make_plan"):
         run(plan)  # it read the output directory before this run wrote into it
     assert json.loads((tmp_path / RESULTS_NAME).read_text())["runs"] == written  # and the refusal touched nothing
+
+
+def test_a_plan_refused_at_a_held_output_directory_can_be_trained_once_it_is_free(tmp_path):
+    from mixft.runs.runner import run
+    from tests.conftest import another_run_holding
+
+    cfg = RunConfig(recipe="mlp-synthetic", output_dir=str(tmp_path), precisions=["fp32"], batch_size=4, extra=TINY_MLP)
+    plan = make_plan(cfg)
+    with another_run_holding(tmp_path):
+        with pytest.raises(UsageError, match="another mixft run"):
+            run(plan)
+    assert not (tmp_path / RESULTS_NAME).exists()
+    (result,) = run(plan)  # nothing had changed in the directory: the same plan trains now
+    assert (tmp_path / RESULTS_NAME).exists() and result.precision == "fp32"
