@@ -103,6 +103,15 @@ def made_once(tmp_path_factory, name: str, make) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _a_probe_cache_of_its_own(tmp_path, monkeypatch):
+    """Each test's probe cache (``MIXFT_CACHE``) is a folder of its own, empty: a probe this machine's
+    user cached would change what ``--amp`` chooses, and a first ``--amp`` on a CPU where torch says bf16
+    is native measures and keeps its probe there (``mixft.runs.plan.measures_first``). CLI processes a
+    test starts inherit it."""
+    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "mixft-cache"))
+
+
+@pytest.fixture(autouse=True)
 def _compared_runs_measure_memory_in_process(request, monkeypatch):
     """A compared run's CPU peak RSS taken in the test's own process, unless the test is marked
     ``fresh_memory``.

@@ -16,7 +16,8 @@ an optimizer that keeps what bf16 rounding drops (``compensated``; mixft.train.p
 and ``--probe`` try). Whether an ``--amp`` *run* (or ``Trainer(precision="amp")``) uses it
 is the policy of ``choose_precision``, decided once per run from facts it is handed (torch's native
 bf16/fp16 check, a probe cached for this machine), never from a rule about CPU flags:
-on a CPU, bf16 only where torch says it is native and no probe measured it slower.
+on a CPU, bf16 only where torch says it is native and no probe measured it slower (a run
+measures first where nothing is cached: ``mixft.runs.plan.measures_first``).
 Nothing else in mixft turns a string into a dtype; unsupported combinations raise
 ``UsageError`` here, at start-up, never mid-run.
 
@@ -216,7 +217,8 @@ def choose_precision(
 
     ``--amp`` (not comparing): on CUDA fp16 (with a GradScaler). On a CPU bf16 only where
     torch says it is native and no cached probe measured it slower than fp32 per training
-    step; otherwise fp32, with a notice saying why and that ``--precision bf16`` forces it.
+    step; otherwise fp32, with a notice saying why and that ``--precision bf16`` forces it. (Handed no
+    probe, it decides on torch's word; ``make_plan`` measures first where it can: ``measures_first``.)
     A name, and "amp" in a comparison (the device's mixed precision), is honoured as asked;
     the notice then says where it runs emulated or measured slower.
 

@@ -76,7 +76,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--amp",
         action="store_true",
         help="automatic mixed precision: fp16 on CUDA; on a CPU bf16 where torch says it is native "
-        "and no probe measured it slower, else fp32 with a notice (default off)",
+        "and it measures faster than fp32 (the probe: cached, else measured first, once), else fp32 with "
+        "a notice (default off)",
     )
     prec.add_argument("--precision", choices=PRECISION_NAMES, help="one precision (default fp32)")
     prec.add_argument(

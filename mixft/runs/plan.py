@@ -2,7 +2,7 @@
 
 ``make_plan(cfg)`` checks the options (``mixft.runs.options``), prepares the data once,
 gathers the machine's facts (torch's native bf16/fp16, the probe cached for this recipe and
-model), chooses and resolves each run's precision once with the reason it was chosen
+model, or measured now where ``--amp`` needs it: ``measures_first``), chooses and resolves each run's precision once with the reason it was chosen
 (``mixft.amp.precision.choose_precision``), checks the output directory and ``--resume``,
 and runs every check that needs the model before any run (the options against the run's
 shape, the trackers' folders, ``--fp32-modules``' names, the fp16 preflight, the
@@ -49,7 +49,7 @@ from mixft.runs.outdir import check_output_dir, planned_entries, run_names
 from mixft.runs.predict import read_predict_file
 from mixft.runs.shape import check_run_shape
 
-__all__ = ["PlannedRun", "RunPlan", "make_plan", "plan_runs", "choose_precisions"]
+__all__ = ["PlannedRun", "RunPlan", "make_plan", "plan_runs", "choose_precisions", "measures_first"]
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,12 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     # say what runs.
     cfg = with_settled(cfg, getattr(prepared, "settled", None))
     # The facts the precision policy is handed, gathered once: torch's native bf16/fp16 and
-    # the probe cached for this machine, recipe and model (results.json's "hardware").
+    # the probe cached for this machine, recipe and model, or measured now where a lone --amp
+    # would otherwise choose on torch's word alone (results.json's "hardware").
     hardware = describe_hardware(device)
     probe = _cached_probe(cfg, prepared, device, hardware)
+    if probe is None and measures_first(cfg, device, hardware):
+        probe = _probe_now(cfg, device, hardware)
     choices = choose_precisions(cfg, device, hardware, probe)
     precisions = [_chosen(precision, choice, device) for precision, choice in zip(checked, choices)]
     # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
@@ -205,6 +208,52 @@ def choose_precisions(cfg: RunConfig, device, hardware: dict, probe=None) -> lis
             choice = choice._replace(reason=reason, notice=f"notice: {reason}")
         choices.append(choice)
     return choices
+
+
+def measures_first(cfg: RunConfig, device, hardware: dict) -> bool:
+    """Whether ``--amp`` measures bf16 against fp32 here (the probe) before it chooses.
+
+    torch's native check says whether bf16 has an instruction-set path, not whether it trains
+    faster: oneDNN reports bf16 on every AVX-512 CPU, where it converts to fp32 without bf16
+    instructions (a Xeon with neither amx_bf16 nor avx512_bf16 trained bert-sst2 in bf16 at 0.41x
+    fp32). So a lone ``--amp`` on a CPU where torch says native, with nothing measured for this
+    recipe and model, measures first, once (the probe's cache keeps it). Not under ``--compare``
+    (it measures exactly this), ``--resume`` (the run continues in the precision it started in),
+    ``--eval-only`` (nothing trains), torchrun (each process would measure the same machine at
+    once), or beside a cache file that cannot be read (named in a warning; ``--probe`` replaces it).
+
+    Usage: ``measures_first(RunConfig(precisions=["amp"]), cpu, describe_hardware(cpu))``
+    """
+    return (
+        device.type == "cpu"
+        and list(cfg.precisions) == ["amp"]
+        and (hardware.get("native") or {}).get("bf16") is True
+        and "probe_cache_problem" not in hardware
+        and not cfg.resume
+        and not cfg.eval_only
+        and distributed.world_size() == 1
+    )
+
+
+def _probe_now(cfg: RunConfig, device, hardware: dict):
+    """The probe of fp32 and bf16 on this recipe and model, measured now and cached; kept in ``hardware["probe"]``."""
+    from mixft.report.probe_result import check_cache_dir
+    from mixft.runs.probe import DEFAULT_BUDGET_S, probe
+
+    try:
+        check_cache_dir()
+        save = True
+    except UsageError as e:  # measured all the same: the choice needs it; the next --amp run measures again
+        logger.warning("warning: %s; --amp measures this run's precision without keeping the result", e)
+        save = False
+    logger.info(
+        "--amp: torch says this CPU runs bf16 natively, which does not say it trains faster; measuring bf16 "
+        "against fp32 on this model first (at most %g s, once: kept for later runs; --precision bf16 or fp32 skips it)",
+        DEFAULT_BUDGET_S,
+    )
+    result = probe(cfg, device=device, precisions=["bf16"], save=save)
+    hardware["probe"] = result.to_dict()
+    return result
 
 
 def _chosen(checked: Precision, choice: PrecisionChoice, device) -> Precision:

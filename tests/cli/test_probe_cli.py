@@ -76,6 +76,12 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(
 
 
 def test_an_unprobed_machine_says_how_to_probe(tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch):
+    import mixft.amp.hardware
+
+    # A CPU without native bf16, where --amp trains fp32 without measuring (one with it measures first:
+    # tests/runs/test_amp_run.py).
+    avx2 = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: dict(avx2))
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "empty-cache"))
     code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "r") + ["--amp", "--max-steps", "1"])
     captured = capsys.readouterr()

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from fake_probes import fake_result
 from torch import nn
 
 from mixft.cli.main import main
@@ -55,9 +56,10 @@ def run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *extra):
 def test_cli_trains_two_steps_and_writes_the_contract(
     tmp_path, tiny_bert_dir, tiny_data_dir, capsys, monkeypatch, flags, precision
 ):
-    # --amp trains bf16 where torch reports native bf16 (tests/test_amp_run.py has the other machines):
-    # simulated, so the contract is checked alike on every CPU.
+    # --amp trains bf16 where torch reports native bf16 and bf16 measures faster (tests/runs/test_amp_run.py
+    # has the other machines): both simulated, so the contract is checked alike on every CPU.
     import mixft.amp.hardware
+    import mixft.runs.probe
 
     monkeypatch.setattr(
         mixft.amp.hardware,
@@ -70,7 +72,7 @@ def test_cli_trains_two_steps_and_writes_the_contract(
             "compute_capability": None,
         },
     )
-    monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))  # no probe: the capability decides
+    monkeypatch.setattr(mixft.runs.probe, "probe", lambda cfg, **kwargs: fake_result(bf16_step_s=0.25))  # 2x fp32
     code, out = run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *flags)
     assert code == 0
     doc = json.loads((out / "results.json").read_text())

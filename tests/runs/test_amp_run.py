@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from fake_probes import fake_result
 
 import mixft.amp.hardware
 from mixft.cli.main import main
+from mixft.report.probe_result import ProbeResult
 
 AVX2 = {"bf16": False, "fp16": False, "via": "oneDNN", "cpu_capability": "AVX2", "compute_capability": None}
 AMX = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
@@ -74,18 +77,65 @@ def test_amp_without_native_bf16_trains_fp32_says_why_and_records_it(
     assert hardware["native"] == AVX2
 
 
-def test_amp_with_native_bf16_trains_bf16_without_a_notice(machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys):
+def test_amp_where_torch_says_native_measures_first_and_trains_what_measured_faster(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+):
+    # torch's native check says bf16 has an instruction-set path, not that it is faster (oneDNN says so on
+    # every AVX-512 CPU; a Xeon with neither amx_bf16 nor avx512_bf16 trained bert-sst2 at 0.41x fp32 in bf16).
+    # Unmeasured, a lone --amp measures first (here a measurement made by hand) and follows it.
+    import mixft.runs.probe
+
     machine(AMX)
-    out = tmp_path / "r"
-    assert _run(tiny_bert_dir, tiny_data_dir, out, "--amp", "--max-steps", "1") == 0
+    asked, bf16_step_s = [], iter([0.25, 1.0])  # fp32's step: 0.5 s
+
+    def measured(cfg, **kwargs):
+        asked.append(kwargs)
+        return fake_result(bf16_step_s=next(bf16_step_s))
+
+    monkeypatch.setattr(mixft.runs.probe, "probe", measured)
+    for precision, ratio in [("bf16", "2.00"), ("fp32", "0.50")]:
+        out = tmp_path / precision
+        assert _run(tiny_bert_dir, tiny_data_dir, out, "--amp", "--max-steps", "1") == 0
+        captured = capsys.readouterr()
+        assert captured.err.count("measuring bf16 against fp32 on this model first") == 1, captured.err
+        assert f"  speed      probe: bf16 step {ratio}x fp32" in captured.out
+        (run,), hardware = _runs(out)
+        assert (run["precision"], run["precision_requested"]) == (precision, "amp")
+        assert hardware["probe"]["measured_at"] == "2026-11-22T21:30:00+00:00"
+        measurement = f"the probe of 2026-11-22 measured bf16 at {ratio}x fp32 per training step"
+        if precision == "bf16":  # the faster one, as --amp promises: nothing to tell
+            assert "--amp chose" not in captured.err
+            assert run["precision_reason"] == (
+                "--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, oneDNN has bf16 "
+                f"here) and {measurement}"
+            )
+        else:
+            notice = f"notice: --amp chose fp32: {measurement} on this CPU; --precision bf16 forces bf16"
+            assert [line for line in captured.err.splitlines() if "--amp chose" in line] == [notice]
+            assert run["precision_reason"] == notice.removeprefix("notice: ")
+    assert asked == [{"device": torch.device("cpu"), "precisions": ["bf16"], "save": True}] * 2
+
+
+def test_amps_first_measurement_is_real_kept_and_followed_by_the_next_run_without_measuring(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
+):
+    machine(AMX)
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert _run(tiny_bert_dir, tiny_data_dir, first, "--amp", "--max-steps", "1") == 0
     captured = capsys.readouterr()
-    assert "--amp chose" not in captured.err and "emulated" not in captured.err
-    assert "  native     bf16: yes (oneDNN; CPU capability AVX512), fp16: yes" in captured.out.splitlines()
-    (run,), _ = _runs(out)
-    assert (run["precision"], run["precision_requested"], run["autocast_dtype"]) == ("bf16", "amp", "bfloat16")
-    assert run["precision_reason"] == (
-        "--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, oneDNN has bf16 here)"
-    )
+    assert captured.err.count("measuring bf16 against fp32 on this model first") == 1, captured.err
+    (run,), hardware = _runs(first)
+    ratio = ProbeResult.from_dict(hardware["probe"]).step_ratios()["bf16"]  # measured on this CPU, whichever
+    assert run["precision"] == ("fp32" if ratio < 1.0 else "bf16")
+    assert f"measured bf16 at {ratio:.2f}x fp32 per training step" in run["precision_reason"]
+    assert len(list((tmp_path / "empty-cache").rglob("*.json"))) == 1  # kept for this machine, recipe and model
+
+    assert _run(tiny_bert_dir, tiny_data_dir, second, "--amp", "--max-steps", "1") == 0
+    captured = capsys.readouterr()
+    assert "measuring" not in captured.err, captured.err
+    (again,), hardware_again = _runs(second)
+    assert hardware_again["probe"] == hardware["probe"]
+    assert (again["precision"], again["precision_reason"]) == (run["precision"], run["precision_reason"])
 
 
 def test_bf16_by_name_without_native_bf16_runs_bf16_with_the_notice_and_the_estimate(

@@ -11,7 +11,7 @@ from mixft.errors import UsageError
 from mixft.results import RunResult, write_results
 from mixft.runs.identity import run_meta
 from mixft.runs.outdir import RESULTS_NAME
-from mixft.runs.plan import make_plan, plan_runs
+from mixft.runs.plan import make_plan, measures_first, plan_runs
 
 CPU = torch.device("cpu")
 TINY_MLP = {"width": 8, "layers": 2, "batches": 2, "eval_batches": 1}
@@ -121,3 +121,31 @@ def test_a_plan_refused_at_a_held_output_directory_can_be_trained_once_it_is_fre
     assert not (tmp_path / RESULTS_NAME).exists()
     (result,) = run(plan)  # nothing had changed in the directory: the same plan trains now
     assert (tmp_path / RESULTS_NAME).exists() and result.precision == "fp32"
+
+
+NATIVE = {"native": {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512"}}
+
+
+@pytest.mark.parametrize(
+    "options, hardware, device, measures",
+    [
+        ({"precisions": ["amp"]}, NATIVE, "cpu", True),  # torch's word alone would choose: measured first
+        ({"precisions": ["fp32", "amp"]}, NATIVE, "cpu", False),  # a comparison measures exactly this
+        ({"precisions": ["bf16"]}, NATIVE, "cpu", False),  # asked by name: no choice to make
+        ({"precisions": ["amp"], "resume": True}, NATIVE, "cpu", False),  # continues in what it started in
+        ({"precisions": ["amp"], "eval_only": True, "model": "m"}, NATIVE, "cpu", False),  # nothing trains
+        ({"precisions": ["amp"]}, {"native": {"bf16": False}}, "cpu", False),  # emulated: fp32 without measuring
+        ({"precisions": ["amp"]}, {"native": {"bf16": None}}, "cpu", False),  # torch cannot tell: fp32 likewise
+        ({"precisions": ["amp"]}, {**NATIVE, "probe_cache_problem": {"path": "p", "cause": "c"}}, "cpu", False),
+        ({"precisions": ["amp"]}, NATIVE, "cuda", False),  # fp16 on CUDA: the policy needs no measurement
+    ],
+)
+def test_amp_measures_first_only_where_it_would_choose_on_torchs_word_alone(options, hardware, device, measures):
+    assert measures_first(RunConfig(**options), torch.device(device), hardware) is measures
+
+
+def test_amp_does_not_measure_under_torchrun(monkeypatch):
+    import mixft.distributed
+
+    monkeypatch.setattr(mixft.distributed, "world_size", lambda: 2)  # each process would measure one machine at once
+    assert not measures_first(RunConfig(precisions=["amp"]), CPU, NATIVE)

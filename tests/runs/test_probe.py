@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import make_data_dir
+from fake_probes import NO_AMX, fake_hardware, fake_result, row
 
 from mixft.amp.hardware import CPU_FLAGS
 from mixft.amp.precision import choose_precision
@@ -22,7 +23,6 @@ from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.report.probe_result import (
     CacheProblem,
-    PrecisionProbe,
     ProbeResult,
     cached_probe,
     check_cache_dir,
@@ -44,65 +44,6 @@ from mixft.runs.probe import (
     probe,
     recommend,
 )
-
-NO_AMX = {"amx_bf16": False, "avx512_bf16": False, "avx512_fp16": False}
-
-
-def fake_hardware(flags=NO_AMX, torch_version="2.13.0+cpu"):
-    return {
-        "device": "cpu",
-        "cpu": {
-            "model": "Intel(R) Xeon(R) Processor @ 2.50GHz",
-            "cores": 2,
-            "flags": dict(flags),
-            "source": "/proc/cpuinfo",
-        },
-        "gpu": None,
-        "torch": torch_version,
-        "torch_threads": 2,
-        "cuda": None,
-        "python": "3.11.7",
-        "os": "Linux",
-    }
-
-
-def row(name, step_s, matmul_gflops, skipped=None):
-    times = [] if step_s is None else [step_s * 2, step_s, step_s * 1.1, step_s * 0.9]
-    return PrecisionProbe(
-        name,
-        step_s=step_s,
-        step_times_s=times,
-        warmup_steps=1 if times else 0,
-        matmul_flops_per_s=matmul_gflops * 1e9,
-        skipped=skipped,
-    )
-
-
-def fake_result(bf16_step_s: float, *, flags=NO_AMX, torch_version="2.13.0+cpu") -> ProbeResult:
-    """fp32 at 0.5 s/step and 50 GFLOP/s; bf16 at ``bf16_step_s`` and 26 GFLOP/s; fp16 not timed."""
-    rows = [
-        row("fp32", 0.5, 50.0),
-        row("bf16", bf16_step_s, 26.0),
-        row("fp16", None, 4.0, skipped="about 70 s for a warm-up and 3 steps: over the 30 s budget"),
-    ]
-    _fill_ratios(rows)
-    recommended, reason = recommend(rows)
-    return ProbeResult(
-        recipe="bert-sst2",
-        model="tiny-bert",
-        dataset="generated (32 train / 8 eval)",
-        device="cpu",
-        hardware=fake_hardware(flags, torch_version),
-        batch={"shape": [32, 25], "samples": 32, "tokens": 411},
-        matmul_shapes=[{"rows": 800, "in": 384, "out": 1536, "bias": True, "calls": 6}],
-        rows=rows,
-        recommended=recommended,
-        reason=reason,
-        measured_at="2026-11-22T21:30:00+00:00",
-        wall_s=24.3,
-        time_budget_s=30.0,
-    )
-
 
 NATIVE_BF16 = {"bf16": True, "fp16": True, "via": "oneDNN", "cpu_capability": "AVX512", "compute_capability": None}
 
