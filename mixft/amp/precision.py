@@ -126,11 +126,11 @@ def precision_row(name: str, device_type: str) -> Precision:
 def resolve_precision(name: str | Precision | None, device: torch.device, *, policy: bool = True) -> Precision:
     """Validate ``name`` ("amp", "fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true") for ``device``.
 
-    "amp" with ``policy`` (the default): what an ``--amp`` run trains in on this device,
-    ``choose_precision``'s policy handed torch's native check (``hardware.native_precisions``;
-    no probe: a library caller names no recipe or model to look one up), its notice logged.
-    So ``Trainer(precision="amp")`` on a CPU without native bf16 trains in fp32, as ``--amp``
-    does. ``policy=False``: the device's mixed precision as it is (fp16 on CUDA, bf16 on CPU),
+    "amp" with ``policy`` (the default): ``choose_precision``'s policy handed torch's native check
+    (``hardware.native_precisions``; no probe: a library caller names no recipe or model to look one
+    up or measure), its notice logged. So ``Trainer(precision="amp")`` on a CPU without native bf16
+    trains in fp32, as ``--amp`` does; where torch says bf16 is native it trains bf16 unmeasured,
+    where an ``--amp`` run (``mixft.run``) measures first (``mixft.runs.plan.measures_first``). ``policy=False``: the device's mixed precision as it is (fp16 on CUDA, bf16 on CPU),
     what ``--compare`` and ``--probe`` measure.
     Raises UsageError with a one-line reason when the device cannot run it.
 
