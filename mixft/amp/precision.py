@@ -130,8 +130,9 @@ def resolve_precision(name: str | Precision | None, device: torch.device, *, pol
     (``hardware.native_precisions``; no probe: a library caller names no recipe or model to look one
     up or measure), its notice logged. So ``Trainer(precision="amp")`` on a CPU without native bf16
     trains in fp32, as ``--amp`` does; where torch says bf16 is native it trains bf16 unmeasured,
-    where an ``--amp`` run (``mixft.run``) measures first (``mixft.runs.plan.measures_first``). ``policy=False``: the device's mixed precision as it is (fp16 on CUDA, bf16 on CPU),
-    what ``--compare`` and ``--probe`` measure.
+    where an ``--amp`` run (``mixft.run``) measures first (``mixft.runs.plan.measures_first``).
+    ``policy=False``: the device's mixed precision as it is (fp16 on CUDA, bf16 on CPU), what
+    ``--compare`` and ``--probe`` measure.
     Raises UsageError with a one-line reason when the device cannot run it.
 
     Usage: ``resolve_precision("amp", torch.device("cpu"))  # bf16 where native, else fp32 with a notice``

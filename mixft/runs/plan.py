@@ -2,11 +2,11 @@
 
 ``make_plan(cfg)`` checks the options (``mixft.runs.options``), prepares the data once,
 gathers the machine's facts (torch's native bf16/fp16, the probe cached for this recipe and
-model, or measured now where ``--amp`` needs it: ``measures_first``), chooses and resolves each run's precision once with the reason it was chosen
-(``mixft.amp.precision.choose_precision``), checks the output directory and ``--resume``,
-and runs every check that needs the model before any run (the options against the run's
-shape, the trackers' folders, ``--fp32-modules``' names, the fp16 preflight, the
-``--predict-file``). What it returns is the one object the runner trains from: a
+model, or measured now where ``--amp`` needs it: ``measures_first``), chooses and resolves each
+run's precision once with the reason it was chosen (``mixft.amp.precision.choose_precision``),
+checks the output directory and ``--resume``, and runs every check that needs the model before
+any run (the options against the run's shape, the trackers' folders, ``--fp32-modules``' names,
+the fp16 preflight, the ``--predict-file``). What it returns is the one object the runner trains from: a
 ``RunPlan`` with one ``PlannedRun`` per (precision, seed) run, in the order they train,
 each with its resolved ``Precision``, its reason, its files and what ``--resume`` does
 with it. ``mixft.runs.outdir`` and ``mixft.runs.identity`` keep the rules (the names, the

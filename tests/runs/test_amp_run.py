@@ -187,3 +187,33 @@ def test_resume_of_an_amp_run_finds_it_under_the_precision_amp_chose(
     assert "error" not in captured.err
     (kept,), _ = _runs(out)
     assert kept == first  # the finished fp32 run is kept as it was
+
+
+def test_a_probe_cache_that_cannot_be_written_still_measures_and_says_it_is_not_kept(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+):
+    import mixft.report.probe_result
+    import mixft.runs.probe
+    from mixft.errors import UsageError
+
+    machine(AMX)
+    asked = []
+
+    def unwritable(cache_dir=None):
+        raise UsageError("MIXFT_CACHE=/ro cannot hold the probe cache: cannot create or write /ro/probes: Read-only")
+
+    def measured(cfg, **kwargs):
+        asked.append(kwargs["save"])
+        return fake_result(bf16_step_s=1.0)
+
+    monkeypatch.setattr(mixft.report.probe_result, "check_cache_dir", unwritable)
+    monkeypatch.setattr(mixft.runs.probe, "probe", measured)
+    assert _run(tiny_bert_dir, tiny_data_dir, tmp_path / "r", "--amp", "--max-steps", "1") == 0
+    err = capsys.readouterr().err
+    assert asked == [False]  # measured all the same: the choice needs it
+    assert (
+        "warning: MIXFT_CACHE=/ro cannot hold the probe cache: cannot create or write /ro/probes: Read-only; "
+        "--amp measures this run's precision without keeping the result"
+    ) in err.splitlines()
+    (run,), _ = _runs(tmp_path / "r")
+    assert run["precision"] == "fp32" and "measured bf16 at 0.50x fp32" in run["precision_reason"]
