@@ -17,7 +17,9 @@
     saved_model     --save-model: the trainer's model, or a finished run's from its final checkpoint
     predict         --predict-file (predictions_file: the CSV/JSON Lines writer)
     set_aside       an earlier run in the directory moved aside whole; shared_dir: one directory under torchrun
-    probe           --probe: a few timed steps per precision of the recipe's own workload
+    probe           --probe: a few timed steps per precision of the recipe's own workload (and --amp's first
+                    measurement, in a process of its own)
+    child_process   a function called in a fresh Python, so what it builds and frees stays out of this one
 
 Imports every layer below it (report/ included); only cli/ imports it.
 The names below are imported on first use (``mixft.runs.outdir`` stays free of torch).

@@ -236,9 +236,12 @@ def measures_first(cfg: RunConfig, device, hardware: dict) -> bool:
 
 
 def _probe_now(cfg: RunConfig, device, hardware: dict):
-    """The probe of fp32 and bf16 on this recipe and model, measured now and cached; kept in ``hardware["probe"]``."""
+    """The probe of fp32 and bf16 on this recipe and model, measured now in a process of its own and cached;
+    kept in ``hardware["probe"]``. None (with a warning) when it could not measure: --amp then decides on
+    torch's word."""
     from mixft.report.probe_result import check_cache_dir
-    from mixft.runs.probe import DEFAULT_BUDGET_S, probe
+    from mixft.runs.child_process import ChildFailed
+    from mixft.runs.probe import DEFAULT_BUDGET_S, probe_in_fresh_process
 
     try:
         check_cache_dir()
@@ -251,7 +254,12 @@ def _probe_now(cfg: RunConfig, device, hardware: dict):
         "against fp32 on this model first (a %g s budget, once: kept for later runs; --precision bf16 or fp32 skips it)",
         DEFAULT_BUDGET_S,
     )
-    result = probe(cfg, device=device, precisions=["bf16"], save=save)
+    try:
+        result = probe_in_fresh_process(cfg, device=device, precisions=["bf16"], save=save, hardware=hardware)
+    except ChildFailed as e:
+        logger.warning("warning: --amp could not measure bf16 here (%s); it decides on torch's word", e)
+        return None
+    logger.info("--amp's measurement took %.1f s (%s)", result.wall_s, result.reason)
     hardware["probe"] = result.to_dict()
     return result
 

@@ -94,6 +94,7 @@ def probe(
     time_budget_s: float = DEFAULT_BUDGET_S,
     save: bool = True,
     cache_dir: str | os.PathLike | None = None,
+    hardware: dict | None = None,
 ) -> ProbeResult:
     """Time a few training steps and the matmuls of ``cfg.recipe`` per precision; recommend one.
 
@@ -109,7 +110,8 @@ def probe(
     ``save`` writes the result to the per-machine cache (``cache_dir``, default
     ``default_cache_dir()``): checked before measuring; a write that still fails afterwards
     (a full disk) is a warning, and the result is returned all the same. The process's RNG
-    and matmul settings are left as they were.
+    and matmul settings are left as they were. ``hardware``: the machine's description
+    (``describe_hardware``) when the caller has it (a run's plan); it keys the cache.
 
     Raises UsageError (before any work) for an unknown recipe, precision or device, a
     budget that is not a positive number, or (``save``) a cache folder that cannot be written.
@@ -126,7 +128,7 @@ def probe(
     required, optional = _plan_precisions(precisions, dev)
     if save:
         check_cache_dir(cache_dir)  # now, not after the measurement it would cost
-    hw = describe_hardware(dev)
+    hw = hardware if hardware is not None else describe_hardware(dev)
     deadline = start + float(time_budget_s) - RESERVE_S
     share = float(time_budget_s) / len(required)  # each precision's steps, warm-up included
 
@@ -156,6 +158,23 @@ def probe(
     if save:
         keep_probe(result, cache_dir)  # a write that fails now warns: the measurement is returned all the same
     return result
+
+
+def probe_in_fresh_process(
+    cfg: RunConfig, *, device, precisions: Sequence[str], save: bool, hardware: dict
+) -> ProbeResult:
+    """``probe`` in a Python process of its own (``mixft.runs.child_process``), for a run about to start in
+    this one: the models it builds and frees would stay in this process's resident set and raise the
+    run's peak-RSS figure (by ~280 MiB on the main job, 2026-11-28). ``hardware``: the run's description of
+    the machine, which keys the cache the run reads. Raises ChildFailed (one line).
+
+    Usage: ``probe_in_fresh_process(cfg, device=cpu, precisions=["bf16"], save=True, hardware=describe_hardware(cpu))``
+    """
+    from mixft.runs.child_process import call_in_fresh_process
+
+    return call_in_fresh_process(
+        "mixft.runs.probe:probe", cfg, device=str(device), precisions=list(precisions), save=save, hardware=hardware
+    )
 
 
 # The steps of probe, in its order. -------------------------------------------------------------

@@ -72,7 +72,9 @@ def test_cli_trains_two_steps_and_writes_the_contract(
             "compute_capability": None,
         },
     )
-    monkeypatch.setattr(mixft.runs.probe, "probe", lambda cfg, **kwargs: fake_result(bf16_step_s=0.25))  # 2x fp32
+    monkeypatch.setattr(
+        mixft.runs.probe, "probe_in_fresh_process", lambda cfg, **kwargs: fake_result(bf16_step_s=0.25)
+    )  # 2x fp32
     code, out = run_cli(tmp_path, tiny_bert_dir, tiny_data_dir, *flags)
     assert code == 0
     doc = json.loads((out / "results.json").read_text())

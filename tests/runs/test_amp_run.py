@@ -92,7 +92,7 @@ def test_amp_where_torch_says_native_measures_first_and_trains_what_measured_fas
         asked.append(kwargs)
         return fake_result(bf16_step_s=next(bf16_step_s))
 
-    monkeypatch.setattr(mixft.runs.probe, "probe", measured)
+    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", measured)
     for precision, ratio in [("bf16", "2.00"), ("fp32", "0.50")]:
         out = tmp_path / precision
         assert _run(tiny_bert_dir, tiny_data_dir, out, "--amp", "--max-steps", "1") == 0
@@ -113,13 +113,20 @@ def test_amp_where_torch_says_native_measures_first_and_trains_what_measured_fas
             notice = f"notice: --amp chose fp32: {measurement} on this CPU; --precision bf16 forces bf16"
             assert [line for line in captured.err.splitlines() if "--amp chose" in line] == [notice]
             assert run["precision_reason"] == notice.removeprefix("notice: ")
-    assert asked == [{"device": torch.device("cpu"), "precisions": ["bf16"], "save": True}] * 2
+    assert [(a["device"], a["precisions"], a["save"]) for a in asked] == [(torch.device("cpu"), ["bf16"], True)] * 2
+    assert all(a["hardware"]["native"] == AMX for a in asked)  # the run's facts: they key the cache it reads
 
 
 def test_amps_first_measurement_is_real_kept_and_followed_by_the_next_run_without_measuring(
-    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
 ):
+    import mixft.runs.probe
+
+    def in_this_process(*args, **kwargs):
+        raise AssertionError("the probe ran in the run's process: its models would raise the run's peak RSS")
+
     machine(AMX)
+    monkeypatch.setattr(mixft.runs.probe, "probe", in_this_process)  # the fresh process imports its own
     first, second = tmp_path / "first", tmp_path / "second"
     assert _run(tiny_bert_dir, tiny_data_dir, first, "--amp", "--max-steps", "1") == 0
     captured = capsys.readouterr()
@@ -207,7 +214,7 @@ def test_a_probe_cache_that_cannot_be_written_still_measures_and_says_it_is_not_
         return fake_result(bf16_step_s=1.0)
 
     monkeypatch.setattr(mixft.report.probe_result, "check_cache_dir", unwritable)
-    monkeypatch.setattr(mixft.runs.probe, "probe", measured)
+    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", measured)
     assert _run(tiny_bert_dir, tiny_data_dir, tmp_path / "r", "--amp", "--max-steps", "1") == 0
     err = capsys.readouterr().err
     assert asked == [False]  # measured all the same: the choice needs it
@@ -217,3 +224,27 @@ def test_a_probe_cache_that_cannot_be_written_still_measures_and_says_it_is_not_
     ) in err.splitlines()
     (run,), _ = _runs(tmp_path / "r")
     assert run["precision"] == "fp32" and "measured bf16 at 0.50x fp32" in run["precision_reason"]
+
+
+def test_a_measurement_that_fails_is_one_warning_and_amp_decides_on_torchs_word(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+):
+    import mixft.runs.probe
+    from mixft.runs.child_process import ChildFailed
+
+    def failed(cfg, **kwargs):
+        raise ChildFailed("probe: recipe bert-sst2 produced no training batch; give it some training data")
+
+    machine(AMX)
+    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", failed)
+    assert _run(tiny_bert_dir, tiny_data_dir, tmp_path / "r", "--amp", "--max-steps", "1") == 0
+    err = capsys.readouterr().err
+    assert (
+        "warning: --amp could not measure bf16 here (probe: recipe bert-sst2 produced no training batch; give it "
+        "some training data); it decides on torch's word"
+    ) in err.splitlines()
+    (run,), hardware = _runs(tmp_path / "r")
+    assert "probe" not in hardware and run["precision"] == "bf16"
+    assert run["precision_reason"] == (
+        "--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, oneDNN has bf16 here)"
+    )
