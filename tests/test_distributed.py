@@ -139,6 +139,7 @@ def test_cli_under_torchrun_keeps_the_best_model_stops_early_and_writes_results_
         "--early-stopping-patience",
         "2",
         "--save-model",
+        "--amp",  # every process chooses alike (runs.plan: process 0's probe, one precision for the job)
         "--output-dir",
         str(out),
         "--no-progress",
@@ -146,6 +147,7 @@ def test_cli_under_torchrun_keeps_the_best_model_stops_early_and_writes_results_
     assert proc.stdout.count("mixft run") == 1  # only rank 0 prints the summary
     assert "parallel   2 processes" in proc.stdout
     (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["precision_requested"] == "amp" and run["precision"] in ("fp32", "bf16")
     assert 0 < run["steps"] <= 8  # 16 examples / (2 per rank x 2 ranks) x 2 epochs, or fewer when stopped early
     assert 0.0 <= run["eval"]["accuracy"] <= 1.0
     losses = [(e["step"], e["loss"]) for e in run["eval_history"]]

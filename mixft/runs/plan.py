@@ -127,7 +127,9 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     probe = _cached_probe(cfg, prepared, device, hardware)
     if probe is None and measures_first(cfg, device, hardware):
         probe = _probe_now(cfg, device, hardware)
+    probe = _process_0s_probe(cfg, probe, hardware)  # torchrun: one measurement for the whole job
     choices = choose_precisions(cfg, device, hardware, probe)
+    _chosen_alike_everywhere(cfg, choices)
     precisions = [_chosen(precision, choice, device) for precision, choice in zip(checked, choices)]
     # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
     runs = plan_runs(cfg, precisions, choices)
@@ -217,10 +219,11 @@ def measures_first(cfg: RunConfig, device, hardware: dict) -> bool:
     faster: oneDNN reports bf16 on every AVX-512 CPU, where it converts to fp32 without bf16
     instructions (a Xeon with neither amx_bf16 nor avx512_bf16 trained bert-sst2 in bf16 at 0.41x
     fp32). So a lone ``--amp`` on a CPU where torch says native, with nothing measured for this
-    recipe and model, measures first, once (the probe's cache keeps it). Not under ``--compare``
-    (it measures exactly this), ``--resume`` (the run continues in the precision it started in),
-    ``--eval-only`` (nothing trains), torchrun (each process would measure the same machine at
-    once), or beside a cache file that cannot be read (named in a warning; ``--probe`` replaces it).
+    recipe and model, measures first, once (the probe's cache keeps it). Under torchrun process 0
+    measures for the job while the others wait (``_process_0s_probe`` hands its probe to every
+    process). Not under ``--compare`` (it measures exactly this), ``--resume`` (the run continues in
+    the precision it started in), ``--eval-only`` (nothing trains), or beside a cache file that
+    cannot be read (named in a warning; ``--probe`` replaces it).
 
     Usage: ``measures_first(RunConfig(precisions=["amp"]), cpu, describe_hardware(cpu))``
     """
@@ -231,8 +234,46 @@ def measures_first(cfg: RunConfig, device, hardware: dict) -> bool:
         and "probe_cache_problem" not in hardware
         and not cfg.resume
         and not cfg.eval_only
-        and distributed.world_size() == 1
+        and distributed.rank() == 0
     )
+
+
+def _process_0s_probe(cfg: RunConfig, probe, hardware: dict):
+    """Under torchrun with ``--amp``: process 0's probe (cached or measured now), in every process.
+
+    Each process otherwise reads its own node's cache and could choose on another measurement (or on
+    none). Every process takes process 0's, or none when process 0 has none (``hardware["probe"]``
+    follows). A collective: every process of the job calls it (the command line is the same in each).
+    """
+    if distributed.world_size() <= 1 or list(cfg.precisions) != ["amp"]:
+        return probe
+    from mixft.report.probe_result import ProbeResult
+
+    mine = probe.to_dict() if probe is not None and distributed.rank() == 0 else None
+    shared = distributed.all_gather_objects(mine)[0]
+    if shared is None:
+        hardware.pop("probe", None)
+        return None
+    hardware["probe"] = shared
+    return ProbeResult.from_dict(shared)
+
+
+def _chosen_alike_everywhere(cfg: RunConfig, choices: Sequence[PrecisionChoice]) -> None:
+    """Under torchrun with ``--amp``: one job trains one precision. Each process chose from its own machine's
+    facts (native bf16), so nodes of different CPU kinds can differ: a UsageError in every process, then."""
+    if distributed.world_size() <= 1 or list(cfg.precisions) != ["amp"]:
+        return
+    every = distributed.all_gather_objects(choices[0].precision)
+    if len(set(every)) > 1:
+        where = "; ".join(
+            f"{name} in process{'es' if every.count(name) > 1 else ''} "
+            + ", ".join(str(i) for i, chosen in enumerate(every) if chosen == name)
+            for name in dict.fromkeys(every)
+        )
+        raise UsageError(
+            f"--amp chose differently in the processes of this job ({where}): their machines differ in "
+            "native bf16; name one precision for all of them with --precision"
+        )
 
 
 def _probe_now(cfg: RunConfig, device, hardware: dict):

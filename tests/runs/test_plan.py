@@ -144,8 +144,61 @@ def test_amp_measures_first_only_where_it_would_choose_on_torchs_word_alone(opti
     assert measures_first(RunConfig(**options), torch.device(device), hardware) is measures
 
 
-def test_amp_does_not_measure_under_torchrun(monkeypatch):
+def test_under_torchrun_process_0_measures_for_the_job(monkeypatch):
     import mixft.distributed
 
-    monkeypatch.setattr(mixft.distributed, "world_size", lambda: 2)  # each process would measure one machine at once
-    assert not measures_first(RunConfig(precisions=["amp"]), CPU, NATIVE)
+    monkeypatch.setattr(mixft.distributed, "world_size", lambda: 2)
+    for rank, measures in [(0, True), (1, False)]:  # the others wait for process 0's probe
+        monkeypatch.setattr(mixft.distributed, "rank", lambda rank=rank: rank)
+        assert measures_first(RunConfig(precisions=["amp"]), CPU, NATIVE) is measures
+
+
+def torchrun_of_two(monkeypatch, other: dict) -> list:
+    """This process as process 0 of two; the other's answers to the plan's gathers, by what is gathered."""
+    from launch import fake_launch
+
+    import mixft.distributed
+
+    fake_launch(monkeypatch, 2)
+    gathered = []
+
+    def all_gather_objects(mine):
+        gathered.append(mine)
+        theirs = other["probe"] if mine is None or isinstance(mine, dict) else other["precision"]
+        return [mine, theirs]
+
+    monkeypatch.setattr(mixft.distributed, "all_gather_objects", all_gather_objects)
+    return gathered
+
+
+def simulated_cpu(monkeypatch, bf16: bool) -> None:
+    import mixft.amp.hardware
+
+    facts = {**NATIVE["native"], "bf16": bf16, "compute_capability": None}
+    monkeypatch.setattr(mixft.amp.hardware, "native_precisions", lambda device: dict(facts))
+
+
+@pytest.mark.parametrize("bf16_step_s, chosen", [(1.0, "fp32"), (0.25, "bf16")])  # fp32's step: 0.5 s
+def test_under_torchrun_every_process_follows_process_0s_probe(tmp_path, monkeypatch, bf16_step_s, chosen):
+    from fake_probes import fake_result
+
+    simulated_cpu(monkeypatch, bf16=True)
+    gathered = torchrun_of_two(monkeypatch, {"probe": "process 1's own cached probe", "precision": chosen})
+    measured = fake_result(bf16_step_s=bf16_step_s)
+    monkeypatch.setattr("mixft.runs.plan._cached_probe", lambda cfg, prepared, device, hardware: measured)
+    cfg = RunConfig(recipe="mlp-synthetic", output_dir=str(tmp_path), precisions=["amp"], batch_size=4, extra=TINY_MLP)
+    plan = make_plan(cfg)
+    assert gathered == [measured.to_dict(), chosen]  # process 0's probe handed to every process; one choice
+    assert plan.runs[0].precision.name == chosen and plan.hardware["probe"] == measured.to_dict()
+
+
+def test_under_torchrun_processes_that_chose_differently_refuse_in_one_line(tmp_path, monkeypatch):
+    simulated_cpu(monkeypatch, bf16=False)  # this node: fp32, without measuring
+    torchrun_of_two(monkeypatch, {"probe": None, "precision": "bf16"})  # a node whose torch says bf16 is native
+    cfg = RunConfig(recipe="mlp-synthetic", output_dir=str(tmp_path), precisions=["amp"], batch_size=4, extra=TINY_MLP)
+    with pytest.raises(UsageError) as refused:
+        make_plan(cfg)
+    assert str(refused.value) == (
+        "--amp chose differently in the processes of this job (fp32 in process 0; bf16 in process 1): their "
+        "machines differ in native bf16; name one precision for all of them with --precision"
+    )
