@@ -284,6 +284,7 @@ def _probe_now(cfg: RunConfig, device, hardware: dict):
     from mixft.runs.child_process import ChildFailed
     from mixft.runs.probe import DEFAULT_BUDGET_S, probe_in_fresh_process
 
+    check_output_dir(Path(cfg.output_dir))  # a directory that cannot be written: exit 2 now, not after measuring
     try:
         check_cache_dir()
         save = True

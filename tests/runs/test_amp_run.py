@@ -248,3 +248,19 @@ def test_a_measurement_that_fails_is_one_warning_and_amp_decides_on_torchs_word(
     assert run["precision_reason"] == (
         "--amp chose bf16: this CPU runs bf16 natively (torch: CPU capability AVX512, oneDNN has bf16 here)"
     )
+
+
+def test_an_output_directory_that_cannot_be_written_is_refused_before_measuring(
+    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+):
+    import mixft.runs.probe
+
+    def measured(cfg, **kwargs):
+        raise AssertionError("measured before refusing a bad --output-dir")
+
+    machine(AMX)
+    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", measured)
+    (tmp_path / "a-file").write_text("")
+    assert _run(tiny_bert_dir, tiny_data_dir, tmp_path / "a-file", "--amp", "--max-steps", "1") == 2
+    err = capsys.readouterr().err
+    assert err == f"finetune.py: error: --output-dir {tmp_path / 'a-file'}: exists and is not a directory\n", err
