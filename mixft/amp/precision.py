@@ -142,9 +142,17 @@ def resolve_precision(name: str | Precision | None, device: torch.device, *, pol
     else:
         name = (name or "fp32").lower()
         if name == "amp" and policy and device.type in AMP_DEFAULT:
-            choice = choose_precision("amp", device.type, hardware.native_precisions(device))
-            if choice.notice:
-                logger.warning(choice.notice)
+            native = hardware.native_precisions(device)
+            choice = choose_precision("amp", device.type, native)
+            notice = choice.notice
+            if notice is None and device.type == "cpu" and choice.precision != "fp32":  # torch's word, unmeasured
+                notice = (
+                    f'notice: precision "amp" is {choice.precision} on torch\'s word that this CPU runs it natively '
+                    f"({native_evidence(native, choice.precision)}), not measured to train faster here: --probe or "
+                    "mixft.run_probe measures it (an --amp run, or mixft.run, measures before it chooses)"
+                )
+            if notice:
+                logger.warning(notice)
             name = choice.precision
         precision = precision_row(name, device.type)
 

@@ -171,6 +171,17 @@ def test_resolve_precision_amp_follows_the_amp_policy_on_a_cpu(monkeypatch, capl
     assert precision.name == expected
     notices = [r.getMessage() for r in caplog.records if r.getMessage().startswith("notice: --amp chose fp32")]
     assert bool(notices) == (expected == "fp32"), notices
+    # bf16 on torch's word alone (no recipe or model to probe here): said, with how to measure it.
+    unmeasured = [r.getMessage() for r in caplog.records if "not measured to train faster here" in r.getMessage()]
+    assert unmeasured == (
+        [
+            'notice: precision "amp" is bf16 on torch\'s word that this CPU runs it natively (torch: CPU capability '
+            "AVX512, oneDNN has bf16 here), not measured to train faster here: --probe or mixft.run_probe measures "
+            "it (an --amp run, or mixft.run, measures before it chooses)"
+        ]
+        if expected == "bf16"
+        else []
+    )
     # policy=False: the device's mixed precision as it is (what --compare and --probe measure).
     assert resolve_precision("amp", torch.device("cpu"), policy=False).name == "bf16"
 
