@@ -6,15 +6,16 @@ model, or measured now where ``--amp`` needs it: ``measures_first``), chooses an
 run's precision once with the reason it was chosen (``mixft.amp.precision.choose_precision``),
 checks the output directory and ``--resume``, and runs every check that needs the model before
 any run (the options against the run's shape, the trackers' folders, ``--fp32-modules``' names,
-the fp16 preflight, the ``--predict-file``). What it returns is the one object the runner trains from: a
-``RunPlan`` with one ``PlannedRun`` per (precision, seed) run, in the order they train,
+the fp16 preflight, the ``--predict-file``). What it returns is the one object the runner
+trains from: a ``RunPlan`` with one ``PlannedRun`` per (precision, seed) run, in the order they train,
 each with its resolved ``Precision``, its reason, its files and what ``--resume`` does
 with it. ``mixft.runs.outdir`` and ``mixft.runs.identity`` keep the rules (the names, the
 options that identify a run); this module holds the answers for one command.
 
 Every refusal is a UsageError (exit 2 from the CLI) raised here, before the output
 directory is locked or anything in it moves. The notices (offline fallbacks, what
-``--amp`` chose and why) are logged once everything resolved, so an error stays one line.
+``--amp`` chose and why) are logged once everything resolved, so an error stays one line
+(``--amp``'s first measurement alone says that it measures, before the checks that need the model).
 
 Usage::
 
