@@ -35,6 +35,19 @@ def machine(monkeypatch, tmp_path):
     return simulate
 
 
+@pytest.fixture
+def measuring_cpu(machine, monkeypatch):
+    """``measuring_cpu(measure)``: a CPU where torch says bf16 is native, unprobed, whose first ``--amp``
+    measurement is ``measure(cfg, **kwargs)`` in place of ``mixft.runs.probe.probe_in_fresh_process``."""
+    import mixft.runs.probe
+
+    def simulate(measure):
+        machine(AMX)
+        monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", measure)
+
+    return simulate
+
+
 def _run(tiny_bert_dir, tiny_data_dir, out, *flags):
     return main(
         [
@@ -78,21 +91,19 @@ def test_amp_without_native_bf16_trains_fp32_says_why_and_records_it(
 
 
 def test_amp_where_torch_says_native_measures_first_and_trains_what_measured_faster(
-    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+    measuring_cpu, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
 ):
     # torch's native check says bf16 has an instruction-set path, not that it is faster (oneDNN says so on
     # every AVX-512 CPU; a Xeon with neither amx_bf16 nor avx512_bf16 trained bert-sst2 at 0.41x fp32 in bf16).
     # Unmeasured, a lone --amp measures first (here a measurement made by hand) and follows it.
-    import mixft.runs.probe
 
-    machine(AMX)
     asked, bf16_step_s = [], iter([0.25, 1.0])  # fp32's step: 0.5 s
 
     def measured(cfg, **kwargs):
         asked.append(kwargs)
         return fake_result(bf16_step_s=next(bf16_step_s))
 
-    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", measured)
+    measuring_cpu(measured)
     for precision, ratio in [("bf16", "2.00"), ("fp32", "0.50")]:
         out = tmp_path / precision
         assert _run(tiny_bert_dir, tiny_data_dir, out, "--amp", "--max-steps", "1") == 0
@@ -197,13 +208,11 @@ def test_resume_of_an_amp_run_finds_it_under_the_precision_amp_chose(
 
 
 def test_a_probe_cache_that_cannot_be_written_still_measures_and_says_it_is_not_kept(
-    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+    measuring_cpu, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
 ):
     import mixft.report.probe_result
-    import mixft.runs.probe
     from mixft.errors import UsageError
 
-    machine(AMX)
     asked = []
 
     def unwritable(cache_dir=None):
@@ -214,7 +223,7 @@ def test_a_probe_cache_that_cannot_be_written_still_measures_and_says_it_is_not_
         return fake_result(bf16_step_s=1.0)
 
     monkeypatch.setattr(mixft.report.probe_result, "check_cache_dir", unwritable)
-    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", measured)
+    measuring_cpu(measured)
     assert _run(tiny_bert_dir, tiny_data_dir, tmp_path / "r", "--amp", "--max-steps", "1") == 0
     err = capsys.readouterr().err
     assert asked == [False]  # measured all the same: the choice needs it
@@ -227,16 +236,14 @@ def test_a_probe_cache_that_cannot_be_written_still_measures_and_says_it_is_not_
 
 
 def test_a_measurement_that_fails_is_one_warning_and_amp_decides_on_torchs_word(
-    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+    measuring_cpu, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
 ):
-    import mixft.runs.probe
     from mixft.runs.child_process import ChildFailed
 
     def failed(cfg, **kwargs):
         raise ChildFailed("probe: recipe bert-sst2 produced no training batch; give it some training data")
 
-    machine(AMX)
-    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", failed)
+    measuring_cpu(failed)
     assert _run(tiny_bert_dir, tiny_data_dir, tmp_path / "r", "--amp", "--max-steps", "1") == 0
     err = capsys.readouterr().err
     assert (
@@ -251,15 +258,13 @@ def test_a_measurement_that_fails_is_one_warning_and_amp_decides_on_torchs_word(
 
 
 def test_an_output_directory_that_cannot_be_written_is_refused_before_measuring(
-    machine, tiny_bert_dir, tiny_data_dir, tmp_path, capsys, monkeypatch
+    measuring_cpu, tiny_bert_dir, tiny_data_dir, tmp_path, capsys
 ):
-    import mixft.runs.probe
 
     def measured(cfg, **kwargs):
         raise AssertionError("measured before refusing a bad --output-dir")
 
-    machine(AMX)
-    monkeypatch.setattr(mixft.runs.probe, "probe_in_fresh_process", measured)
+    measuring_cpu(measured)
     (tmp_path / "a-file").write_text("")
     assert _run(tiny_bert_dir, tiny_data_dir, tmp_path / "a-file", "--amp", "--max-steps", "1") == 2
     err = capsys.readouterr().err
