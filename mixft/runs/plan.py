@@ -294,7 +294,8 @@ def _probe_now(cfg: RunConfig, device, hardware: dict):
         save = False
     logger.info(
         "--amp: torch says this CPU runs bf16 natively, which does not say it trains faster; measuring bf16 "
-        "against fp32 on this model first (a %g s budget, once: kept for later runs; --precision bf16 or fp32 skips it)",
+        "against fp32 on this model first (a %g s budget, exceeded only where a warm-up and one timed step each take "
+        "longer; once: kept for later runs; --precision bf16 or fp32 skips it)",
         DEFAULT_BUDGET_S,
     )
     try:
