@@ -76,7 +76,7 @@ DEFAULTS = {
     # Random batches without their padding: accuracy within noise of Trainer's default random sampling,
     # at about the cost per real token of length-grouped batches (docs/benchmarks.md, "Packing").
     "pack_sequences": True,
-    # Exact shapes until the ladder is measured to pay in a whole bf16 step on a CPU with native bf16
+    # Exact shapes until the ladder is measured to pay in a whole bf16 step on a CPU with AMX
     # (--batch-shapes auto/ladder opt in; docs/benchmarks.md, "Shapes that repeat"): on AVX2 it costs fp32 4 %.
     "batch_shapes": "exact",
 }

@@ -88,7 +88,7 @@ DEFAULTS = {
     "batch_size": 32,
     "lr": 5e-5,
     "max_grad_norm": 1.0,
-    # Exact shapes until the ladder is measured to pay in a whole bf16 step on a CPU with native bf16
+    # Exact shapes until the ladder is measured to pay in a whole bf16 step on a CPU with AMX
     # (--batch-shapes auto/ladder opt in; docs/benchmarks.md, "Shapes that repeat"): on AVX2 it costs fp32 4 %.
     "batch_shapes": "exact",
 }

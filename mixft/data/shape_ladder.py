@@ -1,17 +1,19 @@
 """Batch shapes that repeat: each batch's rows and row length rounded up a short ladder.
 
-Why: on a CPU with native bf16, oneDNN builds a matmul kernel for each new input shape. A
+Why: on a CPU with AMX, oneDNN builds a bf16 matmul kernel for each new input shape. A
 ``Linear(384, 1536)`` forward + backward under bf16 autocast took 4.4 ms when its row count
 repeated and 14.0 ms when every call brought a new one, while fp32 took 8.5-9.5 ms either way
 (2-core Xeon with amx_bf16, issue 41). Packed batches (``mixft.data.packing``) bring a new
 (rows x row length) nearly every step, and padded batches a new length. On the ladder, the
 shapes of an epoch come from a handful, at the cost of some padding, which the benchmarks count
 (``benchmarks/step_ablation.py --stream`` prints the epoch's distinct shapes and its padding
-efficiency with and without it). On a CPU without native bf16 (AVX2 only) neither fp32 nor the
-emulated bf16 pays for a new shape (``benchmarks/new_shapes.py`` there: 17.3 ms new vs 17.4 ms
-repeated in fp32, 548 vs 544 ms in emulated bf16), so the ladder would only add padding: ``--batch-shapes auto`` uses it only where the run computes in
-a low-precision dtype the CPU runs natively. The recipes' default is ``exact``: what the ladder buys in
-a whole bf16 step (not one Linear) waits to be measured on a CPU with native bf16.
+efficiency with and without it). Elsewhere a new shape was measured to cost nothing
+(``benchmarks/new_shapes.py``, new ÷ repeated): 1.00 in fp32 and 1.01 in emulated bf16 on an AVX2
+EPYC, 1.04 in fp32 and 1.03 in bf16 on a Xeon with AVX-512 but neither amx_bf16 nor avx512_bf16
+(where torch calls bf16 native all the same), so there the ladder would only add padding:
+``--batch-shapes auto`` uses it only for a bf16 run on a CPU with amx_bf16 (``avx512_bf16``
+without AMX, and fp16, are not measured: exact shapes there). The recipes' default is ``exact``:
+what the ladder buys in a whole bf16 step (not one Linear) waits to be measured on a CPU with AMX.
 
 Training batches only: evaluation batches come length-sorted, in the same order at every
 evaluation, so their shapes repeat from one evaluation to the next already; on the ladder the 872
@@ -99,9 +101,9 @@ def shapes_name(ladder: ShapeLadder | None) -> str:
 def batch_shape_ladder(choice: str, precision, device, max_length: int | None = None) -> ShapeLadder | None:
     """The run's ladder (None: each batch keeps its own shape) for ``--batch-shapes`` ``choice``.
 
-    ``auto``: the ladder where a new shape costs a kernel build: the run computes in bf16 or
-    fp16 (``precision.autocast_dtype``) on a CPU whose oneDNN runs that dtype natively
-    (``mixft.amp.hardware.native_precisions``). Elsewhere exact shapes: padding would only cost.
+    ``auto``: the ladder where a new shape was measured to cost a kernel build: the run computes in
+    bf16 (``precision.autocast_dtype``) on a CPU with amx_bf16 whose oneDNN runs bf16 natively
+    (``mixft.amp.hardware``). Elsewhere exact shapes: padding would only cost.
 
     Usage: ``batch_shape_ladder("auto", resolve_precision("bf16", cpu), cpu, max_length=128)``
     """
@@ -115,8 +117,12 @@ def batch_shape_ladder(choice: str, precision, device, max_length: int | None = 
 
 
 def _new_shapes_build_kernels(precision, device) -> bool:
-    from mixft.amp.hardware import native_precisions
-    from mixft.amp.precision import NATIVE_KEY
+    # Torch's "native bf16" is true on every AVX-512 CPU, and only AMX was measured to pay for a new shape
+    # (module docstring): both are asked, so a Xeon without bf16 instructions keeps exact shapes.
+    import torch
 
-    key = NATIVE_KEY.get(precision.autocast_dtype)
-    return getattr(device, "type", None) == "cpu" and key is not None and native_precisions(device).get(key) is True
+    from mixft.amp.hardware import describe_cpu, native_precisions
+
+    if getattr(device, "type", None) != "cpu" or precision.autocast_dtype != torch.bfloat16:
+        return False
+    return native_precisions(device).get("bf16") is True and describe_cpu()["flags"].get("amx_bf16") is True

@@ -195,8 +195,8 @@ def _speed_notes(rows: list[dict], base: dict | None, baseline: str) -> list[str
 
 
 def _batch_shape_notes(doc: dict) -> list[str]:
-    """Precisions that trained on differently shaped batches (``--batch-shapes auto`` rounds up a ladder only where
-    a precision's compute is native): their speed ratio holds the shapes' effect too, so it is said."""
+    """Precisions that trained on differently shaped batches (``--batch-shapes auto`` rounds up a ladder only for bf16
+    on a CPU with AMX): their speed ratio holds the shapes' effect too, so it is said."""
     trained = [r for r in doc.get("runs") or [] if r.get("steps")]  # evaluation-only runs have no batches of theirs
     kinds = distinct(trained, "batch_shapes")
     if len(kinds) < 2:

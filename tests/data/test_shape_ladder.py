@@ -3,8 +3,8 @@
 The ladder rounds up by less than a quarter and is stable (a ladder value stays); packed rows
 and row lengths land on it with every real token once, in order, and the added rows padding
 only; padded batches reach a ladder length, never past --max-length, keeping CUDA's multiple of
-8; ``--batch-shapes auto`` takes the ladder only for bf16/fp16 compute on a CPU that runs it
-natively (the machine simulated by replacing ``native_precisions``). That the model computes the
+8; ``--batch-shapes auto`` takes the ladder only for bf16 compute on a CPU with AMX that torch says
+runs it natively (the machine simulated by replacing ``native_precisions`` and ``describe_cpu``). That the model computes the
 same on ladder shapes is tested in tests/models/test_packed.py, through the trainer too.
 """
 
@@ -99,23 +99,28 @@ def test_padded_batches_reach_a_ladder_length_capped_at_max_length():
     assert LadderPadding(cuda_like, ShapeLadder())(features)["input_ids"].shape[1] % 8 == 0
 
 
-def simulate_native(monkeypatch, bf16: bool, fp16: bool = False) -> None:
+def simulate_native(monkeypatch, bf16: bool, fp16: bool = False, amx: bool = False) -> None:
+    """Torch's word on native bf16/fp16, and whether /proc/cpuinfo lists amx_bf16."""
     monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": bf16, "fp16": fp16})
+    flags = {"amx_bf16": amx, "avx512_bf16": amx, "avx512_fp16": amx}
+    monkeypatch.setattr(hardware, "describe_cpu", lambda *a, **k: {"model": "a CPU", "cores": 2, "flags": flags})
 
 
 @pytest.mark.parametrize(
-    "native_bf16,precision,expected",
+    "native_bf16,native_fp16,amx,precision,expected",
     [
-        (True, "bf16", True),  # a new shape costs a bf16 kernel build
-        (True, "bf16-pure", True),  # computes in bf16 as bf16 does
-        (True, "fp32", False),  # fp32 takes the same time either way: padding would only cost
-        (False, "bf16", False),  # emulated bf16 (AVX2 only): no kernel to reuse
+        (True, True, True, "bf16", True),  # AMX: a new shape costs a bf16 kernel build (3.2x, issue 41)
+        (True, True, True, "bf16-pure", True),  # computes in bf16 as bf16 does
+        (True, True, True, "fp32", False),  # fp32 takes the same time either way: padding would only cost
+        (True, True, True, "fp16", False),  # not measured: exact shapes
+        (True, False, False, "bf16", False),  # AVX-512 without bf16 instructions, native to torch: 1.03x measured
+        (False, False, False, "bf16", False),  # emulated bf16 (AVX2 only): no kernel to reuse
     ],
 )
-def test_auto_takes_the_ladder_only_for_natively_run_low_precision_on_a_cpu(
-    monkeypatch, native_bf16, precision, expected
+def test_auto_takes_the_ladder_only_for_bf16_on_a_cpu_with_amx(
+    monkeypatch, native_bf16, native_fp16, amx, precision, expected
 ):
-    simulate_native(monkeypatch, bf16=native_bf16)
+    simulate_native(monkeypatch, bf16=native_bf16, fp16=native_fp16, amx=amx)
     chosen = batch_shape_ladder("auto", resolve_precision(precision, CPU, policy=False), CPU, max_length=64)
     assert (chosen == ShapeLadder(max_length=64)) if expected else chosen is None
 
@@ -131,6 +136,6 @@ def test_ladder_and_exact_are_what_they_say_wherever_they_run(monkeypatch):
 
 
 def test_auto_keeps_exact_shapes_off_the_cpu(monkeypatch):
-    simulate_native(monkeypatch, bf16=True, fp16=True)  # a kernel library's question, asked of CUDA it is not
+    simulate_native(monkeypatch, bf16=True, fp16=True, amx=True)  # a kernel library's question, asked of CUDA it is not
     fp16 = resolve_precision("fp16", CPU, policy=False)
     assert batch_shape_ladder("auto", fp16, torch.device("cuda")) is None

@@ -115,7 +115,7 @@ def test_auto_on_this_machine_records_what_it_chose(models, data, tmp_path, monk
 
 
 def test_the_default_is_exact_shapes_even_where_auto_would_take_the_ladder(monkeypatch):
-    # A CPU with native bf16, a bf16 run: auto would take the ladder; the default waits for its whole-step figure.
+    # A CPU with AMX, a bf16 run: auto would take the ladder; the default waits for its whole-step figure.
     # (What a recipe records of the choice is the CLI tests' above; this is the choice, without a run.)
     import torch
 
@@ -125,6 +125,8 @@ def test_the_default_is_exact_shapes_even_where_auto_would_take_the_ladder(monke
     from recipes import bert_sst2, text_classification
 
     monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": True, "fp16": True})
+    amx = {"amx_bf16": True, "avx512_bf16": True, "avx512_fp16": True}
+    monkeypatch.setattr(hardware, "describe_cpu", lambda *a, **k: {"model": "a CPU", "cores": 2, "flags": amx})
     cpu = torch.device("cpu")
     bf16 = resolve_precision("bf16", cpu, policy=False)
     assert batch_shape_ladder("auto", bf16, cpu) is not None
