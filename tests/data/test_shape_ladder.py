@@ -4,8 +4,9 @@ The ladder rounds up by less than a quarter and is stable (a ladder value stays)
 and row lengths land on it with every real token once, in order, and the added rows padding
 only; padded batches reach a ladder length, never past --max-length, keeping CUDA's multiple of
 8; ``--batch-shapes auto`` takes the ladder only for bf16 compute on a CPU with AMX that torch says
-runs it natively (the machine simulated by replacing ``native_precisions`` and ``describe_cpu``). That the model computes the
-same on ladder shapes is tested in tests/models/test_packed.py, through the trainer too.
+runs it natively (the machine simulated by replacing ``native_precisions`` and ``describe_cpu``).
+That the model computes the same on ladder shapes is tested in tests/models/test_packed.py,
+through the trainer too.
 """
 
 from __future__ import annotations
