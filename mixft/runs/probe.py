@@ -122,7 +122,10 @@ def probe(
     _check_budget(time_budget_s)
     recipe = get_recipe(cfg.recipe)
     if hasattr(cfg, "check_recipe_options") and hasattr(recipe, "USES"):
-        cfg.check_recipe_options(cfg.recipe, recipe.USES)
+        # With the recipe's defaults: a run's plan hands its options with them applied (mlp-synthetic's
+        # model "mlp"), and a default is not an option the user gave (was: --amp's first
+        # measurement and --probe refused mlp-synthetic).
+        cfg.check_recipe_options(cfg.recipe, recipe.USES, getattr(recipe, "DEFAULTS", None))
     cfg = _probe_config(cfg.with_defaults(recipe.DEFAULTS), recipe).validate()
     dev = resolve_device(cfg.device if device is None else device)
     required, optional = _plan_precisions(precisions, dev)

@@ -408,6 +408,24 @@ def test_tiny_probe_over_budget_still_times_fp32_and_amp_but_skips_optional(tiny
     assert fp16.matmul_flops_per_s > 0  # the matmul figure is cheap and always there
 
 
+def test_a_runs_options_with_the_recipes_defaults_applied_are_probed():
+    # What --amp's first measurement hands the probe: the plan's options, the recipe's defaults in them
+    # (mlp-synthetic's model "mlp", an option it does not read). Was: refused as "--model: not used by
+    # recipe mlp-synthetic", so --amp chose on torch's word on every AVX-512 CPU and --probe exited 2.
+    from recipes import mlp_synthetic
+
+    options = RunConfig(
+        recipe="mlp-synthetic", device="cpu", batch_size=8, extra={"width": 16, "batches": 1, "eval_batches": 1}
+    )
+    planned = options.for_recipe(mlp_synthetic)
+    assert planned.model == mlp_synthetic.DEFAULTS["model"]
+    result = probe(planned, precisions=["bf16"], time_budget_s=0.001, save=False)
+    assert [r.precision for r in result.rows] == ["fp32", "bf16"]
+    assert all(r.timed_steps >= 1 and r.step_s > 0 for r in result.rows)
+    with pytest.raises(UsageError, match="--model: not used by recipe mlp-synthetic"):
+        probe(replace(options, model="bert-base-uncased"), save=False)  # one the user gave is still refused
+
+
 def test_explicit_precisions_always_include_the_fp32_baseline(tiny_cfg):
     result = probe(tiny_cfg, precisions=["amp"], time_budget_s=0.001, save=False)
     assert [r.precision for r in result.rows] == ["fp32", "bf16"]
