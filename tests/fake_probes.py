@@ -1,4 +1,5 @@
-"""Probe results made by hand: what a probe of a machine would have cached, for tests of what runs make of it.
+"""Probe results made by hand: what a probe of a machine would have cached, for tests of what runs make of it;
+and a machine simulated in this process (``simulate_cpu``).
 
 Usage: ``fake_result(bf16_step_s=0.25).step_ratios()  # {"bf16": 2.0}``
 """
@@ -27,6 +28,16 @@ def fake_hardware(flags=NO_AMX, torch_version="2.13.0+cpu"):
         "python": "3.11.7",
         "os": "Linux",
     }
+
+
+def simulate_cpu(monkeypatch, bf16: bool, fp16: bool = False, amx: bool = False) -> None:
+    """This process answers as a CPU where torch says ``bf16``/``fp16`` are native, and whose /proc/cpuinfo lists
+    amx_bf16 (with avx512_bf16 and avx512_fp16) when ``amx``."""
+    from mixft.amp import hardware
+
+    monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": bf16, "fp16": fp16})
+    cpu = fake_hardware(dict.fromkeys(NO_AMX, amx))["cpu"]
+    monkeypatch.setattr(hardware, "describe_cpu", lambda *args, **kwargs: dict(cpu))
 
 
 def row(name, step_s, matmul_gflops, skipped=None):

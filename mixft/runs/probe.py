@@ -125,7 +125,7 @@ def probe(
         # With the recipe's defaults: a run's plan hands its options with them applied (mlp-synthetic's
         # model "mlp"), and a default is not an option the user gave (was: --amp's first
         # measurement and --probe refused mlp-synthetic).
-        cfg.check_recipe_options(cfg.recipe, recipe.USES, getattr(recipe, "DEFAULTS", None))
+        cfg.check_recipe_options(cfg.recipe, recipe.USES, recipe.DEFAULTS)
     cfg = _probe_config(cfg.with_defaults(recipe.DEFAULTS), recipe).validate()
     dev = resolve_device(cfg.device if device is None else device)
     required, optional = _plan_precisions(precisions, dev)

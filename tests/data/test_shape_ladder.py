@@ -4,7 +4,7 @@ The ladder rounds up by less than a quarter and is stable (a ladder value stays)
 and row lengths land on it with every real token once, in order, and the added rows padding
 only; padded batches reach a ladder length, never past --max-length, keeping CUDA's multiple of
 8; ``--batch-shapes auto`` takes the ladder only for bf16 compute on a CPU with AMX that torch says
-runs it natively (the machine simulated by replacing ``native_precisions`` and ``describe_cpu``).
+runs it natively (the machine simulated by ``fake_probes.simulate_cpu``).
 That the model computes the same on ladder shapes is tested in tests/models/test_packed.py,
 through the trainer too.
 """
@@ -15,8 +15,8 @@ import random
 
 import pytest
 import torch
+from fake_probes import simulate_cpu
 
-from mixft.amp import hardware
 from mixft.amp.precision import resolve_precision
 from mixft.data.packing import pack_batch
 from mixft.data.shape_ladder import LadderPadding, ShapeLadder, batch_shape_ladder, ladder_up
@@ -100,13 +100,6 @@ def test_padded_batches_reach_a_ladder_length_capped_at_max_length():
     assert LadderPadding(cuda_like, ShapeLadder())(features)["input_ids"].shape[1] % 8 == 0
 
 
-def simulate_native(monkeypatch, bf16: bool, fp16: bool = False, amx: bool = False) -> None:
-    """Torch's word on native bf16/fp16, and whether /proc/cpuinfo lists amx_bf16."""
-    monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": bf16, "fp16": fp16})
-    flags = {"amx_bf16": amx, "avx512_bf16": amx, "avx512_fp16": amx}
-    monkeypatch.setattr(hardware, "describe_cpu", lambda *a, **k: {"model": "a CPU", "cores": 2, "flags": flags})
-
-
 @pytest.mark.parametrize(
     "native_bf16,native_fp16,amx,precision,expected",
     [
@@ -121,22 +114,22 @@ def simulate_native(monkeypatch, bf16: bool, fp16: bool = False, amx: bool = Fal
 def test_auto_takes_the_ladder_only_for_bf16_on_a_cpu_with_amx(
     monkeypatch, native_bf16, native_fp16, amx, precision, expected
 ):
-    simulate_native(monkeypatch, bf16=native_bf16, fp16=native_fp16, amx=amx)
+    simulate_cpu(monkeypatch, bf16=native_bf16, fp16=native_fp16, amx=amx)
     chosen = batch_shape_ladder("auto", resolve_precision(precision, CPU, policy=False), CPU, max_length=64)
     assert (chosen == ShapeLadder(max_length=64)) if expected else chosen is None
 
 
 def test_ladder_and_exact_are_what_they_say_wherever_they_run(monkeypatch):
-    simulate_native(monkeypatch, bf16=False)
+    simulate_cpu(monkeypatch, bf16=False)
     fp32 = resolve_precision("fp32", CPU)
     assert batch_shape_ladder("ladder", fp32, CPU, max_length=128) == ShapeLadder(max_length=128)
-    simulate_native(monkeypatch, bf16=True)
+    simulate_cpu(monkeypatch, bf16=True)
     assert batch_shape_ladder("exact", resolve_precision("bf16", CPU, policy=False), CPU) is None
     with pytest.raises(ValueError, match="auto, ladder, exact"):
         batch_shape_ladder("round", fp32, CPU)
 
 
 def test_auto_keeps_exact_shapes_off_the_cpu(monkeypatch):
-    simulate_native(monkeypatch, bf16=True, fp16=True, amx=True)  # a kernel library's question, asked of CUDA it is not
+    simulate_cpu(monkeypatch, bf16=True, fp16=True, amx=True)  # a kernel library's question, asked of CUDA it is not
     fp16 = resolve_precision("fp16", CPU, policy=False)
     assert batch_shape_ladder("auto", fp16, torch.device("cuda")) is None

@@ -118,15 +118,13 @@ def test_the_default_is_exact_shapes_even_where_auto_would_take_the_ladder(monke
     # A CPU with AMX, a bf16 run: auto would take the ladder; the default waits for its whole-step figure.
     # (What a recipe records of the choice is the CLI tests' above; this is the choice, without a run.)
     import torch
+    from fake_probes import simulate_cpu
 
-    from mixft.amp import hardware
     from mixft.amp.precision import resolve_precision
     from mixft.data.shape_ladder import batch_shape_ladder
     from recipes import bert_sst2, text_classification
 
-    monkeypatch.setattr(hardware, "native_precisions", lambda device: {"bf16": True, "fp16": True})
-    amx = {"amx_bf16": True, "avx512_bf16": True, "avx512_fp16": True}
-    monkeypatch.setattr(hardware, "describe_cpu", lambda *a, **k: {"model": "a CPU", "cores": 2, "flags": amx})
+    simulate_cpu(monkeypatch, bf16=True, fp16=True, amx=True)
     cpu = torch.device("cpu")
     bf16 = resolve_precision("bf16", cpu, policy=False)
     assert batch_shape_ladder("auto", bf16, cpu) is not None
