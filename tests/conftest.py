@@ -12,6 +12,16 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+# The suite keeps the bytecode of what it imports. README's test command installs with pip's
+# --no-compile (compiling all of torch and transformers up front was ~140 s of a 310 s install),
+# so each module is compiled by the first process that imports it. Where PYTHONDONTWRITEBYTECODE is
+# set, nothing would be kept and each of the suite's ~80 processes (workers, CLI runs, torchrun
+# ranks) would compile torch and transformers again: a tiny CLI run took 38 s instead of 16.6 s
+# (2-core Xeon, 2026-11-29). Set here, before torch is imported, so the first process writes it,
+# and the environment that the xdist workers and every started process inherit says the same.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # Under pytest-xdist each worker is one of several torch processes on the same cores: one
 # thread each (set before torch starts its pool; inherited by the CLI processes a test
 # starts), or they oversubscribe the cores and every test slows down many times over.
