@@ -214,7 +214,7 @@ def test_ci_reads_the_readme_test_command():
         ["awk", awk_program, "README.md"], capture_output=True, text=True, cwd=ROOT, check=True
     ).stdout.strip()
     assert command == (
-        'python -m pip install -U pip; '
+        "python -m pip install -U pip; "
         'python -c "import torch" 2>/dev/null || python -m pip install --no-compile torch==2.13.0; '
         'python -m pip install --no-compile -e ".[test]" && python -m pytest'
     )
