@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 # The suite keeps the bytecode of what it imports. README's test command installs with pip's
-# --no-compile (compiling all of torch and transformers up front was ~140 s of a 310 s install),
+# --no-compile (compiling all of torch and transformers up front was 170 s of a 310 s install),
 # so each module is compiled by the first process that imports it. Where PYTHONDONTWRITEBYTECODE is
 # set, nothing would be kept and each of the suite's ~80 processes (workers, CLI runs, torchrun
 # ranks) would compile torch and transformers again: a tiny CLI run took 38 s instead of 16.6 s
