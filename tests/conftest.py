@@ -17,8 +17,9 @@ from pathlib import Path
 # so each module is compiled by the first process that imports it. Where PYTHONDONTWRITEBYTECODE is
 # set, nothing would be kept and each of the suite's ~80 processes (workers, CLI runs, torchrun
 # ranks) would compile torch and transformers again: a tiny CLI run took 38 s instead of 16.6 s
-# (2-core Xeon, 2026-11-29). Set here, before torch is imported, so the first process writes it,
-# and the environment that the xdist workers and every started process inherit says the same.
+# (2-core Xeon without amx_bf16/avx512_bf16/avx512_fp16, 2026-11-29). Set here, before torch is
+# imported, so the first process writes it, and the environment that the xdist workers and every
+# started process inherit says the same.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
