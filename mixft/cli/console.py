@@ -345,10 +345,14 @@ def quiet_library_progress() -> None:
     The CLI owns this process's terminal, so it may switch them off; the library never does.
     """
     import huggingface_hub.utils
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
     huggingface_hub.utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    # else transformers reads huggingface_hub's switch when imported: a run without it does not pay its import
+    # (mlp-synthetic with --no-progress: 16.5 s against 19.0 s, a 2-core Xeon without bf16 instructions)
     if "datasets" in sys.modules:
         sys.modules["datasets"].disable_progress_bars()
     else:  # datasets reads this when imported: a run that never loads a dataset does not pay its import (~1 s)

@@ -100,20 +100,30 @@ def test_a_batch_larger_than_the_data_is_said_as_it_is(tmp_path, tiny_bert_dir, 
     assert batch_text(4, 2, None) == "4 x 2 accumulation = 8 effective"  # a loader that cannot tell
 
 
-def test_no_progress_silences_datasets_bars_whether_or_not_datasets_is_imported_yet():
+def test_no_progress_silences_datasets_and_transformers_bars_whether_or_not_they_are_imported_yet():
     # In a process of its own: the bars are process-wide switches. Before the import, the switch is
-    # datasets' environment variable (so a run that never loads a dataset does not import it); after, its call.
+    # datasets' environment variable and huggingface_hub's flag, which transformers reads when imported
+    # (so a run that never loads a dataset or a transformers model imports neither); after, their calls.
     code = (
         "import sys\n"
         "from mixft.cli.console import quiet_library_progress\n"
         "quiet_library_progress()\n"
-        "assert 'datasets' not in sys.modules\n"
+        "assert 'datasets' not in sys.modules and 'transformers' not in sys.modules, sorted(sys.modules)\n"
         "import datasets\n"
+        "from transformers.utils import logging as hf_logging\n"
         "assert not datasets.is_progress_bar_enabled()\n"
+        "assert not hf_logging.is_progress_bar_enabled()\n"
         "datasets.enable_progress_bars()\n"
+        "hf_logging.enable_progress_bar()\n"
+        "assert hf_logging.is_progress_bar_enabled()\n"
         "quiet_library_progress()\n"
         "assert not datasets.is_progress_bar_enabled()\n"
+        "assert not hf_logging.is_progress_bar_enabled()\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "HF_DATASETS_DISABLE_PROGRESS_BARS"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
+    }
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
