@@ -15,8 +15,9 @@ every part, the goals' table at their top). Parts, in order:
 - ``peers``     mixft, Trainer with mixft's packing, Trainer length-grouped and Trainer's default random
                 sampling (``benchmarks.peers``), fp32 and bf16, each seed: speed ratios and accuracy;
 - ``floor``     the stream's whole-step time beside its floor per precision (``benchmarks.step_ablation
-                --stream --variants all,-shape_ladder``: the recipe's loader in its order, the probe's matmul
-                rate and a measured bandwidth), and what the shape ladder buys in that step.
+                --stream``: the recipe's loader in its order, the probe's matmul rate and a measured bandwidth),
+                what the shape ladder buys in that step, and each CPU step change left out in turn (fast
+                dropout, row-gradient embeddings, the [CLS]-only last layer): whether it pays in the stream here.
 
 On a CPU without native bf16 (torch: ``mixft.amp.hardware.native_precisions``) bf16 is emulated,
 ~20x slower than fp32, and its figures say nothing about the goals: the check refuses there (exit
@@ -25,7 +26,7 @@ On a CPU without native bf16 (torch: ``mixft.amp.hardware.native_precisions``) b
 
 Usage::
 
-    python -m benchmarks.bf16_check OUT_DIR [--data-dir sst2-sample] [--seeds 0,1,2] [--budget-s 1800]
+    python -m benchmarks.bf16_check OUT_DIR [--data-dir sst2-sample] [--seeds 0,1,2] [--budget-s 3000]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from .gpu_parts import Budget, Context, Outcome, Part, compare_outcome
 from .timing import markdown_table
 
 PROG = "bf16_check"
-DEFAULT_BUDGET_S = 2400.0  # ~15 minutes measured parts on a 2-core AMX Xeon is the guess; twice that
+DEFAULT_BUDGET_S = 3000.0  # the parts' estimates (guesses for a 2-core AMX Xeon) sum to 2400 s: room for a slower one
 SEEDS = (0, 1, 2)
 
 
@@ -79,8 +80,8 @@ FULL = Bf16Sizes(
     peers_train=1000,
     peers_precisions=("fp32", "bf16"),
     peers_eval=500,
-    stream_options=("--rounds", "2", "--steps", "8", "--warmup", "2", "--train-samples", "2000"),
-    estimates={"main": 600.0, "bert-base": 300.0, "peers": 900.0, "floor": 300.0},
+    stream_options=("--rounds", "4", "--steps", "8", "--warmup", "2", "--train-samples", "2000"),
+    estimates={"main": 600.0, "bert-base": 300.0, "peers": 900.0, "floor": 600.0},
 )
 TINY = Bf16Sizes(
     name="tiny",
@@ -233,8 +234,10 @@ def run_floor(ctx: Bf16Context) -> Outcome:
     from . import step_ablation
 
     out = ctx.work_dir / "floor.json"
-    # all: every step change on, the shape ladder among them; -shape_ladder: exact shapes, the recipes' default.
-    argv = ["--stream", "--variants", "all,-shape_ladder", "--precisions", "fp32,bf16", *ctx.sizes.stream_options]
+    # all: every step change on, the shape ladder among them; -shape_ladder: exact shapes, the recipes' default;
+    # each other step change left out in turn: whether it pays in the stream on this CPU (docs/benchmarks.md).
+    variants = ",".join(("all", *(f"-{change}" for change in ("shape_ladder", *STEP_CHANGES))))
+    argv = ["--stream", "--variants", variants, "--precisions", "fp32,bf16", *ctx.sizes.stream_options]
     argv += [*ctx.recipe_options(), "--json", str(out)]
     command = "python benchmarks/step_ablation.py " + shlex.join(argv)
     print(f"floor: {command}", flush=True)
@@ -251,13 +254,35 @@ def run_floor(ctx: Bf16Context) -> Outcome:
         p: statistics.median(times[f"{p}/-shape_ladder"]["all"]) / statistics.median(times[f"{p}/all"]["all"])
         for p in ("fp32", "bf16")
     }
-    figures = {"command": command, "floors": floors, "ladder_speedup": ladder}
+    changes = {p: {c: step_change_speedup(times[f"{p}/all"], times[f"{p}/-{c}"]) for c in STEP_CHANGES} for p in ladder}
+    figures = {"command": command, "floors": floors, "ladder_speedup": ladder, "step_changes": changes}
     lines = [floors[p]["line"] for p in floors]
     lines += [
         f"{p}: the shape ladder's step {ladder[p]:.2f}x as fast as exact shapes' (all ÷ -shape_ladder)" for p in ladder
     ]
+    lines += [
+        f"{p}: {change} {c['speedup']:.3f}x (all ÷ -{change}; rounds {c['rounds'][0]:.3f}-{c['rounds'][1]:.3f}: "
+        + ("pays in every round)" if c["every_round"] else "within the rounds' spread)")
+        for p in changes
+        for change, c in changes[p].items()
+    ]
     note = ", ".join(f"{p} {floors[p]['above_floor']:.2f}x its floor" for p in floors)
     return Outcome(figures, f"`{command}`\n\n" + "\n".join(f"- {line}" for line in lines), note or None)
+
+
+# The CPU step changes a run turns on by default, each kept where it pays beyond the noise in the stream.
+STEP_CHANGES = ("fast_dropout", "row_embedding_grad", "first_token_encoder")
+
+
+def step_change_speedup(all_on: dict[str, Any], without: dict[str, Any]) -> dict[str, Any]:
+    """How much faster the step is with a change than without it: the medians' ratio, and per round
+    (``step_ablation``'s rounds are rotated, so round k of each variant ran side by side)."""
+    per_round = [statistics.median(w) / statistics.median(a) for a, w in zip(all_on["rounds"], without["rounds"])]
+    return {
+        "speedup": statistics.median(without["all"]) / statistics.median(all_on["all"]),
+        "rounds": [min(per_round), max(per_round)],
+        "every_round": min(per_round) > 1.0,
+    }
 
 
 PARTS: dict[str, Part] = {

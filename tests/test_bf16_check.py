@@ -51,6 +51,14 @@ def test_every_part_runs_on_a_tiny_bert_and_the_goals_read_its_figures(tiny_chec
     ladder = parts["floor"]["figures"]["ladder_speedup"]
     assert set(ladder) == {"fp32", "bf16"} and all(v > 0 for v in ladder.values())
     assert f"- bf16: the shape ladder's step {ladder['bf16']:.2f}x as fast as exact shapes'" in markdown
+    # Each CPU step change left out in turn over the same stream, per precision, with its rounds' range.
+    changes = parts["floor"]["figures"]["step_changes"]
+    assert set(changes) == {"fp32", "bf16"} and all(set(c) == set(bf16_check.STEP_CHANGES) for c in changes.values())
+    for p, by_change in changes.items():
+        for change, c in by_change.items():
+            low, high = c["rounds"]
+            assert 0 < low <= high and c["speedup"] > 0 and c["every_round"] == (low > 1)
+            assert f"- {p}: {change} {c['speedup']:.3f}x (all ÷ -{change}; rounds {low:.3f}-{high:.3f}: " in markdown
     # The goals' table, under the parts' one: every goal with its figure.
     goals = markdown.split("## Goals", 1)[1].split("\n## ", 1)[0]
     assert f"| {MAIN.what} | >= 1.8x | {parts['main']['figures']['bf16_vs_fp32']:.2f}x |" in goals
@@ -136,3 +144,15 @@ def test_accuracy_against_trainer_is_the_gap_against_two_standard_errors_of_the_
     assert far["within_noise"] is False
     assert accuracy_against_trainer(mixft, None) is None
     assert accuracy_against_trainer({"accuracy_per_seed": [0.9]}, {"accuracy_per_seed": [0.8]})["within_noise"] is None
+
+
+def test_a_step_change_pays_only_when_every_rotated_round_says_so():
+    # Round k of "all" and of the variant ran side by side: the per-round ratios are what the noise is read from.
+    all_on = {"all": [1.0, 1.0, 2.0, 2.0], "rounds": [[1.0, 1.0], [2.0, 2.0]]}
+    mixed = {"all": [1.2, 1.2, 1.8, 1.8], "rounds": [[1.2, 1.2], [1.8, 1.8]]}  # 1.2x in one round, 0.9x in the other
+    c = bf16_check.step_change_speedup(all_on, mixed)
+    assert c["rounds"] == pytest.approx([0.9, 1.2]) and not c["every_round"]
+    assert c["speedup"] == pytest.approx(1.5 / 1.5)  # the medians over every step
+    slower_without = {"all": [1.1, 1.1, 2.4, 2.4], "rounds": [[1.1, 1.1], [2.4, 2.4]]}
+    c = bf16_check.step_change_speedup(all_on, slower_without)
+    assert c["every_round"] and c["rounds"] == pytest.approx([1.1, 1.2]) and c["speedup"] == pytest.approx(1.75 / 1.5)
