@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 #     import mixft
 #     trainer = mixft.Trainer(model, optimizer, loss_fn, train_loader, precision="amp")
 #     results = mixft.run(mixft.RunConfig(precisions=["fp32", "bf16"], max_train_samples=500))
+#     plan = mixft.make_plan(mixft.RunConfig(precisions=["amp"]))  # what a run would do; mixft.run(plan) trains it
 #     mixft.results_frame(results)
 _EXPORTS = {
     # the loop
@@ -27,6 +28,8 @@ _EXPORTS = {
     "results_document": "mixft.results",
     # running recipes
     "RunConfig": "mixft.config.run_config",
+    "make_plan": "mixft.runs.plan",
+    "RunPlan": "mixft.runs.plan",
     "run": "mixft.runs.runner",
     # precision policy
     "Precision": "mixft.amp.precision",

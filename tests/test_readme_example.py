@@ -384,9 +384,11 @@ def test_compare_frame_speedup_against_fp32():
 
 def test_public_exports():
     from mixft.amp.precision import resolve_precision
+    from mixft.runs.plan import RunPlan, make_plan
     from mixft.train.trainer import Trainer
 
     assert mixft.Trainer is Trainer and mixft.resolve_precision is resolve_precision
+    assert mixft.make_plan is make_plan and mixft.RunPlan is RunPlan  # the notebook's "what would it do?"
     assert mixft.BertClassifier is BertClassifier and mixft.RunResult is RunResult
     missing = [name for name in mixft.__all__ if not hasattr(mixft, name)]
     assert not missing
