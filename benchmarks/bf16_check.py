@@ -230,6 +230,21 @@ def accuracy_against_trainer(mixft: dict | None, trainer: dict | None) -> dict[s
     return {"gap_pts": gap, "two_se_pts": two_se, "within_noise": abs(gap) <= two_se, "seeds": len(a)}
 
 
+# The CPU step changes on by default: this part measures whether each pays beyond the noise in the stream here.
+STEP_CHANGES = ("fast_dropout", "row_embedding_grad", "first_token_encoder")
+
+
+def step_change_speedup(all_on: dict[str, Any], without: dict[str, Any]) -> dict[str, Any]:
+    """How much faster the step is with a change than without it: the medians' ratio, and per round
+    (``step_ablation``'s rounds are rotated, so round k of each variant ran side by side)."""
+    per_round = [statistics.median(w) / statistics.median(a) for a, w in zip(all_on["rounds"], without["rounds"])]
+    return {
+        "speedup": statistics.median(without["all"]) / statistics.median(all_on["all"]),
+        "rounds": [min(per_round), max(per_round)],
+        "every_round": min(per_round) > 1.0,
+    }
+
+
 def run_floor(ctx: Bf16Context) -> Outcome:
     from . import step_ablation
 
@@ -268,21 +283,6 @@ def run_floor(ctx: Bf16Context) -> Outcome:
     ]
     note = ", ".join(f"{p} {floors[p]['above_floor']:.2f}x its floor" for p in floors)
     return Outcome(figures, f"`{command}`\n\n" + "\n".join(f"- {line}" for line in lines), note or None)
-
-
-# The CPU step changes a run turns on by default, each kept where it pays beyond the noise in the stream.
-STEP_CHANGES = ("fast_dropout", "row_embedding_grad", "first_token_encoder")
-
-
-def step_change_speedup(all_on: dict[str, Any], without: dict[str, Any]) -> dict[str, Any]:
-    """How much faster the step is with a change than without it: the medians' ratio, and per round
-    (``step_ablation``'s rounds are rotated, so round k of each variant ran side by side)."""
-    per_round = [statistics.median(w) / statistics.median(a) for a, w in zip(all_on["rounds"], without["rounds"])]
-    return {
-        "speedup": statistics.median(without["all"]) / statistics.median(all_on["all"]),
-        "rounds": [min(per_round), max(per_round)],
-        "every_round": min(per_round) > 1.0,
-    }
 
 
 PARTS: dict[str, Part] = {
