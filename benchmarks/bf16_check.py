@@ -49,7 +49,7 @@ from mixft.errors import UsageError
 
 from .gpu_check import Suite, check_parts, made_out_dir, run_check
 from .gpu_parts import Budget, Context, Outcome, Part, compare_outcome
-from .timing import markdown_table
+from .timing import markdown_table, median_ratio
 
 PROG = "bf16_check"
 DEFAULT_BUDGET_S = 3000.0  # the parts' estimates (guesses for a 2-core AMX Xeon) sum to 2400 s: room for a slower one
@@ -235,14 +235,10 @@ STEP_CHANGES = ("fast_dropout", "row_embedding_grad", "first_token_encoder")
 
 
 def step_change_speedup(all_on: dict[str, Any], without: dict[str, Any]) -> dict[str, Any]:
-    """How much faster the step is with a change than without it: the medians' ratio, and per round
-    (``step_ablation``'s rounds are rotated, so round k of each variant ran side by side)."""
-    per_round = [statistics.median(w) / statistics.median(a) for a, w in zip(all_on["rounds"], without["rounds"])]
-    return {
-        "speedup": statistics.median(without["all"]) / statistics.median(all_on["all"]),
-        "rounds": [min(per_round), max(per_round)],
-        "every_round": min(per_round) > 1.0,
-    }
+    """How much faster the step is with a change than without it: the medians' ratio, and its range
+    over ``step_ablation``'s rotated rounds; it pays beyond the noise when every round says so."""
+    speedup, per_round = median_ratio(without, all_on)
+    return {"speedup": speedup, "rounds": [min(per_round), max(per_round)], "every_round": min(per_round) > 1.0}
 
 
 def run_floor(ctx: Bf16Context) -> Outcome:
@@ -265,10 +261,7 @@ def run_floor(ctx: Bf16Context) -> Outcome:
     found = json.loads(out.read_text(encoding="utf-8"))
     floors, times = found["floors"], found["step_times_s"]
     # What the ladder buys in the whole step, per precision: exact shapes' median step over the ladder's.
-    ladder = {
-        p: statistics.median(times[f"{p}/-shape_ladder"]["all"]) / statistics.median(times[f"{p}/all"]["all"])
-        for p in ("fp32", "bf16")
-    }
+    ladder = {p: median_ratio(times[f"{p}/-shape_ladder"], times[f"{p}/all"])[0] for p in ("fp32", "bf16")}
     changes = {p: {c: step_change_speedup(times[f"{p}/all"], times[f"{p}/-{c}"]) for c in STEP_CHANGES} for p in ladder}
     figures = {"command": command, "floors": floors, "ladder_speedup": ladder, "step_changes": changes}
     lines = [floors[p]["line"] for p in floors]

@@ -66,7 +66,7 @@ import torch
 from benchmarks.bert import BertSetup, bert_matmul_flops, encoder_config, prepare_bert
 from benchmarks.floors import gauges_line, measure_gauges
 from benchmarks.stream import LinearInputs, epoch_shapes, median_batch, step_work
-from benchmarks.timing import SameBatch, StepTimer, markdown_table, rotated
+from benchmarks.timing import SameBatch, StepTimer, markdown_table, median_ratio, rotated
 from mixft.amp.hardware import describe_hardware, hardware_line
 from mixft.amp.precision import resolve_device, resolve_precision
 from mixft.errors import UsageError
@@ -189,11 +189,8 @@ def ablation_table(times: dict, precisions: list[str]) -> str:
             if variant == "all":
                 speedup = "1.00 (reference)"
             else:
-                per_round = [statistics.median(v) / statistics.median(a) for v, a in zip(t["rounds"], best["rounds"])]
-                speedup = (
-                    f"{statistics.median(t['all']) / statistics.median(best['all']):.3f} "
-                    f"(rounds {min(per_round):.3f}-{max(per_round):.3f})"
-                )
+                speed, per_round = median_ratio(t, best)
+                speedup = f"{speed:.3f} (rounds {min(per_round):.3f}-{max(per_round):.3f})"
             rows.append(
                 [
                     precision,
@@ -219,7 +216,7 @@ def stream_lines(times: dict, seen: dict, precisions: list[str]) -> list[str]:
         if f"{precision}/fixed" not in times:
             continue
         stream, fixed = times[f"{precision}/all"], times[f"{precision}/fixed"]
-        per_round = [statistics.median(a) / statistics.median(f) for a, f in zip(stream["rounds"], fixed["rounds"])]
+        stream_vs_fixed, per_round = median_ratio(stream, fixed)
         work, still = seen[(precision, frozenset())], seen[(precision, frozenset({STREAM}))]
         flops = [bert_matmul_flops(work["config"], shapes) for shapes in work["step_work"]]
         fixed_flops = bert_matmul_flops(still["config"], still["step_work"][0])
@@ -230,7 +227,7 @@ def stream_lines(times: dict, seen: dict, precisions: list[str]) -> list[str]:
         a, f = statistics.median(stream["all"]), statistics.median(fixed["all"])
         lines.append(
             f"{precision}: stream {a * 1e3:.1f} ms/step, fixed batch ({shape}) {f * 1e3:.1f} ms/step: stream ÷ fixed "
-            f"{a / f:.3f} (rounds {min(per_round):.3f}-{max(per_round):.3f}); per matmul FLOP (the stream's steps "
+            f"{stream_vs_fixed:.3f} (rounds {min(per_round):.3f}-{max(per_round):.3f}); per matmul FLOP (the stream's steps "
             f"{min(flops) / 1e9:.1f}-{max(flops) / 1e9:.1f} GFLOP, fixed {fixed_flops / 1e9:.1f}): stream ÷ fixed "
             f"{per_flop / fixed_per_flop:.3f}; the Linear layers saw {work['linear_input_shapes']} distinct input "
             f"shapes in {work['linear_calls']} calls over the stream's first {work['steps_seen']} steps"

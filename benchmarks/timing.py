@@ -203,6 +203,16 @@ def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
     return list(items[k:]) + list(items[:k])
 
 
+def median_ratio(numerator: dict[str, Any], denominator: dict[str, Any]) -> tuple[float, list[float]]:
+    """Two variants' step times (``{"all": [...], "rounds": [[...], ...]}``, rounds run ``rotated``):
+    the ratio of their medians over every step, and the same ratio per round (round k of each ran side
+    by side, so the rounds' range is the noise to read it against)."""
+    per_round = [
+        statistics.median(n) / statistics.median(d) for n, d in zip(numerator["rounds"], denominator["rounds"])
+    ]
+    return statistics.median(numerator["all"]) / statistics.median(denominator["all"]), per_round
+
+
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """``numerator / denominator``, or None when either is missing or the denominator is 0."""
     if numerator is None or denominator in (None, 0):
