@@ -237,8 +237,12 @@ def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
 _NOT_METRICS = {"loss", "time_s", "samples_per_s"}
 
 
-def print_result(result) -> None:
-    """One line per run: the figures a user came for."""
+def print_result(result, kept: bool = False) -> None:
+    """One line per run: the figures a user came for.
+
+    ``kept``: a run ``--resume`` found finished in results.json; its line says so, so that a
+    resumed command whose runs had all ended says what it holds instead of nothing.
+    """
     mem = result.peak_memory_bytes
     mem_s = (
         f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
@@ -263,7 +267,7 @@ def print_result(result) -> None:
         # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained"
         # (report.md's table does the same: mixft.report.summary.is_eval_only decides for both).
         say(
-            f"[{result.precision}] {quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
+            f"{_label(result, kept)}{quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
             f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)",
             flush=True,
         )
@@ -283,11 +287,15 @@ def print_result(result) -> None:
     # A speed measured on ladder shapes (--batch-shapes) is said beside it: a --compare's runs may differ there.
     ladder = " (batch shapes on a ladder)" if result.batch_shapes == "ladder" else ""
     say(
-        f"[{result.precision}] {quality} | {result.train_samples_per_s:.1f} samples/s{ladder} | "
+        f"{_label(result, kept)}{quality} | {result.train_samples_per_s:.1f} samples/s{ladder} | "
         f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s}{saved_s} | steps {result.steps}, "
         f"skipped {result.skipped_steps}{scale}",
         flush=True,
     )
+
+
+def _label(result, kept: bool) -> str:
+    return f"[{result.precision}] " + ("finished earlier, kept by --resume: " if kept else "")
 
 
 class ConsoleObserver:
@@ -334,6 +342,10 @@ class ConsoleObserver:
     def on_result(self, result) -> None:
         if self.main:
             print_result(result)
+
+    def on_kept(self, result) -> None:
+        if self.main:
+            print_result(result, kept=True)
 
     def stop_requested(self) -> bool:
         return self.signals is not None and self.signals.signum is not None

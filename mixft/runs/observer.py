@@ -44,6 +44,9 @@ class RunObserver:
     def on_result(self, result: RunResult) -> None:
         """Called after each (precision, seed) run, once its results are written."""
 
+    def on_kept(self, result: RunResult) -> None:
+        """Called for each run ``--resume`` keeps as it ended earlier (read from results.json, not trained)."""
+
     def stop_requested(self) -> bool:
         """True to end the whole run after the current (precision, seed) run (e.g. Ctrl-C)."""
         return False

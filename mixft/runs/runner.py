@@ -97,6 +97,7 @@ def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
             if cfg.save_model and _ended_a_finished_model(kept):
                 save_kept_model(plan, planned)  # finished earlier without --save-model: from its final checkpoint
             results.append(kept)
+            observer.on_kept(kept)
             continue
         # The header is printed once, when the first run's model and step count exist.
         announce = None if announced else functools.partial(_announce, observer, plan)

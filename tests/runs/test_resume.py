@@ -240,6 +240,20 @@ def test_resume_save_model_without_the_final_checkpoint_says_why_not(tmp_path, t
     assert (out / "results.json").read_bytes() == before and not (out / "model").exists()
 
 
+def test_resuming_a_finished_run_says_it_is_kept_with_its_figures(tmp_path, tiny_bert_dir, data, capsys):
+    out = tmp_path / "out"
+    common = args(tiny_bert_dir, data, out, "--epochs", "1")
+    assert main(common) == 0
+    trained = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("[fp32] "))
+    before = (out / "results.json").read_bytes()
+    assert main(common + ["--resume"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    kept = [line for line in lines if line.startswith("[fp32] ")]
+    # Not silence (it used to print only the results path): the kept run's own line, marked as kept.
+    assert kept == [trained.replace("[fp32] ", "[fp32] finished earlier, kept by --resume: ", 1)], lines
+    assert (out / "results.json").read_bytes() == before  # not trained again, not rewritten
+
+
 # ------------------------------------------- a resumed collapsed run (issue 13.5e)
 def test_resuming_a_collapsed_run_prints_its_diagnosis_again(tmp_path, tiny_bert_dir, capsys):
     data = make_data_dir(tmp_path / "sst2", 48, 8)  # 12 steps: room for 10 skipped in a row
