@@ -237,12 +237,21 @@ def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
 _NOT_METRICS = {"loss", "time_s", "samples_per_s"}
 
 
-def print_result(result, kept: bool = False) -> None:
+def run_label(precision: str, seed: int, several_seeds: bool) -> str:
+    """How the terminal names one run: its precision, and its seed where the command trains several."""
+    return precision + (f" seed {seed}" if several_seeds else "")
+
+
+def print_result(result, kept: bool = False, several_seeds: bool = False) -> None:
     """One line per run: the figures a user came for.
 
     ``kept``: a run ``--resume`` found finished in results.json; its line says so, so that a
     resumed command whose runs had all ended says what it holds instead of nothing.
+    ``several_seeds``: the command trains each precision per seed (``--seeds``): the line names its seed.
     """
+    label = f"[{run_label(result.precision, result.seed, several_seeds)}] " + (
+        "finished earlier, kept by --resume: " if kept else ""
+    )
     mem = result.peak_memory_bytes
     mem_s = (
         f"{mem / 2**20:.0f} MiB ({'RSS' if result.peak_memory_kind == 'cpu_rss' else 'allocated'})" if mem else "n/a"
@@ -267,7 +276,7 @@ def print_result(result, kept: bool = False) -> None:
         # --eval-only: the speed that was measured is inference; say that, not "0.0 samples/s trained"
         # (report.md's table does the same: mixft.report.summary.is_eval_only decides for both).
         say(
-            f"{_label(result, kept)}{quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
+            f"{label}{quality} | inference {result.eval['samples_per_s']:.1f} samples/s | "
             f"eval {result.eval.get('time_s', 0.0):.1f} s | peak memory {mem_s} | no training (--eval-only)",
             flush=True,
         )
@@ -287,24 +296,21 @@ def print_result(result, kept: bool = False) -> None:
     # A speed measured on ladder shapes (--batch-shapes) is said beside it: a --compare's runs may differ there.
     ladder = " (batch shapes on a ladder)" if result.batch_shapes == "ladder" else ""
     say(
-        f"{_label(result, kept)}{quality} | {result.train_samples_per_s:.1f} samples/s{ladder} | "
+        f"{label}{quality} | {result.train_samples_per_s:.1f} samples/s{ladder} | "
         f"train {result.train_time_s:.1f} s{writes} | peak memory {mem_s}{saved_s} | steps {result.steps}, "
         f"skipped {result.skipped_steps}{scale}",
         flush=True,
     )
 
 
-def _label(result, kept: bool) -> str:
-    return f"[{result.precision}] " + ("finished earlier, kept by --resume: " if kept else "")
-
-
 class ConsoleObserver:
     """Prints the run summary, a progress bar per run, and one result line per run."""
 
-    def __init__(self, progress: bool = True, signals: SignalHandler | None = None):
+    def __init__(self, progress: bool = True, signals: SignalHandler | None = None, several_seeds: bool = False):
         self.signals = signals  # Ctrl-C / SIGTERM: stop at the next step, save, exit 130 / 143
         self.stoppers: list[StopOnSignal] = []
         self.show_progress = progress
+        self.several_seeds = several_seeds  # --seeds: every line names its run's seed
 
     @property
     def main(self) -> bool:
@@ -330,7 +336,7 @@ class ConsoleObserver:
                 )
 
     def callbacks(self, cfg, precision, seed):
-        label = precision.name + (f" seed {seed}" if len(cfg.seeds) > 1 else "")
+        label = run_label(precision.name, seed, self.several_seeds)
         callbacks = [ProgressBar(label, enabled=self.progress)]
         if self.main:
             callbacks.append(DurationEstimate(label))
@@ -341,11 +347,11 @@ class ConsoleObserver:
 
     def on_result(self, result) -> None:
         if self.main:
-            print_result(result)
+            print_result(result, several_seeds=self.several_seeds)
 
     def on_kept(self, result) -> None:
         if self.main:
-            print_result(result, kept=True)
+            print_result(result, kept=True, several_seeds=self.several_seeds)
 
     def stop_requested(self) -> bool:
         return self.signals is not None and self.signals.signum is not None

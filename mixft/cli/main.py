@@ -213,7 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # run() decides everything (make_plan()) before any work: bad input exits here.
         with SignalHandler() as signals:
-            observer = ConsoleObserver(progress=not args.no_progress, signals=signals)
+            observer = ConsoleObserver(
+                progress=not args.no_progress, signals=signals, several_seeds=len(cfg.seeds) > 1
+            )
             results = run(cfg, observer)
     except UsageError as e:
         return _fail(f"{prog}: error: {e}", EXIT_USAGE)
@@ -256,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _finish(prog: str, cfg: RunConfig, results, observer: ConsoleObserver) -> int:
     """The exit code of a run that returned: stopped by a signal, collapsed, or done (its last lines said)."""
     from mixft.callbacks.faults import is_collapse
-    from mixft.cli.console import print_outputs
+    from mixft.cli.console import print_outputs, run_label
     from mixft.distributed import is_main_process
 
     signals = observer.signals
@@ -267,7 +269,7 @@ def _finish(prog: str, cfg: RunConfig, results, observer: ConsoleObserver) -> in
             f"{prog}: interrupted ({signals.signal_name}); {where}; rerun the same command with --resume to continue"
         )
         return signals.exit_code
-    collapsed = [r.precision + (f" seed {r.seed}" if len(cfg.seeds) > 1 else "") for r in results if is_collapse(r)]
+    collapsed = [run_label(r.precision, r.seed, observer.several_seeds) for r in results if is_collapse(r)]
     if collapsed:  # the diagnosis itself was logged above, when the run stopped
         # No barrier: a rank-local collapse (a NaN loss) may leave peers elsewhere (_fail waits for the launcher).
         return _fail(

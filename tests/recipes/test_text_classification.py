@@ -176,14 +176,22 @@ def test_eval_only_refuses_a_bare_encoder(tmp_path, models, capsys):
     assert code == 2 and len(err) == 1 and "no fine-tuned classification head" in err[0]
 
 
-def test_resume_and_seeds(tmp_path, models):
+def test_resume_and_seeds(tmp_path, models, capsys):
     train, dev = three_class_csv(tmp_path)
     args = ("--train-file", str(train), "--validation-file", str(dev), "--seeds", "0,1", "--checkpoint-every", "1")
     code, first = run(tmp_path / "out", models["bert"], *args)
     assert code == 0 and [r["seed"] for r in first["runs"]] == [0, 1]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    # Each run's result line names its seed: two lines that both said "[fp32]" could not be told apart.
+    assert [line.split("]")[0] for line in lines] == ["[fp32 seed 0", "[fp32 seed 1"], lines
     code, resumed = run(tmp_path / "out", models["bert"], *args, "--resume")  # all finished: kept as they were
     assert code == 0
     assert [r["eval"]["accuracy"] for r in resumed["runs"]] == [r["eval"]["accuracy"] for r in first["runs"]]
+    kept = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    assert [line.split(":")[0] for line in kept] == [
+        "[fp32 seed 0] finished earlier, kept by --resume",
+        "[fp32 seed 1] finished earlier, kept by --resume",
+    ], kept
 
 
 def test_validation_split_and_the_whole_file_by_default(tmp_path, models):
