@@ -213,9 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         # run() decides everything (make_plan()) before any work: bad input exits here.
         with SignalHandler() as signals:
-            observer = ConsoleObserver(
-                progress=not args.no_progress, signals=signals, several_seeds=len(cfg.seeds) > 1
-            )
+            observer = ConsoleObserver(progress=not args.no_progress, signals=signals, several_seeds=len(cfg.seeds) > 1)
             results = run(cfg, observer)
     except UsageError as e:
         return _fail(f"{prog}: error: {e}", EXIT_USAGE)
