@@ -1,11 +1,11 @@
 """Accuracy over seeds, candidate by candidate: what moves bert-sst2's accuracy at a fixed budget, and its step time.
 
 ``python benchmarks/accuracy_sweep.py --data-dir DIR --sizes 1000,2000,6000 --seeds 0,1,2,3,4
---candidates 'mixft;mixft:fast_dropout=false;hf-random' --json docs/bench/FILE.json [--max-minutes 18]``
+--candidates 'mixft;mixft:pack_sequences=false;hf-random' --json docs/bench/FILE.json [--max-minutes 18]``
 ``python benchmarks/accuracy_sweep.py --table docs/bench/FILE.json``  (the tables again, from the file)
 
 A candidate is a framework, optionally with ``RunConfig`` options after a colon
-(``mixft:group_by_length=false``, ``mixft:length_group_size=15,fast_dropout=false``):
+(``mixft:group_by_length=false``, ``mixft:length_group_size=15,pack_sequences=false``):
 
 * ``mixft``: the bert-sst2 recipe's parts (``recipe.build``) trained by
   ``mixft.runs.build.build_trainer``, as ``scripts/finetune.py`` trains them;
@@ -58,7 +58,7 @@ _BOOLS = {"true": True, "false": False}
 
 
 def parse_candidate(text: str) -> tuple[str, dict]:
-    """``"mixft:fast_dropout=false,length_group_size=15"`` -> ("mixft", {...}); options checked against RunConfig."""
+    """``"mixft:pack_sequences=false,length_group_size=15"`` -> ("mixft", {...}); options checked against RunConfig."""
     framework, _, rest = text.partition(":")
     if framework not in FRAMEWORKS:
         raise SystemExit(f"accuracy_sweep: unknown framework {framework!r} in {text!r}; choose from {FRAMEWORKS}")
@@ -295,7 +295,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--candidates",
         default="mixft;hf-random",
-        help="semicolon-separated, e.g. 'mixft;mixft:fast_dropout=false,group_by_length=false;hf-random'",
+        help="semicolon-separated, e.g. 'mixft;mixft:pack_sequences=false,group_by_length=false;hf-random'",
     )
     p.add_argument("--precision", default="fp32")
     p.add_argument("--epochs", type=int, default=1)

@@ -7,11 +7,6 @@
 What is switched (all on is what ``scripts/finetune.py`` runs on a CPU, except the shape ladder, which
 it uses only when asked, ``--batch-shapes ladder`` or ``auto``; none is torch's own step):
 
-* ``fast_dropout``: :mod:`mixft.train.fast_dropout`'s exact masks from one random byte per element
-  instead of torch's ``bernoulli_`` (hidden-state and sdpa attention dropout);
-* ``row_embedding_grad``: :mod:`mixft.train.row_grad`'s row gradients into a kept buffer,
-  zeroed each step, instead of a freshly allocated vocabulary-sized zero tensor per step
-  (bit-identical gradients);
 * ``packing``: :mod:`mixft.data.packing`'s packed rows (the batch's sentences end to end,
   attention within each) instead of the same sentences padded to the longest;
 * ``first_token_encoder``: :mod:`mixft.models.first_token_encoder`'s last layer computing only
@@ -21,9 +16,10 @@ it uses only when asked, ``--batch-shapes ladder`` or ``auto``; none is torch's 
 
 A change that did not beat the machine's noise here was removed (issue 28: cleaning the
 buffer by rows, the norm and clip of the written rows, skipping the clip's multiply by 1.0;
-docs/benchmarks.md has their last ablation).
+2026-11-29: mixft's own dropout masks and row-gradient embeddings, which paid on one fixed batch
+but not over the stream on any CPU kind measured; docs/benchmarks.md has their last ablations).
 
-Variants per precision: ``all``, each switch left out (``-fast_dropout`` ...) and
+Variants per precision: ``all``, each switch left out (``-packing`` ...) and
 ``none``. Each is mixft's own ``Trainer`` from ``build_trainer`` on the ``bert-sst2``
 recipe's model (the shipped MiniLM offline), trained on one fixed batch of the recipe's
 loader so every variant computes the same shapes; a step's time is the wall time between
@@ -74,8 +70,7 @@ from mixft.models import classifiers
 from mixft.runs.build import build_trainer
 from mixft.train.floor import optimizer_clip_bytes
 
-SWITCHES = ("fast_dropout", "row_embedding_grad", "packing", "first_token_encoder", "shape_ladder")
-TRAINER_SWITCHES = ("fast_dropout", "row_embedding_grad")  # the trainer's CPU swaps; packing is the loader's
+SWITCHES = ("packing", "first_token_encoder", "shape_ladder")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -131,9 +126,6 @@ def timed_variant(
     if max_grad_norm is not None:
         cfg = dataclasses.replace(cfg, max_grad_norm=max_grad_norm)
     trainer = build_trainer(parts, cfg, precision=precision, device=device, seed=0, callbacks=[timer])
-    for name in TRAINER_SWITCHES:
-        if name in left_out and name in trainer.cpu_swaps:
-            trainer.cpu_swaps.pop(name).remove()
     with contextlib.ExitStack() as stack:
         if "first_token_encoder" in left_out:  # every encoder the model does not cover takes this path
             stack.enter_context(mock.patch.object(classifiers, "reads_first_tokens_only", lambda encoder: False))

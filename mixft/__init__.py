@@ -18,8 +18,6 @@ _EXPORTS = {
     "Callback": "mixft.train.hooks",
     "StepInfo": "mixft.train.hooks",
     "StopTraining": "mixft.train.hooks",
-    "use_fast_dropout": "mixft.train.fast_dropout",
-    "use_row_embedding_grad": "mixft.train.row_grad",
     # results
     "RunResult": "mixft.results",
     "results_frame": "mixft.report.frames",

@@ -37,10 +37,9 @@ RUNS = {
     "bert_bf16": ("bert", False, "bf16", 1),
     "qwen2_lora_bf16": ("qwen2", True, "bf16", 1),
     "bert_fp16_inf": ("bert", False, "fp16", 1),
-    # Dropout on, the same seed: mixft's fast dropout under FSDP vs under DDP, and torch's under FSDP.
-    "bert_dropout_fast": ("bert", False, "fp32", 1),
-    "bert_dropout_fast_ddp": ("bert", False, "fp32", 1),
-    "bert_dropout_torch": ("bert", False, "fp32", 1),
+    # Dropout on, the same seed: under FSDP vs under DDP.
+    "bert_dropout": ("bert", False, "fp32", 1),
+    "bert_dropout_ddp": ("bert", False, "fp32", 1),
     # --inject-nonfinite at rate 1 on sharded gradients: every step skipped on every rank.
     "bert_fp32_injected": ("bert", False, "fp32", 1),
     # bert-sst2's model (BertClassifier): its last layer computes the [CLS] tokens only, sharded too.
@@ -196,10 +195,6 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
         seed=0,
         scaler_kwargs={"init_scale": 1024.0},
     )
-    if "fast" in name:  # as mixft.run.build does: swapped in after the trainer sharded (or wrapped) the model
-        from mixft.train.fast_dropout import use_fast_dropout
-
-        trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
     if fsdp:
         watch_gathered_dtypes(trainer.module, record)
     watch_last_feed_forward(trainer.module, record)

@@ -17,9 +17,7 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
     order: list = []
     seconds = {
         frozenset(): 0.10,
-        frozenset({"fast_dropout"}): 0.12,
-        frozenset({"row_embedding_grad"}): 0.11,
-        frozenset({"packing"}): 0.13,
+        frozenset({"packing"}): 0.12,
         frozenset({"first_token_encoder"}): 0.14,
         frozenset({"shape_ladder"}): 0.09,  # a switch that costs here: all ÷ it below 1
         frozenset(SWITCHES): 0.15,
@@ -36,7 +34,7 @@ def test_rounds_rotate_the_variants_and_the_table_reports_each_switchs_share():
     assert len(times["bf16/none"]["all"]) == 9 and len(times["bf16/none"]["rounds"]) == 3
     table = ablation_table(times, ["fp32", "bf16"])
     assert "| bf16 | all | 100.0 |" in table and "| fp32 | all | 200.0 |" in table
-    assert "| bf16 | -fast_dropout | 120.0 |" in table and "1.200 (rounds 1.200-1.200)" in table
+    assert "| bf16 | -packing | 120.0 |" in table and "1.200 (rounds 1.200-1.200)" in table
     assert "1.500 (rounds 1.500-1.500)" in table  # none vs all
     assert "| bf16 | -shape_ladder | 90.0 |" in table and "0.900 (rounds 0.900-0.900)" in table
 

@@ -219,9 +219,6 @@ def sharding_lines(cfg, device, precisions, processes: int) -> list[str]:
         f"each), global batch {cfg.batch_size * cfg.grad_accum * processes}",
         *(f"             {text}" for text in how),
     ]
-    if device.type == "cpu":
-        dropout = "fast dropout on" if cfg.fast_dropout else "torch's dropout"
-        lines.append(f"  paths      {dropout}; row-gradient embeddings off (FSDP needs dense gradients)")
     if cfg.eval_only:
         return lines  # nothing trains: no checkpoint
     single = len(precisions) * len(cfg.seeds) == 1

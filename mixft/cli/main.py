@@ -98,6 +98,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     add_arguments(p, fields(RunConfig))
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: a bar per run)")
+    # Retired (mixft.config.file.RETIRED): it asked for torch's dropout masks, which every run now
+    # draws; accepted so that older commands still run, and no longer listed.
+    p.add_argument("--torch-dropout", action="store_true", help=argparse.SUPPRESS)
     return p
 
 

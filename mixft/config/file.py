@@ -27,6 +27,7 @@ from typing import Any
 from mixft.atomic import write_text
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
+from mixft.log import logger
 from mixft.options import SEED, TEXT
 
 #: Command-line spellings that are not field names -> the field they fill.
@@ -37,6 +38,16 @@ CLI_SPELLINGS = {
     "seed": "seeds",
     "seeds": "seeds",
     "precisions": "precisions",
+}
+
+#: Options mixft no longer has -> why. A file that sets one still loads (the config.yaml of an
+#: older run reproduces it with --config): the key is skipped, with a notice where it asked for
+#: what is gone. The command line keeps their flags the same way (mixft.cli.main.build_parser).
+RETIRED = {
+    "fast_dropout": (
+        "mixft's own CPU dropout masks were removed (2026-11-29: over a run's batches they were no faster on "
+        "any CPU measured, docs/benchmarks.md); every run draws torch's dropout masks"
+    ),
 }
 
 
@@ -69,6 +80,10 @@ def config_values(data: Mapping[str, Any], source: str = "--config") -> dict[str
         if not isinstance(key, str):
             raise UsageError(f"{source}: option names are strings, got {key!r}")
         name = key.strip().replace("-", "_")
+        if name in RETIRED:
+            if value:  # fast_dropout: false asked for torch's masks, which is what every run draws
+                logger.warning("notice: %s: %r is ignored: %s", source, key, RETIRED[name])
+            continue
         target = CLI_SPELLINGS.get(name, name)
         if target not in by_name:
             raise UsageError(f"{source}: unknown option {key!r}{_suggestion(name, by_name)}")

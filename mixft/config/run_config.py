@@ -282,13 +282,6 @@ class RunConfig:
     num_workers: int = option(
         0, "DataLoader worker processes (0 keeps the data in this process)", check=NON_NEGATIVE_INT, metavar="N"
     )
-    fast_dropout: bool = option(
-        True,
-        "use torch's own dropout masks on CPU instead of mixft's faster exact ones "
-        "(mixft.train.fast_dropout: same keep rate, fewer random draws; measured in docs/benchmarks.md)",
-        check=BOOL,
-        flag="--torch-dropout",
-    )
     probe: bool = option(
         False,
         "answer 'is AMP faster here?' in seconds: time the recipe's matmuls and a few real "

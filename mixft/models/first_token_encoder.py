@@ -37,7 +37,7 @@ from torch import nn
 from mixft.distributed import is_sharded
 
 # Attention implementations that take the 4-D mask built below (flash attention takes none).
-_MASKED_ATTENTION = ("sdpa", "eager", "mixft_fast_dropout_sdpa")
+_MASKED_ATTENTION = ("sdpa", "eager")
 # The last layer's method FSDP2 gathers the layer's weights around (first_token_methods).
 _FSDP_METHOD = "mixft_first_tokens"
 

@@ -19,11 +19,8 @@ import torch
 
 from mixft.amp.precision import PRECISIONS, Precision
 from mixft.config.run_config import RunConfig
-from mixft.distributed import is_distributed
 from mixft.recipe import TrainerParts
-from mixft.train.fast_dropout import use_fast_dropout
 from mixft.train.hooks import Callback
-from mixft.train.row_grad import use_row_embedding_grad
 from mixft.train.trainer import Trainer
 
 
@@ -48,7 +45,7 @@ def build_trainer(
     row = precision if isinstance(precision, Precision) else PRECISIONS.get(precision)
     # --init-loss-scale is fp16's; a pure-bf16 run of the same --compare has no GradScaler to start.
     scale = cfg.init_loss_scale if row is None or row.param_dtype is None else None
-    trainer = Trainer(
+    return Trainer(
         parts.model,
         parts.optimizer,
         parts.loss_fn,
@@ -71,13 +68,3 @@ def build_trainer(
         scaler_kwargs={"init_scale": scale} if scale is not None else None,
         run_info=parts.run_info,
     )
-    if cfg.fast_dropout and trainer.device.type == "cpu":
-        # Every nn.Dropout and sdpa attention dropout of this run's own model draws its masks
-        # the cheap way (CUDA keeps torch's fused kernel); the swap lives as long as the model.
-        trainer.cpu_swaps["fast_dropout"] = use_fast_dropout(trainer.module)
-    if trainer.device.type == "cpu" and not is_distributed():
-        # The embeddings' gradients go into one kept buffer, zeroed and refilled each step: the
-        # dense backward's bits without a vocabulary-sized allocation (and its page faults) per
-        # step. DDP's reducer wants dense gradients; CUDA allocates and fills in one fast kernel.
-        trainer.cpu_swaps["row_embedding_grad"] = use_row_embedding_grad(trainer.module)
-    return trainer

@@ -74,7 +74,6 @@ TRAJECTORY_OPTIONS = (
     "lora_target_modules",
     "fp32_modules",
     "init_loss_scale",
-    "fast_dropout",  # its masks come from another random stream than torch's
     "lr_scheduler",
     "warmup_ratio",
     "warmup_steps",

@@ -9,8 +9,6 @@
     optim         optimizers and LR schedulers, planned steps
     schedules     the schedule and class-weight option values and their checks
     checkpoint    the checkpoint FILE FORMAT: save, verify, load, resume (the policy is callbacks/checkpointer)
-    fast_dropout  faster CPU dropout (mask op, sdpa attention, module swap)
-    row_grad      row-sparse embedding gradients
     pure_bf16     bf16-pure's compensated optimizers and their start-up checks
     kahan_adamw   torch-optimi's Kahan AdamW with the weight decay kept by the compensation
     floor         a step's time floor (matmul FLOPs at a measured rate + optimizer bytes at a measured bandwidth)

@@ -163,9 +163,6 @@ class Trainer:
             )
         self.fsdp = fsdp
         self.model = self._placed(model)
-        # Reversible swaps a builder made in the model (mixft.runs.build: fast dropout, row
-        # embedding gradients), by name, each with .remove().
-        self.cpu_swaps: dict[str, Any] = {}
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(self.model.parameters())
         self.optimizers: list[torch.optim.Optimizer] = (

@@ -147,3 +147,26 @@ def test_non_plain_extra_is_refused(tmp_path):
 
 def test_config_values_from_a_mapping():
     assert config_values({"seed": 1, "epochs": 2}) == {"seeds": [1], "epochs": 2}
+
+
+@pytest.mark.parametrize("value,notice", [("true", True), ("false", False)])
+def test_a_retired_option_in_an_older_runs_file_is_skipped_with_a_notice_where_it_asked_for_what_is_gone(
+    tmp_path, caplog, value, notice
+):
+    # An older run's config.yaml sets fast_dropout: it still reproduces the run (torch's masks now).
+    path = write(tmp_path, "config.yaml", f"epochs: 2\nfast_dropout: {value}\n")
+    with caplog.at_level("WARNING", logger="mixft"):
+        assert load_config_file(path) == {"epochs": 2}
+    said = [r.getMessage() for r in caplog.records]
+    assert bool(said) is notice, said
+    if notice:
+        assert len(said) == 1 and "'fast_dropout' is ignored" in said[0] and "torch's dropout masks" in said[0]
+
+
+def test_the_retired_flag_still_parses_and_is_not_listed():
+    from mixft.cli.main import build_parser, config_from_args
+
+    parser = build_parser()
+    cfg = config_from_args(parser.parse_args(["--recipe", "mlp-synthetic", "--torch-dropout"]))
+    assert cfg == config_from_args(parser.parse_args(["--recipe", "mlp-synthetic"]))  # what every run does now
+    assert "--torch-dropout" not in parser.format_help()

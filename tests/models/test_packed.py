@@ -160,9 +160,7 @@ def test_a_family_that_does_not_pack_refuses_a_packed_batch(tmp_path):
         model(**inputs_of(pack_batch(batch, pad_id)))  # not a shape error deep in its attention
 
 
-def test_in_training_with_fast_dropout_no_sentence_sees_its_row_neighbours(bert_dir, batch):
-    from mixft.train.fast_dropout import use_fast_dropout
-
+def test_in_training_no_sentence_sees_its_row_neighbours(bert_dir, batch):
     model = classifier(bert_dir).train()
     packed = pack_batch(batch)
     seq = packed["sequence_ids"]
@@ -171,11 +169,10 @@ def test_in_training_with_fast_dropout_no_sentence_sees_its_row_neighbours(bert_
     changed = {k: v.clone() for k, v in packed.items()}
     where = seq == first
     changed["input_ids"][where] = torch.randint(5, model.encoder.config.vocab_size, (int(where.sum()),))
-    with use_fast_dropout(model):
-        torch.manual_seed(3)  # the same masks: the shapes are the same
-        before = model(**inputs_of(packed))
-        torch.manual_seed(3)
-        after = model(**inputs_of(changed))
+    torch.manual_seed(3)  # the same dropout masks: the shapes are the same
+    before = model(**inputs_of(packed))
+    torch.manual_seed(3)
+    after = model(**inputs_of(changed))
     assert not torch.equal(before[first], after[first])  # the changed sentence did change
     others = [s for s in range(len(before)) if s != first]
     assert neighbour in others and torch.equal(before[others], after[others])  # its row neighbour: untouched
@@ -238,7 +235,6 @@ def test_three_trainer_steps_packed_end_at_the_padded_runs_weights(tmp_path, arc
         trainer = build_trainer(
             dataclasses.replace(parts, eval_loader=None), cfg, precision=precision, device=device, seed=0
         )
-        assert {"fast_dropout", "row_embedding_grad"} <= set(trainer.cpu_swaps)  # the CPU speed paths are on
         trainer.fit()
         weights[way] = {n: p.detach().clone() for n, p in parts.model.named_parameters()}
         seen[way] = (trainer.state.samples, trainer.state.tokens)

@@ -95,29 +95,3 @@ def test_build_trainer_passes_the_callbacks_in_order():
         parts, RunConfig(epochs=1), precision="fp32", device="cpu", seed=0, callbacks=[first, second]
     )
     assert trainer.callbacks == [first, second]
-
-
-def test_runs_on_cpu_get_the_fast_dropout_unless_torchs_is_asked_for():
-    from mixft.train.fast_dropout import FastDropout
-
-    x, y = regression_data(16)
-
-    def dropout_model():
-        torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.1), nn.Linear(16, 1))
-
-    def built(**options):
-        parts = TrainerParts(
-            model=dropout_model(),
-            optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
-            loss_fn=nn.MSELoss(),
-            train_loader=loader(x, y, 4),
-        )
-        cfg = RunConfig(epochs=1, batch_size=4, lr=0.1, max_grad_norm=1.0, **options)
-        return build_trainer(parts, cfg, precision="fp32", device="cpu", seed=0)
-
-    assert type(built().module[1]) is FastDropout  # the default on CPU
-    assert type(built(fast_dropout=False).module[1]) is nn.Dropout  # --torch-dropout
-    trainer = built()
-    trainer.fit()  # trains through the swapped module
-    assert torch.isfinite(flat(trainer.module)).all()

@@ -33,7 +33,7 @@ def sharded(tmp_path_factory):
     return {name: [r["runs"][name] for r in ranks] for name in checks}
 
 
-RESUMED = ["resume:bert_dropout_fast", "resume:bert_fp16_inf", "resume:qwen2_lora_bf16"]
+RESUMED = ["resume:bert_dropout", "resume:bert_fp16_inf", "resume:qwen2_lora_bf16"]
 
 
 def one_process(name: str):
@@ -128,13 +128,13 @@ def test_fsdp_fp16_inf_on_one_rank_skips_on_every_rank(sharded):
     torch.testing.assert_close(ranks[0]["weights"], ranks[1]["weights"], rtol=0, atol=0)
 
 
-def test_fast_dropout_under_fsdp_draws_what_it_draws_under_ddp(sharded):
+def test_dropout_under_fsdp_draws_what_it_draws_under_ddp(sharded):
     # Dropout acts on activations, which FSDP leaves whole in each process: the same masks as DDP's.
-    fast, ddp, torch_dropout = (
-        sharded[n][0]["weights"] for n in ("bert_dropout_fast", "bert_dropout_fast_ddp", "bert_dropout_torch")
-    )
-    torch.testing.assert_close(fast, ddp, rtol=0, atol=1e-6)
-    assert (fast - torch_dropout).abs().max() > 1e-4  # control: other masks move the weights visibly
+    fsdp, ddp = (sharded[n][0]["weights"] for n in ("bert_dropout", "bert_dropout_ddp"))
+    torch.testing.assert_close(fsdp, ddp, rtol=0, atol=1e-6)
+    # Not equal for want of dropout: these runs' model draws masks in every block.
+    model = fsdp_worker.classifier("bert", False, dropout=True)
+    assert sum(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()) >= 4
 
 
 @pytest.mark.parametrize("resumed", RESUMED)
