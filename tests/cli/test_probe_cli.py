@@ -31,9 +31,13 @@ def test_probe_writes_hardware_and_later_amp_runs_are_told(
 ):
     monkeypatch.setenv("MIXFT_CACHE", str(tmp_path / "cache"))
     code = main(_args(tiny_bert_dir, tiny_data_dir, tmp_path / "p") + ["--probe"])
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert code == 0
     assert "recommendation" in printed and "fp32" in printed and "bf16" in printed
+    # probe.md is named once, on the last line: no "wrote probe.md and 0 chart(s)" before the table.
+    assert printed.splitlines()[-1].endswith("report: " + str(tmp_path / "p" / "probe.md")), printed
+    assert "probe.md" not in captured.err and "chart(s)" not in captured.err + printed
     doc = json.loads((tmp_path / "p" / "probe.json").read_text())
     assert doc["runs"] == [] and doc["hardware"]["probe"]["recipe"] == "bert-sst2"
     assert {"amx_bf16", "avx512_bf16", "avx512_fp16"} <= set(doc["hardware"]["cpu"]["flags"])
