@@ -107,3 +107,33 @@ def test_bert_overflow_in_a_feed_forward_layer_is_found(tiny_bert_classifier, ti
     d = diagnose(trainer)
     assert d.first_nonfinite.name == "encoder.encoder.layer.0.intermediate.dense"
     assert "bf16" in d.suggestion
+
+
+def test_bert_overflow_in_the_last_layers_attention_scores_is_found_there(tiny_bert_dir):
+    # The [CLS]-only last layer computes its attention outside the self-attention module's forward; the
+    # diagnosis' hooks make the model run the whole layer, so the module that overflowed is the one named,
+    # not the Linear after it with an input already inf/NaN.
+    from transformers import AutoTokenizer, BertModel
+
+    from mixft.models.classifiers import BertClassifier
+
+    # Eager attention multiplies q by k in fp16 (torch's sdpa on CPU accumulates in fp32 and would not overflow).
+    torch.manual_seed(0)
+    model = BertClassifier(BertModel.from_pretrained(tiny_bert_dir, attn_implementation="eager"))
+    attention = model.encoder.encoder.layer[-1].attention.self
+    with torch.no_grad():
+        attention.query.weight.mul_(3000.0)
+        attention.key.weight.mul_(3000.0)  # the scores q.k overflow fp16; q, k and v stay finite
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    batch = dict(tok(["a fine film", "dull and flat"], padding=True, return_tensors="pt"))
+    batch["labels"] = torch.tensor([1.0, 0.0])
+    trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=1e-3), nn.BCEWithLogitsLoss(), [batch], precision="fp16")
+    d = diagnose(trainer)
+    last = f"encoder.encoder.layer.{len(model.encoder.encoder.layer) - 1}"
+    assert d.first_nonfinite.name == f"{last}.attention.self", d.summary()
+    # The fix it suggests works on that layer: its attention kept in fp32, the forward is finite.
+    assert f"--fp32-modules {last}.attention " in d.suggestion
+    from mixft.amp.fp32 import keep_in_fp32
+
+    with keep_in_fp32(model, f"{last}.attention"):
+        assert diagnose(trainer).first_nonfinite is None

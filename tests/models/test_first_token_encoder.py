@@ -128,3 +128,35 @@ def test_other_encoders_and_settings_run_the_whole_encoder(bert_dir):
     flash.config._attn_implementation_internal = "flash_attention_2"
     assert not reads_first_tokens_only(flash)
     assert reads_first_tokens_only(BertModel(tiny_config("bert", vocab_size=100)))
+
+
+@pytest.mark.parametrize("kept", ["layer", "layer.attention", "layer.attention.self"])
+def test_fp32_modules_on_a_part_the_shortcut_skips_runs_the_whole_last_layer_in_fp32(bert_dir, batch, kept):
+    # The shortcut calls the last layer's Linears, not the layer, its attention or its self-attention:
+    # --fp32-modules naming one of those had left its attention in bf16 without a word.
+    from mixft.amp.fp32 import keep_in_fp32
+
+    model = classifier(bert_dir)
+    last = f"encoder.encoder.layer.{len(model.encoder.encoder.layer) - 1}"
+    query = model.encoder.encoder.layer[-1].attention.self.query
+    dtypes = []
+    query.register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
+    assert reads_first_tokens_only(model.encoder)
+    logits_and_grads(model, batch, autocast=True)
+    with keep_in_fp32(model, last + kept.removeprefix("layer")):
+        assert not reads_first_tokens_only(model.encoder)  # the whole last layer, as the user's fp32 asks
+        logits_and_grads(model, batch, autocast=True)
+    assert dtypes == [torch.bfloat16, torch.float32]
+    with keep_in_fp32(model, last + ".attention.self.query"):  # a module the shortcut calls: it stays on
+        assert reads_first_tokens_only(model.encoder)
+
+
+def test_a_forward_hook_on_a_skipped_part_runs_the_whole_last_layer_so_it_fires(bert_dir, batch):
+    model = classifier(bert_dir)
+    seen = []
+    handle = model.encoder.encoder.layer[-1].attention.self.register_forward_hook(lambda *args: seen.append(1))
+    assert not reads_first_tokens_only(model.encoder)
+    logits_and_grads(model, batch)
+    assert seen == [1]
+    handle.remove()
+    assert reads_first_tokens_only(model.encoder)
