@@ -13,8 +13,9 @@ the last layer's matmul work gone, ~11 % of the encoder's.
 
 Only ``transformers``' ``BertModel`` (BERT, MiniLM) with an attention implementation that takes
 a mask tensor (``sdpa``, ``eager``), and nothing attached to the modules whose ``forward`` the
-shortcut does not call (the last layer, its attention, its self-attention: ``--fp32-modules``
-naming one, a forward hook such as the NaN diagnosis' or the fp16 preflight's):
+shortcut does not call (the encoder, its layer stack, the last layer, its attention, its
+self-attention: ``--fp32-modules`` naming one, a forward hook such as the NaN diagnosis' or the fp16
+preflight's):
 :func:`reads_first_tokens_only` says when; the caller runs the whole encoder otherwise. Under FSDP2 the last layer's weights are
 shards that FSDP gathers only around a call it knows of, so :func:`first_token_methods` gives a
 sharded last layer this computation as a method and names it for FSDP to register
@@ -56,25 +57,26 @@ def reads_first_tokens_only(encoder: nn.Module) -> bool:
     if getattr(config, "_attn_implementation", None) not in _MASKED_ATTENTION:
         return False
     last = encoder.encoder.layer[-1]
-    if _something_attached(last):
+    if _something_attached((encoder, encoder.encoder, last, last.attention, last.attention.self)):
         return False
     return not is_sharded(last) or hasattr(last, _FSDP_METHOD)
 
 
-def _something_attached(last: nn.Module) -> bool:
+def _something_attached(skipped: tuple[nn.Module, ...]) -> bool:
     """Whether a module whose ``forward`` the shortcut skips has a replaced ``forward`` or a forward hook.
 
-    The shortcut calls the last layer's Linear, output and feed-forward modules, not the layer, its
-    attention or its self-attention: ``--fp32-modules`` on one of those (``mixft.amp.fp32`` replaces its
-    ``forward``) would not keep its attention in fp32, and a hook on one (the diagnosis and the preflight
-    hook every module) would never fire. FSDP2's own hooks on a sharded layer are not such a thing.
+    The shortcut calls the embeddings, the layers but the last, and the last layer's Linear, output and
+    feed-forward modules; not the encoder, its layer stack, the last layer, its attention or its
+    self-attention. ``--fp32-modules`` naming one of those (``mixft.amp.fp32`` replaces its ``forward``)
+    would not run it in fp32, and a hook on one (the diagnosis and the preflight hook every module) would
+    never fire. FSDP2's own hooks on a sharded module are not such a thing.
     """
-    skipped = (last.attention, last.attention.self)
-    if any("forward" in m.__dict__ or m._forward_hooks or m._forward_pre_hooks for m in skipped):
-        return True
-    if "forward" in last.__dict__:
-        return True
-    return not is_sharded(last) and bool(last._forward_hooks or last._forward_pre_hooks)
+    for module in skipped:
+        if "forward" in module.__dict__:
+            return True
+        if not is_sharded(module) and (module._forward_hooks or module._forward_pre_hooks):
+            return True
+    return False
 
 
 def first_token_methods(encoder: nn.Module) -> list[tuple[nn.Module, str]]:

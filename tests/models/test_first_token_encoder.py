@@ -130,10 +130,11 @@ def test_other_encoders_and_settings_run_the_whole_encoder(bert_dir):
     assert reads_first_tokens_only(BertModel(tiny_config("bert", vocab_size=100)))
 
 
-@pytest.mark.parametrize("kept", ["layer", "layer.attention", "layer.attention.self"])
+@pytest.mark.parametrize("kept", ["encoder", "encoder.encoder", "LAST", "LAST.attention", "LAST.attention.self"])
 def test_fp32_modules_on_a_part_the_shortcut_skips_runs_the_whole_last_layer_in_fp32(bert_dir, batch, kept):
-    # The shortcut calls the last layer's Linears, not the layer, its attention or its self-attention:
-    # --fp32-modules naming one of those had left its attention in bf16 without a word.
+    # The shortcut calls the embeddings, the layers and the last layer's Linears, not the encoder, its
+    # stack, the last layer, its attention or its self-attention: --fp32-modules naming one of those had
+    # left the last layer's attention in bf16 without a word.
     from mixft.amp.fp32 import keep_in_fp32
 
     model = classifier(bert_dir)
@@ -143,7 +144,7 @@ def test_fp32_modules_on_a_part_the_shortcut_skips_runs_the_whole_last_layer_in_
     query.register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
     assert reads_first_tokens_only(model.encoder)
     logits_and_grads(model, batch, autocast=True)
-    with keep_in_fp32(model, last + kept.removeprefix("layer")):
+    with keep_in_fp32(model, kept.replace("LAST", last)):
         assert not reads_first_tokens_only(model.encoder)  # the whole last layer, as the user's fp32 asks
         logits_and_grads(model, batch, autocast=True)
     assert dtypes == [torch.bfloat16, torch.float32]
