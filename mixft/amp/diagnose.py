@@ -36,6 +36,7 @@ class ModuleStats:
     output_max_abs: float  # largest finite |value| in the output
     input_max_abs: float  # largest finite |value| in the inputs
     nonfinite: int  # inf/NaN elements in the output
+    input_nonfinite: int = 0  # inf/NaN elements in the inputs: made before this module, outside any module
 
 
 @dataclass
@@ -54,9 +55,11 @@ class Diagnosis:
             where = f"parameter {self.nonfinite_params[0]} is already inf/NaN"
         elif self.first_nonfinite is not None:
             m = self.first_nonfinite
-            where = (
-                f"first non-finite output: {m.name} ({m.kind}) under {self.precision}, "
-                f"input max |x| {m.input_max_abs:.3g}, finite output max |x| {m.output_max_abs:.3g} "
+            where = f"first non-finite output: {m.name} ({m.kind}) under {self.precision}, " + (
+                # No module's output was inf/NaN before: code between modules made its input so.
+                "whose input was already inf/NaN (made by code outside any module, before it runs)"
+                if m.input_nonfinite
+                else f"input max |x| {m.input_max_abs:.3g}, finite output max |x| {m.output_max_abs:.3g} "
                 f"(fp16 limit {FP16_MAX:.0f})"
             )
         else:
@@ -94,15 +97,16 @@ def diagnose(trainer, loader: Iterable | None = None, max_batches: int = 4) -> D
     def hook(name: str):
         def record(module, inputs, output):
             out_max, bad = _max_abs_and_nonfinite(output)
-            in_max, _ = _max_abs_and_nonfinite(inputs)
+            in_max, in_bad = _max_abs_and_nonfinite(inputs)
             if name not in stats:
                 order.append(name)
-                stats[name] = ModuleStats(name, type(module).__name__, out_max, in_max, bad)
+                stats[name] = ModuleStats(name, type(module).__name__, out_max, in_max, bad, in_bad)
             else:
                 s = stats[name]
                 s.output_max_abs = max(s.output_max_abs, out_max)
                 s.input_max_abs = max(s.input_max_abs, in_max)
                 s.nonfinite += bad
+                s.input_nonfinite += in_bad
 
         return record
 

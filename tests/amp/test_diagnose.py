@@ -137,3 +137,23 @@ def test_bert_overflow_in_the_last_layers_attention_scores_is_found_there(tiny_b
 
     with keep_in_fp32(model, f"{last}.attention"):
         assert diagnose(trainer).first_nonfinite is None
+
+
+class ScaledBetween(nn.Module):
+    """Two Linears with an overflowing multiply between them in plain code, which no module hook sees."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.second = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.second(self.first(x) * 1e6)  # ~1e6 > 65504: inf in fp16, between the two modules
+
+
+def test_an_input_made_inf_between_modules_is_said_so_not_given_as_max_zero():
+    d = diagnose(make_trainer(ScaledBetween(), "fp16"))
+    assert d.first_nonfinite.name == "second" and d.first_nonfinite.input_nonfinite > 0
+    summary = d.summary()
+    assert "second (Linear) under fp16, whose input was already inf/NaN" in summary, summary
+    assert "input max |x| 0" not in summary
