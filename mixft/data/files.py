@@ -22,7 +22,11 @@ The file is read exactly as written:
   mixft's one rule (:func:`mixft.data.labels.label_key`). The header is read by mixft
   too: a repeated column name is refused (pandas renames it ``label.1``), and a row with
   more fields than the header is refused (pandas would silently turn the first field
-  into a hidden index column, e.g. for an unquoted comma in a text).
+  into a hidden index column, e.g. for an unquoted comma in a text);
+- a blank line between rows of a CSV, TSV or JSON Lines file is refused with its line number
+  (pandas and pyarrow skip it in silence): it often marks lost or pasted-together rows, and
+  ``--predict-file`` writes one prediction per row, so every row after it would sit one line
+  off its input line. Blank lines after the last row are only the file's end.
 """
 
 from __future__ import annotations
@@ -178,6 +182,59 @@ def _read_header(p: Path, where: str, options: dict) -> tuple[list[str], int]:
     return names, records
 
 
+def _first_blank_line_between_rows(p: Path, options: dict | None) -> int | None:
+    """The line number of the first blank line (only whitespace) that has a record after it, or None.
+
+    ``options``: the CSV builder's (quoted fields may hold blank lines: those are text), or None for
+    JSON Lines, whose records are one line each. Blank lines before the first record are the header's
+    business (``_read_header`` skips them) and leave every row on its place relative to the others.
+    """
+    with open(p, encoding="utf-8-sig", newline="") as f:
+        if options is None or options.get("quoting") == csv.QUOTE_NONE:
+            records = ((lineno, line.strip() == "") for lineno, line in enumerate(f, start=1))
+        else:
+            records = _csv_records(f, options["sep"])
+        seen_record, blank_at = False, None
+        for lineno, blank in records:
+            if not blank:
+                if seen_record and blank_at is not None:
+                    return blank_at
+                seen_record = True
+            elif seen_record and blank_at is None:
+                blank_at = lineno
+    return None
+
+
+def _csv_records(f, sep: str):
+    """(first line number, whether it is a blank line) of each CSV record, quoted newlines kept inside."""
+    last_line = ""
+
+    def lines():
+        nonlocal last_line
+        for line in f:
+            last_line = line
+            yield line
+
+    reader = csv.reader(lines(), delimiter=sep)
+    lineno = 0
+    try:
+        for _ in reader:
+            start, lineno = lineno + 1, reader.line_num
+            yield start, lineno == start and last_line.strip() == ""
+    except csv.Error:
+        return  # the reader itself names what is wrong with the file
+
+
+def _is_json_array(p: Path) -> bool:
+    """Whether a .json file holds one JSON array (its layout, blank lines included, is free) rather than lines."""
+    with open(p, encoding="utf-8-sig") as f:
+        while chunk := f.read(4096):
+            text = chunk.lstrip()
+            if text:
+                return text.startswith("[")
+    return False
+
+
 def _csv_options(p: Path, where: str, options: dict) -> dict:
     """Builder options that read every cell as a string and keep only empty cells missing."""
     import datasets
@@ -254,6 +311,13 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
     options = FORMATS[suffix][1]
     if builder == "csv":
         options = _csv_options(p, where, {"sep": ",", **options})
+    if builder == "csv" or suffix == ".jsonl" or (suffix == ".json" and not _is_json_array(p)):
+        blank = _first_blank_line_between_rows(p, options if builder == "csv" else None)
+        if blank is not None:
+            raise UsageError(
+                f"{where}: line {blank} is blank, between rows; remove blank lines (they often mark lost or "
+                "pasted-together rows, and would shift every row after them off its line)"
+            )
     try:
         with _quiet_datasets():
             # Escaped: datasets expands data_files as glob patterns ("tr[1].csv" would read tr1.csv).

@@ -195,3 +195,39 @@ def test_an_encoding_other_than_utf8_is_named_with_the_fix(tmp_path, content, me
     with pytest.raises(UsageError) as info:
         load_data_file(path)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name, content, line",
+    [
+        ("p.csv", "sentence\ngood film\n\nbad film\n", 3),  # a one-column CSV: pandas drops the line
+        ("p.csv", "sentence\r\ngood\r\n   \r\nbad\r\n", 3),  # whitespace only, Windows line ends
+        ("p.csv", 'text,label\n"a",1\n"b\n\nc",0\n\n"d",1\n', 6),  # the blank inside quotes is text
+        ("p.tsv", "sentence\tlabel\na\t1\n\nb\t0\n", 3),
+        ("p.jsonl", '{"text": "a"}\n\n{"text": "b"}\n', 2),
+        ("p.json", '{"text": "a"}\n{"text": "b"}\n\n{"text": "c"}\n', 3),  # .json holding JSON Lines
+    ],
+)
+def test_a_blank_line_between_rows_is_refused_with_its_line(tmp_path, name, content, line):
+    # Skipped in silence, it would shift every later prediction of a --predict-file off its input line.
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UsageError) as info:
+        load_data_file(path, "--predict-file")
+    assert str(info.value).startswith(f"--predict-file {path}: line {line} is blank, between rows; remove blank lines")
+
+
+@pytest.mark.parametrize(
+    "name, content, rows",
+    [
+        ("p.csv", "sentence\ngood\nbad\n\n  \n", ["good", "bad"]),  # blank lines after the last row: the file's end
+        ("p.csv", "\nsentence\ngood\nbad\n", ["good", "bad"]),  # before the header
+        ("p.csv", 'sentence\n"two\n\nparagraphs"\nbad\n', ["two\n\nparagraphs", "bad"]),
+        ("p.json", '[\n  {"sentence": "good"},\n\n  {"sentence": "bad"}\n]\n', ["good", "bad"]),  # an array's layout
+        ("p.jsonl", '{"sentence": "good"}\n{"sentence": "bad"}\n\n', ["good", "bad"]),
+    ],
+)
+def test_blank_lines_that_shift_no_row_are_read_as_before(tmp_path, name, content, rows):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    assert load_data_file(path)["sentence"][:] == rows
