@@ -289,7 +289,7 @@ def resume_runs(
     continued = set()
     for (name, seed), path in checkpoints.items():
         if (name, seed) in finished:
-            if cfg.save_model and not finished[(name, seed)].stopped_early:
+            if (cfg.save_model or cfg.predict_file) and not finished[(name, seed)].stopped_early:
                 _check_final_checkpoint(cfg, path, finished[(name, seed)])
             continue
         if not _checkpoint_exists(path):
@@ -393,19 +393,22 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, Run
 
 
 def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> None:
-    # --resume --save-model on a finished run saves the weights of its final checkpoint:
-    # it must be there, from these options, and from the run's last step.
+    # --resume --save-model (or --predict-file) on a finished run saves (labels with) the weights of its
+    # final checkpoint: it must be there, from these options, and from the run's last step.
+    asked = " ".join(
+        flag for flag, on in (("--save-model", cfg.save_model), ("--predict-file", cfg.predict_file)) if on
+    )
     what = f"the {result.precision} seed {result.seed} run finished, but"
-    fix = "rerun without --resume (and with --save-model) to train it again"
+    fix = f"rerun without --resume (and with {asked}) to train it again"
     if is_sharded_checkpoint(path):
         # Its weights are shards in a DCP directory: saving them needs the whole sharded run rebuilt.
         raise CheckpointError(
-            f"--resume --save-model --fsdp: {what} a finished sharded run's model is not saved from its "
-            f"checkpoint; {fix}"
+            f"--resume {asked} --fsdp: {what} a finished sharded run's model is not saved from its checkpoint; {fix}"
         )
     if not path.is_file():
         raise CheckpointError(
-            f"--resume --save-model: {what} its checkpoint {path} is gone, so there are no weights to save; {fix}"
+            f"--resume {asked}: {what} its checkpoint {path} is gone, so there are no weights to "
+            f"{'save' if cfg.save_model else 'label with'}; {fix}"
         )
     ckpt = load_checkpoint(path, mmap=True)
     # The data too: the saved model's label names come from today's files, its weights from the
@@ -416,7 +419,7 @@ def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> No
     step = ckpt["meta"].get("step")
     if step != result.steps:
         raise CheckpointError(
-            f"--resume --save-model: {what} its checkpoint {path} is from step {step}, not its "
+            f"--resume {asked}: {what} its checkpoint {path} is from step {step}, not its "
             f"last step {result.steps} (the final save was skipped); {fix}"
         )
 

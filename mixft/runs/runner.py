@@ -29,6 +29,7 @@ from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.results import RunResult
 from mixft.runs.build import build_trainer
+from mixft.runs.identity import final_weights
 from mixft.runs.memory_figures import measure_before_fit
 from mixft.runs.observer import RunObserver
 from mixft.runs.outdir import OutputLock
@@ -87,16 +88,14 @@ def run(cfg: RunConfig | RunPlan, observer: RunObserver | None = None) -> list[R
 
 def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
     """Each planned run in order: kept as it finished (``--resume``), or trained; results written after each."""
-    cfg = plan.cfg
     results: list[RunResult] = []
     announced = False
     for planned in plan.runs:
         if planned.kept is not None:  # --resume: a run that already ended keeps its results
-            kept = planned.kept
-            report_kept_run(kept, save_model=cfg.save_model)  # a collapse shows its diagnosis again
-            if cfg.save_model and _ended_a_finished_model(kept):
-                save_kept_model(plan, planned)  # finished earlier without --save-model: from its final checkpoint
+            kept = _keep(plan, planned)
             results.append(kept)
+            if kept.predict is not None and plan.predict_source is not None and distributed.is_main_process():
+                record_run(plan, results)  # its new predictions' record, as a trained run's
             observer.on_kept(kept)
             continue
         # The header is printed once, when the first run's model and step count exist.
@@ -174,10 +173,37 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
     if cfg.save_model and not cfg.eval_only and finished:
         save_trained_model(plan, planned, trainer)
     if plan.predict_source is not None and distributed.is_main_process() and finished:
-        target = planned.predictions
-        result.predict = predict_and_write(trainer, plan.predict_source, target, batch_size=cfg.batch_size * 2)
-        logger.info("predictions for %s written to %s", plan.predict_source.path, target)
+        result.predict = _predict(plan, planned, trainer)
     return result
+
+
+def _keep(plan: RunPlan, planned: PlannedRun) -> RunResult:
+    """A run ``--resume`` keeps as it ended. Its final checkpoint's weights (the best evaluation's under
+    ``--load-best``; ``make_plan`` checked the file) are what ``--save-model`` saves and what labels a
+    ``--predict-file`` given now, as the run itself would have at its end."""
+    cfg, kept = plan.cfg, planned.kept
+    labels = plan.predict_source is not None
+    report_kept_run(kept, save_model=cfg.save_model, predict=labels)  # a collapse shows its diagnosis again
+    if not _ended_a_finished_model(kept):
+        return kept
+    if cfg.save_model:
+        save_kept_model(plan, planned)  # finished earlier without --save-model: from its final checkpoint
+    if labels and distributed.is_main_process():
+        parts = plan.recipe.build(cfg, plan.prepared, planned.precision, plan.device, planned.seed)
+        parts.model.load_state_dict(final_weights(planned.checkpoint))
+        if cfg.fp32_modules:
+            keep_in_fp32(parts.model, cfg.fp32_modules)
+        trainer = build_trainer(parts, cfg, precision=planned.precision, device=plan.device, seed=planned.seed)
+        kept.predict = _predict(plan, planned, trainer, weights=" (the finished run's final checkpoint)")
+    return kept
+
+
+def _predict(plan: RunPlan, planned: PlannedRun, trainer, weights: str = "") -> dict:
+    """``--predict-file`` labelled by ``trainer``'s model: results.json's ``predict``."""
+    source, target = plan.predict_source, planned.predictions
+    record = predict_and_write(trainer, source, target, batch_size=plan.cfg.batch_size * 2)
+    logger.info("predictions for %s written to %s%s", source.path, target, weights)
+    return record
 
 
 @contextlib.contextmanager
@@ -204,10 +230,10 @@ def _memory_errors_explained(cfg: RunConfig, device):
         ) from None
 
 
-def report_kept_run(result: RunResult, save_model: bool = False) -> None:
+def report_kept_run(result: RunResult, save_model: bool = False, predict: bool = False) -> None:
     """Log what ``--resume`` keeps of a finished run that ended early: the collapse and its diagnosis again.
 
-    Usage: ``report_kept_run(plan.run("fp16", 0).kept, save_model=cfg.save_model)``
+    Usage: ``report_kept_run(plan.run("fp16", 0).kept, save_model=cfg.save_model, predict=bool(cfg.predict_file))``
     """
     if _ended_a_finished_model(result):
         return
@@ -223,6 +249,8 @@ def report_kept_run(result: RunResult, save_model: bool = False) -> None:
         logger.warning(
             "not saving the model of the %s run: it stopped early, its weights are not a finished model", label
         )
+    if predict:
+        logger.warning("no predictions from the %s run: it stopped early, its weights are not a finished model", label)
 
 
 def _ended_a_finished_model(result: RunResult) -> bool:

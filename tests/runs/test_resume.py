@@ -240,6 +240,47 @@ def test_resume_save_model_without_the_final_checkpoint_says_why_not(tmp_path, t
     assert (out / "results.json").read_bytes() == before and not (out / "model").exists()
 
 
+@pytest.mark.parametrize("compare", [False, True], ids=["one-run", "compare"])
+def test_resume_predict_file_on_finished_runs_labels_it_with_their_final_weights(tmp_path, tiny_bert_dir, compare):
+    # Was: a finished run --resume kept was never asked to label a --predict-file: exit 0, no file (or
+    # an earlier command's predictions for another file left in place, named in results.json).
+    from tests.cli_runs import toy_files
+
+    train, dev = toy_files(tmp_path / "data")
+    extra = ("--compare", "fp32,bf16") if compare else ()
+    common = text_classification_args(tiny_bert_dir, train, dev, tmp_path / "out", *extra, batch_size=4)
+    labelled = text_classification_args(tiny_bert_dir, train, dev, tmp_path / "direct", *extra, batch_size=4)
+    assert main(common) == 0 and main(labelled + ["--predict-file", str(dev)]) == 0
+    out, direct = tmp_path / "out", tmp_path / "direct"
+    before = json.loads((out / "results.json").read_text())["runs"]
+    assert main(common + ["--resume", "--predict-file", str(dev)]) == 0
+    after = json.loads((out / "results.json").read_text())["runs"]
+    names = sorted(p.name for p in direct.glob("predictions*"))
+    assert names == sorted(p.name for p in out.glob("predictions*")) and len(names) == (2 if compare else 1)
+    for name in names:  # what the runs would have written at their end, row for row
+        assert (out / name).read_text() == (direct / name).read_text()
+    for kept, was, fresh in zip(after, before, json.loads((direct / "results.json").read_text())["runs"]):
+        assert kept["predict"]["output"] == str(out / Path(fresh["predict"]["output"]).name)
+        assert kept["predict"]["metrics"]["accuracy"] == fresh["predict"]["metrics"]["accuracy"]
+        assert was["predict"] is None
+        assert {k: v for k, v in kept.items() if k != "predict"} == {k: v for k, v in was.items() if k != "predict"}
+
+
+def test_resume_predict_file_without_the_final_checkpoint_says_why_not(tmp_path, tiny_bert_dir, capsys):
+    from tests.cli_runs import toy_files
+
+    train, dev = toy_files(tmp_path / "data")
+    out = tmp_path / "out"
+    common = text_classification_args(tiny_bert_dir, train, dev, out, batch_size=4)
+    assert main(common) == 0
+    (out / "checkpoint.pt").unlink()
+    capsys.readouterr()
+    assert main(common + ["--resume", "--predict-file", str(dev)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "--resume --predict-file:" in lines[0] and "no weights to label with" in lines[0]
+    assert not list(out.glob("predictions*"))
+
+
 def test_resuming_a_finished_run_says_it_is_kept_with_its_figures(tmp_path, tiny_bert_dir, data, capsys):
     out = tmp_path / "out"
     common = args(tiny_bert_dir, data, out, "--epochs", "1")
