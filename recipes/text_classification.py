@@ -257,6 +257,7 @@ def _load_saved(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None, seed
 
 def _check_fine_tuned(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None):
     """The saved model's label space (``ModelLabels``); a model without a fine-tuned head is refused."""
+    from mixft.data.held_out import read_held_out
     from mixft.data.labels import ModelLabels
 
     # --eval-only on a bare encoder would report a random head's accuracy: refuse it.
@@ -266,8 +267,10 @@ def _check_fine_tuned(cfg: RunConfig, path: str, tokenizer, lora_dir: str | None
             f"--eval-only --model {cfg.model}: the model has no fine-tuned classification head, so its "
             "scores would be a random head's; pass a directory written by --save-model"
         )
-    # The data's labels are matched to these by name (mixft.data.labels.labels_for_model).
-    return ModelLabels(None if model.labels is None else tuple(model.labels), f"--model {cfg.model}")
+    # The data's labels are matched to these by name (mixft.data.labels.labels_for_model); a
+    # --validation-split evaluates on the rows its training held out (mixft.data.held_out).
+    names = None if model.labels is None else tuple(model.labels)
+    return ModelLabels(names, f"--model {cfg.model}", held_out=read_held_out(cfg.model))
 
 
 def describe_task(task) -> str:
@@ -360,7 +363,13 @@ def describe_lora(model) -> dict | None:
 
 
 def save_model(model, prepared: Prepared, directory: Path) -> None:
-    """Model (its config carries id2label/label2id; a LoRA model: adapters + head) + tokenizer, swapped in whole."""
+    """Model (its config carries id2label/label2id; a LoRA model: adapters + head) + tokenizer, and the rows a
+    --validation-split held out (what --eval-only evaluates it on), swapped in whole."""
+    from mixft.data.held_out import write_held_out
+
+    held_out = getattr(prepared.data, "held_out", None)
     with atomic_directory(directory) as staging:
         model.save_pretrained(staging)
         prepared.tokenizer.save_pretrained(staging)
+        if held_out is not None:
+            write_held_out(staging, held_out)

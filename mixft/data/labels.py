@@ -45,8 +45,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mixft.errors import UsageError
+
+if TYPE_CHECKING:
+    from mixft.data.held_out import HeldOut
 
 TASK_KINDS = ("classification", "regression")
 MAX_CLASSES = 1000  # beyond this a "label" column is an id or a score, not classes
@@ -474,10 +478,13 @@ def check_eval_labels(ds, column: str, info: LabelInfo, *, where: str, role: str
 @dataclass(frozen=True)
 class ModelLabels:
     """The label space a fine-tuned model predicts: its label names in id order (its
-    ``id2label``), or None for a regression model; ``source`` names the model in messages."""
+    ``id2label``), or None for a regression model; ``source`` names the model in messages.
+    ``held_out``: the rows of its training data its training held out (mixft.data.held_out.HeldOut),
+    where it recorded them: what ``--eval-only --validation-split`` evaluates it on."""
 
     names: tuple[str, ...] | None
     source: str
+    held_out: HeldOut | None = None
 
     @property
     def kind(self) -> str:

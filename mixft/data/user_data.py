@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mixft.data.columns import check_columns, check_text_columns, resolve_columns
+from mixft.data.held_out import HeldOut, carve
 from mixft.data.labels import TASK_KINDS, LabelInfo, ModelLabels, analyze_labels, check_eval_labels, labels_for_model
 from mixft.errors import UsageError
 from mixft.log import logger
@@ -97,6 +98,7 @@ class TextData:
     name: str  # "data/train.csv", "glue/SST-2" (a data dir), "glue/mrpc", "mixft-generated-paraphrase"
     source: str  # "files" | "data-dir" | "hub" | "cache" | "generated"
     notice: str | None = None  # one line for the user (a stand-in was used), or None
+    held_out: HeldOut | None = None  # --validation-split: the rows eval holds (a saved model records them)
 
     @property
     def description(self) -> str:
@@ -228,39 +230,6 @@ def _stand_in(stand_in, label: str, seed: int, train_size: int, eval_size: int):
     return splits, notice
 
 
-def _carve(train, fraction: float, seed: int, where: str, kind: str, label_column: str):
-    """A seeded hold-out of ``fraction`` of the rows; the same data, fraction and seed give the same rows.
-
-    Classification data is split per class (stratified), so every class keeps its share in
-    both parts and a rare class is not lost to validation alone; regression data is split
-    by one seeded permutation. Both parts keep the file's row order.
-    """
-    import numpy as np
-    import pyarrow.compute as pc
-
-    # numpy takes seeds >= 0 only; the CLI allows [-2**63, 2**64). Modulo 2**64 keeps every
-    # non-negative seed as it was and gives each negative one its own stream.
-    rng = np.random.default_rng(seed % 2**64)
-    column = train.select_columns([label_column]).with_format("arrow")[:].column(0)
-    if kind == "classification":
-        codes = pc.dictionary_encode(column.combine_chunks()).indices.to_numpy(zero_copy_only=False)
-        groups = [np.flatnonzero(codes == code) for code in np.unique(codes)]
-    else:
-        groups = [np.arange(len(train))]
-    held = []
-    for group in groups:
-        group = rng.permutation(group)
-        held.append(group[: min(int(round(fraction * len(group))), len(group) - 1)])
-    held = np.sort(np.concatenate(held)) if held else np.array([], dtype=np.int64)
-    if len(held) == 0:
-        raise UsageError(
-            f"{where}: --validation-split {fraction} of {len(train)} rows holds out no row; "
-            "pass a larger fraction or --validation-file"
-        )
-    keep = np.setdiff1d(np.arange(len(train)), held, assume_unique=True)
-    return train.select(keep), train.select(held)
-
-
 @contextlib.contextmanager
 def _blamed_on_the_cap(capped: bool, max_train_samples: int | None):
     """A label error that only the --max-train-samples cap caused says so."""
@@ -353,7 +322,10 @@ def load_text_data(
     )
     task = _text_task(cols, labels, req.glue_task)
     notice = _notice(src, train_file, validation_file)
-    return TextData(train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice)
+    held_out = HeldOut(validation_split, seed, len(src.train)) if src.eval is None else None
+    return TextData(
+        train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice, held_out=held_out
+    )
 
 
 # The steps of load_text_data, in its order. ---------------------------------------------------
@@ -573,7 +545,7 @@ def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, 
     train, eval_ds, where, eval_where = src.train, src.eval, src.where, src.eval_where
     labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
     if eval_ds is None:
-        train, eval_ds = _carve(train, validation_split, seed, where, labels.kind, cols.label)
+        train, eval_ds = carve(train, HeldOut(validation_split, seed, len(train)), where, labels.kind, cols.label)
         eval_where = f"{where} (rows held out by --validation-split {validation_split})"
     capped = max_train_samples is not None and max_train_samples < len(train)
     all_labels = labels
@@ -592,11 +564,12 @@ def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, 
 
 def _held_out_for_model(src: _Source, cols, req: _Request) -> TextData:
     """``--eval-only`` with training data: its validation split, or the rows the training run held out
-    (the same file, fraction and seed), read against the model's labels."""
-    eval_ds, eval_where = src.eval, src.eval_where
+    (the model's record of them: mixft.data.held_out), read against the model's labels."""
+    eval_ds, eval_where, notice = src.eval, src.eval_where, src.notice
     if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
-        _, eval_ds = _carve(src.train, req.validation_split, req.seed, src.where, req.model_labels.kind, cols.label)
-        eval_where = f"{src.where} (rows held out by --validation-split {req.validation_split})"
+        held_out, notice = _models_hold_out(src, req)
+        _, eval_ds = carve(src.train, held_out, src.where, req.model_labels.kind, cols.label)
+        eval_where = f"{src.where} (rows held out by --validation-split {held_out.fraction}, seed {held_out.seed})"
     return _for_model(
         eval_ds,
         cols,
@@ -606,8 +579,39 @@ def _held_out_for_model(src: _Source, cols, req: _Request) -> TextData:
         req.glue_task,
         name=src.name,
         source=src.source,
-        notice=src.notice,
+        notice=notice,
     )
+
+
+def _models_hold_out(src: _Source, req: _Request) -> tuple[HeldOut, str | None]:
+    """(the hold-out to evaluate a saved model on, a line for the user or ``src.notice``).
+
+    The model's record when it has one: its seed whatever ``--seed`` is now (a ``--seeds`` run's
+    models all held out the first seed's rows); another fraction, or data with another number of
+    rows, would mix in rows it trained on and is refused. A model saved without a record (before
+    mixft kept one) gets ``--validation-split`` and ``--seed`` as given.
+    """
+    model = req.model_labels
+    record, rows = model.held_out, len(src.train)
+    if record is None:
+        return HeldOut(req.validation_split, req.seed, rows), src.notice
+    if record.fraction != req.validation_split:
+        raise UsageError(
+            f"--validation-split {req.validation_split}: {model.source} held out {record.fraction} of its training "
+            f"data; another fraction would evaluate on rows it trained on: pass --validation-split {record.fraction}"
+        )
+    if record.rows != rows:
+        raise UsageError(
+            f"{src.where}: {rows} rows, but {model.source} held out its evaluation rows from {record.rows}: "
+            "the data changed since, so the rows held out now would include rows it trained on"
+        )
+    if record.seed != req.seed:
+        notice = (
+            f"--eval-only: evaluating on the rows {model.source} was held out from in training "
+            f"(--validation-split {record.fraction} with seed {record.seed}), not those --seed {req.seed} would hold out"
+        )
+        return record, notice
+    return record, src.notice
 
 
 def _notice(src: _Source, train_file, validation_file) -> str | None:

@@ -9,6 +9,7 @@ import pytest
 
 import mixft.data.hubdata as hubdata
 from mixft.data.glue import GLUE_TASKS, glue_task
+from mixft.data.held_out import HeldOut, read_held_out, write_held_out
 from mixft.data.labels import ModelLabels
 from mixft.data.synthetic.stand_ins import SST2, stand_in_for
 from mixft.data.user_data import load_glue_data, load_text_data
@@ -84,6 +85,50 @@ def test_eval_only_evaluates_the_rows_the_training_run_held_out(topic_csv):
     assert evaluated.eval.to_list() == trained.eval.to_list()  # each row with its label, as the training run saw it
     other_seed = load_text_data(train_file=topic_csv, validation_split=0.2, seed=4, model_labels=model)
     assert other_seed.eval["text"][:] != trained.eval["text"][:]  # the seed picks the rows, as in training
+
+
+def test_a_saved_models_record_says_which_rows_it_was_held_out_from_whatever_the_seed_now(topic_csv):
+    # Was: --seeds 1,2 hold out the first seed's rows for both runs; --eval-only of the seed-2 model with
+    # --seed 2 carved other rows, some of them trained on, and scored them without a word.
+    trained = load_text_data(train_file=topic_csv, validation_split=0.2, seed=1)
+    assert trained.held_out == HeldOut(0.2, 1, 30)
+    model = ModelLabels(names=("World", "Sports", "Business"), source="--model m", held_out=trained.held_out)
+    evaluated = load_text_data(train_file=topic_csv, validation_split=0.2, seed=2, model_labels=model)
+    assert evaluated.eval["text"][:] == trained.eval["text"][:]
+    assert evaluated.notice == (
+        "--eval-only: evaluating on the rows --model m was held out from in training "
+        "(--validation-split 0.2 with seed 1), not those --seed 2 would hold out"
+    )
+    assert load_text_data(train_file=topic_csv, validation_split=0.2, seed=1, model_labels=model).notice is None
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=topic_csv, validation_split=0.3, seed=1, model_labels=model)
+    assert str(info.value) == (
+        "--validation-split 0.3: --model m held out 0.2 of its training data; another fraction would "
+        "evaluate on rows it trained on: pass --validation-split 0.2"
+    )
+    fewer = ModelLabels(model.names, "--model m", held_out=HeldOut(0.2, 1, 31))
+    with pytest.raises(UsageError, match=r"30 rows, but --model m held out its evaluation rows from 31: the data"):
+        load_text_data(train_file=topic_csv, validation_split=0.2, seed=1, model_labels=fewer)
+    assert load_text_data(train_file=topic_csv, validation_split=0.2, seed=1, max_train_samples=5).held_out == (
+        HeldOut(0.2, 1, 30)  # carved from the whole file, before the cap
+    )
+    assert load_text_data(train_file=topic_csv, validation_file=topic_csv).held_out is None
+
+
+def test_the_hold_out_record_round_trips_and_a_damaged_one_is_one_line(tmp_path):
+    assert read_held_out(tmp_path) is None  # saved before the record, or trained on a validation file
+    write_held_out(tmp_path, HeldOut(0.1, -3, 1000))
+    assert read_held_out(tmp_path) == HeldOut(0.1, -3, 1000)
+    for damage in (
+        '{"format": 1, "fraction": 0.1}',
+        "not json",
+        '{"format": 2, "fraction": 0.1, "seed": 0, "rows": 9}',
+    ):
+        (tmp_path / "held-out.json").write_text(damage)
+        with pytest.raises(UsageError) as info:
+            read_held_out(tmp_path)
+        assert str(info.value).startswith(f"{tmp_path / 'held-out.json'}: unreadable record of the rows")
+        assert "\n" not in str(info.value)
 
 
 def test_validation_file_missing_a_column(tmp_path, topic_csv):

@@ -167,6 +167,26 @@ def test_save_model_then_eval_only_keeps_the_labels(tmp_path, models):
     assert again["runs"][0]["eval"]["accuracy"] == pytest.approx(doc["runs"][0]["eval"]["accuracy"])
 
 
+def test_eval_only_of_a_seeds_model_scores_the_rows_its_training_held_out(tmp_path, models, capsys):
+    # Was: every run of --seeds 1,2 held out the first seed's rows; --eval-only of the seed-2 model with
+    # --seed 2 (the natural choice) scored other rows, some trained on, exit 0 and no word.
+    train, _ = three_class_csv(tmp_path)
+    split = ("--train-file", str(train), "--validation-split", "0.25")
+    code, doc = run(tmp_path / "out", models["bert"], *split, "--seeds", "1,2", "--save-model", "--max-steps", "3")
+    assert code == 0
+    trained = doc["runs"][1]
+    assert trained["seed"] == 2
+    saved = tmp_path / "out" / "model-fp32-seed2"
+    assert json.loads((saved / "held-out.json").read_text()) == {"format": 1, "fraction": 0.25, "seed": 1, "rows": 24}
+    capsys.readouterr()
+    code, again = run(tmp_path / "eval", saved, *split, "--eval-only", "--seed", "2")
+    assert code == 0
+    assert again["runs"][0]["eval"]["loss"] == pytest.approx(trained["eval"]["loss"], rel=1e-6)
+    assert "(--validation-split 0.25 with seed 1), not those --seed 2 would hold out" in capsys.readouterr().err
+    code, _ = run(tmp_path / "other", saved, "--train-file", str(train), "--validation-split", "0.5", "--eval-only")
+    assert code == 2 and "pass --validation-split 0.25" in capsys.readouterr().err
+
+
 def test_eval_only_refuses_a_bare_encoder(tmp_path, models, capsys):
     train, dev = three_class_csv(tmp_path)
     code, _ = run(
