@@ -81,7 +81,9 @@ def keep_in_fp32(model: nn.Module, names: str | Iterable[str]) -> Fp32Modules:
     """Make each named module of ``model`` run with autocast disabled on float32 inputs.
 
     Names are qualified module names (``model.named_modules()``); an unknown one raises a
-    one-line UsageError with the closest names, before anything is changed.
+    one-line UsageError with the closest names, before anything is changed. A container whose
+    forward is never called (``nn.ModuleList``, ``nn.ModuleDict``: ``encoder.layer``, the model
+    loops over it) stands for the modules in it: each of them is kept.
 
     Usage: ``with keep_in_fp32(model, "encoder.layer.0.output"): train()``
     """
@@ -90,14 +92,27 @@ def keep_in_fp32(model: nn.Module, names: str | Iterable[str]) -> Fp32Modules:
     for name in wanted:
         if name not in modules:
             raise UsageError(_unknown(name, [n for n in modules if n]))
+    runs = [(run_name, module) for name in wanted for run_name, module in _called(name, modules[name])]
     patched = []
-    for name in wanted:
-        module = modules[name]
+    for name, module in runs:
         if getattr(module.__dict__.get("forward"), "_mixft_fp32", False):
             continue  # already kept (named twice through a shared module)
         module.forward = _fp32_forward(module)
         patched.append((module, name))
     return Fp32Modules(patched)
+
+
+def _called(name: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``[(name, module)]``; for a container without a forward of its own, what it holds, recursively.
+
+    Was: replacing a ``ModuleList``'s forward kept nothing in fp32, since nothing ever calls it.
+    """
+    if type(module).forward is not nn.Module.forward:
+        return [(name, module)]
+    held = [found for child, sub in module.named_children() for found in _called(f"{name}.{child}", sub)]
+    if not held:
+        raise UsageError(f"{FLAG}: {name!r} holds no module that runs (an empty container); name another")
+    return held
 
 
 def _fp32_forward(module: nn.Module):

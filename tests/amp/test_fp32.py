@@ -42,6 +42,56 @@ def test_kept_module_runs_in_fp32_under_cpu_autocast_and_others_do_not(dtype):
     assert outputs["1"] == dtype and "forward" not in net[1].__dict__
 
 
+class Stack(nn.Module):
+    """A model that loops over a ModuleList, as BertEncoder does over ``layer``: the list's forward never runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+        self.heads = nn.ModuleDict({"a": nn.Linear(4, 2)})
+        self.empty = nn.ModuleList()
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.heads["a"](x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_container_named_keeps_every_module_in_it(dtype):
+    # Was: "--fp32-modules encoder.encoder.layer" (a ModuleList) was accepted, recorded and changed nothing.
+    torch.manual_seed(0)
+    net = Stack()
+    outputs = {}
+    for name, module in net.named_modules():
+        if isinstance(module, nn.Linear):
+            module.register_forward_hook(lambda m, a, o, name=name: outputs.__setitem__(name, o.dtype))
+    handle = keep_in_fp32(net, "layers,heads")
+    assert handle.names == ["layers.0", "layers.1", "heads.a"]
+    with torch.autocast("cpu", dtype=dtype):
+        net(torch.randn(3, 4))
+    assert outputs == {"layers.0": torch.float32, "layers.1": torch.float32, "heads.a": torch.float32}
+    handle.remove()
+    with torch.autocast("cpu", dtype=dtype):
+        net(torch.randn(3, 4))
+    assert set(outputs.values()) == {dtype}
+    with pytest.raises(UsageError, match="--fp32-modules: 'empty' holds no module that runs"):
+        keep_in_fp32(net, "empty")
+
+
+def test_a_bert_layer_list_named_runs_every_layer_in_fp32():
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    bert = BertModel(config).eval()
+    seen = []
+    for layer in bert.encoder.layer:
+        layer.output.dense.register_forward_hook(lambda m, a, o: seen.append(o.dtype))
+    with keep_in_fp32(bert, "encoder.layer"), torch.autocast("cpu", dtype=torch.bfloat16):
+        bert(input_ids=torch.tensor([[1, 2, 3]]))
+    assert seen == [torch.float32, torch.float32]
+
+
 def test_keyword_inputs_are_widened_too():
     net = model()
     with keep_in_fp32(net, "1"), torch.autocast("cpu", dtype=torch.float16):
