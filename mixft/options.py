@@ -121,6 +121,7 @@ def option(
     cli: bool = True,
     per_recipe: bool = False,
     negatable: bool = False,
+    trains: bool = False,
     default_factory=None,
 ):
     """A dataclass field with its rule and command-line form.
@@ -130,6 +131,7 @@ def option(
     (the CLI spells it itself, e.g. ``--amp``/``--compare`` for ``precisions``).
     ``per_recipe``: only recipes that list the field in their ``USES`` read it.
     ``negatable``: a switch spelled both ``--x`` and ``--no-x`` (its default may be None: "decide later").
+    ``trains``: only training reads it (``--eval-only`` refuses it rather than record it in force).
     """
     meta = {
         "help": help,
@@ -140,6 +142,7 @@ def option(
         "cli": cli,
         "per_recipe": per_recipe,
         "negatable": negatable,
+        "trains": trains,
     }
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=meta)

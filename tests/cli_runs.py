@@ -56,4 +56,28 @@ def bert_sst2_args(model: Path, data: Path | str, out: Path, *extra: str, **opti
 def _argv(recipe: str, model: Path, data: list[str], out: Path, extra: tuple[str, ...], options: dict) -> list[str]:
     # Each keyword option is a flag (batch_size=4: --batch-size 4), then no progress bars, then ``extra`` as given.
     flags = [part for name, value in options.items() for part in (f"--{name.replace('_', '-')}", str(value))]
-    return ["--recipe", recipe, "--model", str(model), *data, *flags, "--output-dir", str(out), "--no-progress", *extra]
+    argv = ["--recipe", recipe, "--model", str(model), *data, *flags, "--output-dir", str(out), "--no-progress", *extra]
+    return evaluation_only(argv) if "--eval-only" in extra else argv
+
+
+def evaluation_only(argv: list[str]) -> list[str]:
+    """``argv`` without the options only training reads (``--eval-only`` refuses them): a training job's
+    command line turned into the one that evaluates its saved model.
+
+    Usage: ``main(evaluation_only(train_argv + ["--eval-only"]))``
+    """
+    from dataclasses import fields
+
+    from mixft.config.run_config import RunConfig
+    from mixft.options import flag_of
+
+    takes_value = {flag_of(f): f.type not in (bool, "bool") for f in fields(RunConfig) if f.metadata.get("trains")}
+    kept, skip = [], 0
+    for part in argv:
+        if skip:
+            skip -= 1
+        elif part in takes_value:
+            skip = int(takes_value[part])
+        else:
+            kept.append(part)
+    return kept

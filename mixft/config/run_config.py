@@ -153,18 +153,22 @@ class RunConfig:
         metavar="NAMES",
         group=LORA,
     )
-    epochs: int | None = option(None, "passes over the training data", check=POSITIVE_INT, metavar="N")
+    epochs: int | None = option(None, "passes over the training data", check=POSITIVE_INT, metavar="N", trains=True)
     max_steps: int | None = option(
-        None, "optimizer steps; ends the run early when reached", check=POSITIVE_INT, metavar="N"
+        None, "optimizer steps; ends the run early when reached", check=POSITIVE_INT, metavar="N", trains=True
     )
     batch_size: int | None = option(
         None, "micro-batch size; effective batch = batch size x grad accum", check=POSITIVE_INT, metavar="N"
     )
-    lr: float | None = option(None, "peak learning rate", check=POSITIVE_FLOAT32, metavar="F")
+    lr: float | None = option(None, "peak learning rate", check=POSITIVE_FLOAT32, metavar="F", trains=True)
     max_grad_norm: float | None = option(
-        None, "clip the unscaled gradient norm to F (0: no clipping)", check=NON_NEGATIVE_FLOAT32, metavar="F"
+        None,
+        "clip the unscaled gradient norm to F (0: no clipping)",
+        check=NON_NEGATIVE_FLOAT32,
+        metavar="F",
+        trains=True,
     )
-    grad_accum: int = option(1, "micro-batches per optimizer step", check=POSITIVE_INT, metavar="N")
+    grad_accum: int = option(1, "micro-batches per optimizer step", check=POSITIVE_INT, metavar="N", trains=True)
     lr_scheduler: str = per_recipe(
         "linear",
         "learning-rate schedule after the warm-up (transformers' get_scheduler): " + ", ".join(SCHEDULERS),
@@ -344,6 +348,7 @@ class RunConfig:
         check=POSITIVE_INT,
         metavar="K",
         group=RELIABILITY,
+        trains=True,
     )
     checkpoint_minutes: float = option(
         10.0,
@@ -351,6 +356,7 @@ class RunConfig:
         check=NON_NEGATIVE_FLOAT,
         metavar="F",
         group=RELIABILITY,
+        trains=True,
     )
     extra: dict[str, Any] = option(None, "recipe-specific options (Python API only)", cli=False, default_factory=dict)
     checkpoint_every: int = option(
@@ -359,6 +365,7 @@ class RunConfig:
         check=NON_NEGATIVE_INT,
         metavar="N",
         group=RELIABILITY,
+        trains=True,
     )
     inject_nonfinite: float = option(
         0.0,
@@ -366,6 +373,7 @@ class RunConfig:
         check=PROBABILITY,
         metavar="RATE",
         group=RELIABILITY,
+        trains=True,
     )
     detect_collapse: bool = option(
         True,
@@ -373,6 +381,7 @@ class RunConfig:
         check=BOOL,
         flag="--no-collapse-check",
         group=RELIABILITY,
+        trains=True,
     )
     min_loss_scale: float = option(
         1.0,
@@ -380,9 +389,15 @@ class RunConfig:
         check=NON_NEGATIVE_FLOAT32,
         metavar="F",
         group=RELIABILITY,
+        trains=True,
     )
     max_consecutive_skips: int = option(
-        10, "collapse after N skipped optimizer steps in a row", check=POSITIVE_INT, metavar="N", group=RELIABILITY
+        10,
+        "collapse after N skipped optimizer steps in a row",
+        check=POSITIVE_INT,
+        metavar="N",
+        group=RELIABILITY,
+        trains=True,
     )
     # The fp16 risk check (mixft.amp.preflight) and its two fixes; mixft/runs/checks.py applies them.
     preflight: bool | None = option(
@@ -407,6 +422,7 @@ class RunConfig:
         check=POSITIVE_FLOAT32,
         metavar="F",
         group=RELIABILITY,
+        trains=True,
     )
 
     def for_recipe(self, recipe) -> RunConfig:
@@ -488,7 +504,7 @@ class RunConfig:
             filled = recipe_defaulted(self)  # the recipe's own training defaults (packing) are not the user's
             for f in fields(self):
                 if (
-                    f.metadata.get("group") == OPTIMISATION
+                    (f.metadata.get("group") == OPTIMISATION or f.metadata.get("trains"))
                     and getattr(self, f.name) != f.default
                     and f.name not in filled
                 ):

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from mixft.cli.main import main
+from tests.cli_runs import evaluation_only
 
 SENTINEL = b'{"runs": [], "note": "an earlier run; must survive every bad input"}\n'
 HEADER = "sentence\tlabel\n"
@@ -424,7 +425,8 @@ def test_bad_input_exits_2_with_one_line_and_touches_nothing(case, ctx, capsys):
     extra, fragment = CASES[case](ctx)
     capsys.readouterr()  # what building the case printed (transformers' save bars) is not the CLI's
     before = _snapshot(ctx.out)
-    code = main(base_args(ctx) + extra)
+    argv = base_args(ctx) + extra
+    code = main(evaluation_only(argv) if "--eval-only" in extra else argv)
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert code == 2, captured.err

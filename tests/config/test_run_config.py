@@ -148,3 +148,42 @@ def test_bert_sst2_packs_by_default_and_the_other_recipes_refuse_packing():
     with pytest.raises(UsageError, match="--pack-sequences") as err:
         for_recipe("text-classification", text_classification, "--pack-sequences")
     assert "\n" not in str(err.value)
+
+
+# Values other than the defaults for every option only training reads (one per ``trains=True`` field).
+TRAINING_ONLY = {
+    "epochs": 3,
+    "max_steps": 5,
+    "lr": 0.5,
+    "max_grad_norm": 0.001,
+    "grad_accum": 4,
+    "save_total_limit": 2,
+    "checkpoint_minutes": 1.0,
+    "checkpoint_every": 1,
+    "inject_nonfinite": 0.5,
+    "detect_collapse": False,
+    "min_loss_scale": 4.0,
+    "max_consecutive_skips": 3,
+    "init_loss_scale": 8.0,
+}
+
+
+def test_every_training_only_option_is_listed_here():
+    assert {f.name for f in fields(RunConfig) if f.metadata.get("trains")} == set(TRAINING_ONLY)
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_ONLY))
+def test_eval_only_refuses_an_option_only_training_reads(name):
+    # Was: --eval-only --lr 0.5 --max-grad-norm 0.001 --inject-nonfinite 0.5 ... exit 0, every value recorded in
+    # results.json's config as if in force, none read.
+    flag = flag_of(next(f for f in fields(RunConfig) if f.name == name))
+    with pytest.raises(UsageError, match=f"^--eval-only trains nothing: {flag} cannot be combined with it$"):
+        RunConfig(eval_only=True, **{name: TRAINING_ONLY[name]}).validate()
+    RunConfig(**{name: TRAINING_ONLY[name]}).validate()  # a training run takes it
+
+
+def test_eval_only_keeps_the_recipes_own_training_defaults():
+    from mixft.recipe import get_recipe
+
+    cfg = RunConfig(recipe="bert-sst2", eval_only=True, model="m").for_recipe(get_recipe("bert-sst2"))
+    assert cfg.lr is not None and cfg.epochs is not None  # filled by the recipe, not given: no refusal

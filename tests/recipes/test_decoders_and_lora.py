@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mixft.cli.main import main
+from tests.cli_runs import evaluation_only
 from tests.recipes.test_text_classification import three_class_csv
 from tests.tiny_models import DECODER_ARCHITECTURES, make_tiny_model_dir
 
@@ -32,24 +33,23 @@ def data(tmp_path) -> list[str]:
 
 
 def run(out: Path, model: Path, *args: str, batch: int = 4) -> tuple[int, dict]:
-    code = main(
-        [
-            "--recipe",
-            "text-classification",
-            "--model",
-            str(model),
-            "--batch-size",
-            str(batch),
-            "--epochs",
-            "1",
-            "--lr",
-            "1e-3",
-            "--output-dir",
-            str(out),
-            "--no-progress",
-            *args,
-        ]
-    )
+    argv = [
+        "--recipe",
+        "text-classification",
+        "--model",
+        str(model),
+        "--batch-size",
+        str(batch),
+        "--epochs",
+        "1",
+        "--lr",
+        "1e-3",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *args,
+    ]
+    code = main(evaluation_only(argv) if "--eval-only" in args else argv)
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 

@@ -235,6 +235,7 @@ SENTINEL = b'{"runs": [], "note": "an earlier run"}\n'
         (["--label-smoothing", "1"], "--label-smoothing 1 makes every target uniform"),
         (["--class-weights", "inverse"], "--class-weights: must be one of: balanced"),
         (["--eval-only", "--lr-scheduler", "cosine"], "--eval-only trains nothing: --lr-scheduler"),
+        (["--eval-only", "--max-steps", "3"], "--eval-only trains nothing: --max-steps"),
         (["regression", "--label-smoothing", "0.1"], "for classification; this task is regression"),
         (["regression", "--class-weights", "balanced"], "for classification; this task is regression"),
         (["mlp-synthetic", "--weight-decay", "0.1"], "--weight-decay: not used by recipe mlp-synthetic"),
