@@ -51,6 +51,7 @@ USES = frozenset(
         "max_eval_samples",
         "max_length",
         "lr_scheduler",
+        "lr_cycles",
         "warmup_ratio",
         "warmup_steps",
         "weight_decay",
@@ -294,7 +295,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         loss_fn=make_loss_fn(cfg.label_smoothing, prepared.pos_weight),
         train_loader=train_loader,
         eval_loader=eval_loader,
-        lr_scheduler=build_scheduler_factory(cfg.lr_scheduler, cfg.warmup_ratio, cfg.warmup_steps),
+        lr_scheduler=build_scheduler_factory(cfg.lr_scheduler, cfg.warmup_ratio, cfg.warmup_steps, cfg.lr_cycles),
         predict_fn=logits_to_labels,
         metric=load_metric("accuracy"),
         run_info={

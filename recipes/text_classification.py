@@ -53,6 +53,7 @@ LORA_OPTIONS = ("lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_mod
 BATCHING_OPTIONS = ("group_by_length", "length_group_size", "batch_shapes")
 OPTIMISATION_OPTIONS = (
     "lr_scheduler",
+    "lr_cycles",
     "warmup_ratio",
     "warmup_steps",
     "weight_decay",
@@ -329,7 +330,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         loss_fn=task_loss(model.is_regression, cfg.label_smoothing, prepared.class_weights),
         train_loader=train_loader,
         eval_loader=eval_loader,
-        lr_scheduler=build_scheduler_factory(cfg.lr_scheduler, cfg.warmup_ratio, cfg.warmup_steps),
+        lr_scheduler=build_scheduler_factory(cfg.lr_scheduler, cfg.warmup_ratio, cfg.warmup_steps, cfg.lr_cycles),
         predict_fn=model.predict_fn,
         metric=task_metrics(task.kind, task.num_labels, task.glue_task),
         run_info={

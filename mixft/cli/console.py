@@ -196,7 +196,8 @@ def print_plan(cfg: RunConfig, device, precisions, run_info: dict, steps: int | 
     )
     decay = cfg.weight_decay if cfg.weight_decay is not None else 0.01
     if (cfg.lr_scheduler, warmup, decay) != ("linear", "0.1 warm-up", 0.01):  # the defaults go unsaid
-        say(f"  schedule   {cfg.lr_scheduler}, {warmup}, weight decay {decay:g}")
+        cycles = f" x {cfg.lr_cycles} cycles" if cfg.lr_cycles else ""
+        say(f"  schedule   {cfg.lr_scheduler}{cycles}, {warmup}, weight decay {decay:g}")
     say(f"  output     {cfg.output_dir}/{RESULTS_NAME}")
 
 

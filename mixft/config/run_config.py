@@ -176,6 +176,14 @@ class RunConfig:
         metavar="NAME",
         group=OPTIMISATION,
     )
+    lr_cycles: int | None = per_recipe(
+        None,
+        "cosine_with_restarts: cosine cycles after the warm-up, each restarting at the peak lr (N >= 2; "
+        "with one it is cosine)",
+        check=POSITIVE_INT,
+        metavar="N",
+        group=OPTIMISATION,
+    )
     warmup_ratio: float | None = per_recipe(
         None,
         "warm up linearly over this fraction of the optimizer steps (default 0.1; none with constant)",
@@ -490,7 +498,7 @@ class RunConfig:
             raise UsageError("--lora with --eval-only: a saved LoRA directory is loaded as it is; drop --lora")
 
     def _validate_optimisation(self) -> None:
-        check_schedule(self.lr_scheduler, self.warmup_ratio, self.warmup_steps)
+        check_schedule(self.lr_scheduler, self.warmup_ratio, self.warmup_steps, self.lr_cycles)
         if self.label_smoothing == 1:
             raise UsageError(
                 "--label-smoothing 1 makes every target uniform, leaving nothing to learn: use a value below 1"

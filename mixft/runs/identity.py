@@ -75,6 +75,7 @@ TRAJECTORY_OPTIONS = (
     "fp32_modules",
     "init_loss_scale",
     "lr_scheduler",
+    "lr_cycles",
     "warmup_ratio",
     "warmup_steps",
     "weight_decay",

@@ -30,12 +30,23 @@ DEFAULT_WARMUP_RATIO = 0.1
 CLASS_WEIGHTS = ("balanced",)
 
 
-def check_schedule(name: str, warmup_ratio: float | None = None, warmup_steps: int | None = None) -> None:
-    """Refuse a schedule that cannot be built, in one line (``RunConfig.validate`` runs it before any work).
+def check_schedule(
+    name: str, warmup_ratio: float | None = None, warmup_steps: int | None = None, cycles: int | None = None
+) -> None:
+    """Refuse a schedule that cannot be built, or that would silently be another, in one line
+    (``RunConfig.validate`` runs it before any work).
 
-    Usage: ``check_schedule("cosine", warmup_steps=100)``
+    Usage: ``check_schedule("cosine_with_restarts", warmup_steps=100, cycles=3)``
     """
     SCHEDULER.validate("--lr-scheduler", name)
+    if name == "cosine_with_restarts" and (cycles is None or cycles < 2):
+        # transformers' default is one cycle: no restart, the cosine schedule step for step.
+        raise UsageError(
+            "--lr-scheduler cosine_with_restarts restarts only with --lr-cycles N, N >= 2 "
+            f"({'one cycle' if cycles == 1 else 'without it: one cycle'} is the cosine schedule, step for step)"
+        )
+    if cycles is not None and name != "cosine_with_restarts":
+        raise UsageError(f"--lr-cycles counts the restarts of --lr-scheduler cosine_with_restarts, not of {name}")
     if warmup_ratio is not None and warmup_steps is not None:
         raise UsageError("give --warmup-ratio or --warmup-steps, not both")
     if warmup_ratio is not None:
@@ -48,16 +59,19 @@ def check_schedule(name: str, warmup_ratio: float | None = None, warmup_steps: i
         )
 
 
-def build_scheduler_factory(name: str = "linear", warmup_ratio: float | None = None, warmup_steps: int | None = None):
+def build_scheduler_factory(
+    name: str = "linear", warmup_ratio: float | None = None, warmup_steps: int | None = None, cycles: int | None = None
+):
     """``f(optimizer, total_steps) -> scheduler`` for a transformers schedule with a warm-up.
 
     The warm-up is ``warmup_steps``, or ``int(warmup_ratio * total_steps)`` (rounded down, as
-    mixft always has), or 10 % when neither is given; ``constant`` has none. Bad names and
-    values raise a one-line UsageError here, before any training.
+    mixft always has), or 10 % when neither is given; ``constant`` has none. ``cycles``:
+    ``cosine_with_restarts``'s cosine cycles (required, >= 2). Bad names and values raise a
+    one-line UsageError here, before any training.
 
     Usage: ``Trainer(..., lr_scheduler=build_scheduler_factory("linear", warmup_ratio=0.06))``
     """
-    check_schedule(name, warmup_ratio, warmup_steps)
+    check_schedule(name, warmup_ratio, warmup_steps, cycles)
     if warmup_ratio is None and warmup_steps is None:
         warmup_ratio = 0.0 if name == "constant" else DEFAULT_WARMUP_RATIO
 
@@ -71,7 +85,8 @@ def build_scheduler_factory(name: str = "linear", warmup_ratio: float | None = N
                 f"--lr-scheduler polynomial needs at least one optimizer step after the warm-up: a "
                 f"warm-up of {warmup} covers all {total_steps} steps"
             )
-        return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+        kwargs = {"scheduler_specific_kwargs": {"num_cycles": cycles}} if cycles is not None else {}
+        return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps, **kwargs)
 
     return build
 

@@ -62,6 +62,7 @@ def test_schedules_in_a_real_runs_history(tmp_path, tiny_bert_dir, tiny_data_dir
     from transformers import (
         get_constant_schedule_with_warmup,
         get_cosine_schedule_with_warmup,
+        get_cosine_with_hard_restarts_schedule_with_warmup,
         get_linear_schedule_with_warmup,
     )
 
@@ -96,8 +97,16 @@ def test_schedules_in_a_real_runs_history(tmp_path, tiny_bert_dir, tiny_data_dir
     assert warm_constant["history"]["lr"] == pytest.approx(
         scheduled_lrs(lambda o: get_constant_schedule_with_warmup(o, 3))
     )
+    restarts = sst2_run(
+        tmp_path, "restarts", tiny_bert_dir, tiny_data_dir, "--lr-scheduler", "cosine_with_restarts", "--lr-cycles", "2"
+    )
+    assert "  schedule   cosine_with_restarts x 2 cycles, 0.1 warm-up, weight decay 0.01\n" in capsys.readouterr().out
+    assert restarts["history"]["lr"] == pytest.approx(
+        scheduled_lrs(lambda o: get_cosine_with_hard_restarts_schedule_with_warmup(o, 0, STEPS, num_cycles=2))
+    )
+    assert restarts["config"]["lr_cycles"] == 2
     # Nothing else: the same model, data and order (the first step's loss is taken before any update).
-    for run in (cosine, linear_half, warm_constant):
+    for run in (cosine, linear_half, warm_constant, restarts):
         assert run["steps"] == STEPS and run["history"]["loss"][0] == default["history"]["loss"][0]
         assert run["history"]["lr"] != default["history"]["lr"]
 

@@ -45,7 +45,17 @@ def test_warmup_steps_and_schedule_shapes():
 
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_every_name_builds(name):
-    assert len(lrs(build_scheduler_factory(name), 10)) == 10
+    cycles = 2 if name == "cosine_with_restarts" else None
+    assert len(lrs(build_scheduler_factory(name, cycles=cycles), 10)) == 10
+
+
+def test_cosine_with_restarts_restarts_as_many_times_as_asked():
+    # Was: --lr-scheduler cosine_with_restarts ran transformers' default of one cycle, the cosine schedule
+    # step for step (the same weights, bit for bit): no restart ever.
+    restarts = lrs(build_scheduler_factory("cosine_with_restarts", warmup_ratio=0.0, cycles=3), 30)
+    peaks = [t for t in range(1, 30) if restarts[t] > restarts[t - 1]]
+    assert peaks == [10, 20] and restarts[10] == restarts[20] == restarts[0] == pytest.approx(1e-3)
+    assert restarts != lrs(build_scheduler_factory("cosine", warmup_ratio=0.0), 30)
 
 
 @pytest.mark.parametrize(
@@ -56,6 +66,9 @@ def test_every_name_builds(name):
         ({"warmup_ratio": 1.5}, "--warmup-ratio must be a probability between 0 and 1, got 1.5"),
         ({"warmup_steps": -1}, "--warmup-steps must be an integer >= 0, got -1"),
         ({"name": "constant", "warmup_steps": 3}, "use constant_with_warmup"),
+        ({"name": "cosine_with_restarts"}, "restarts only with --lr-cycles N, N >= 2 .without it: one cycle is"),
+        ({"name": "cosine_with_restarts", "cycles": 1}, "N >= 2 .one cycle is the cosine schedule, step for step"),
+        ({"name": "cosine", "cycles": 3}, "--lr-cycles counts the restarts of --lr-scheduler cosine_with_restarts"),
     ],
 )
 def test_bad_options_are_refused_before_training(kwargs, message):
