@@ -36,25 +36,29 @@ def run_cli(tmp_path: Path, model: Path, *args: str, capsys=None) -> tuple[int, 
 
 
 def text_classification_args(model: Path, train: Path, dev: Path, out: Path, *extra: str, **options) -> list[str]:
-    """``--recipe text-classification`` on ``model`` and two CSV files, written to ``out`` (see ``_argv``).
+    """``--recipe text-classification`` on ``model`` and two CSV files, written to ``out`` (see ``recipe_args``).
 
     Usage: ``main(text_classification_args(model, train, dev, out, "--lora", batch_size=4, lr="5e-3"))``
     """
-    return _argv(
+    return recipe_args(
         "text-classification", model, ["--train-file", str(train), "--validation-file", str(dev)], out, extra, options
     )
 
 
 def bert_sst2_args(model: Path, data: Path | str, out: Path, *extra: str, **options) -> list[str]:
-    """``--recipe bert-sst2`` on ``model`` and the GLUE-layout folder ``data``, written to ``out`` (see ``_argv``).
+    """``--recipe bert-sst2`` on ``model`` and the GLUE-layout folder ``data``, written to ``out`` (see ``recipe_args``).
 
     A test file fixes its job's options once: ``args = functools.partial(bert_sst2_args, epochs=3)``.
     """
-    return _argv("bert-sst2", model, ["--data-dir", str(data)], out, extra, options)
+    return recipe_args("bert-sst2", model, ["--data-dir", str(data)], out, extra, options)
 
 
-def _argv(recipe: str, model: Path, data: list[str], out: Path, extra: tuple[str, ...], options: dict) -> list[str]:
-    # Each keyword option is a flag (batch_size=4: --batch-size 4), then no progress bars, then ``extra`` as given.
+def recipe_args(
+    recipe: str, model: Path, data: list[str], out: Path, extra: tuple[str, ...], options: dict
+) -> list[str]:
+    """``--recipe recipe --model model`` with ``data``'s flags, then each keyword option as a flag (batch_size=4:
+    --batch-size 4), the output directory, no progress bars, then ``extra`` as given; with ``--eval-only`` in
+    ``extra``, without the options only training reads (see ``evaluation_only``)."""
     flags = [part for name, value in options.items() for part in (f"--{name.replace('_', '-')}", str(value))]
     argv = ["--recipe", recipe, "--model", str(model), *data, *flags, "--output-dir", str(out), "--no-progress", *extra]
     return evaluation_only(argv) if "--eval-only" in extra else argv

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mixft.cli.main import main
-from tests.cli_runs import evaluation_only
+from tests.cli_runs import recipe_args
 from tests.recipes.test_text_classification import three_class_csv
 from tests.tiny_models import DECODER_ARCHITECTURES, make_tiny_model_dir
 
@@ -33,23 +33,9 @@ def data(tmp_path) -> list[str]:
 
 
 def run(out: Path, model: Path, *args: str, batch: int = 4) -> tuple[int, dict]:
-    argv = [
-        "--recipe",
-        "text-classification",
-        "--model",
-        str(model),
-        "--batch-size",
-        str(batch),
-        "--epochs",
-        "1",
-        "--lr",
-        "1e-3",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *args,
-    ]
-    code = main(evaluation_only(argv) if "--eval-only" in args else argv)
+    code = main(
+        recipe_args("text-classification", model, [], out, args, {"batch_size": batch, "epochs": 1, "lr": "1e-3"})
+    )
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mixft.cli.main import main
-from tests.cli_runs import evaluation_only
+from tests.cli_runs import recipe_args
 from tests.data_files import write_csv
 from tests.tiny_models import TOY_ROWS, make_tiny_model_dir
 
@@ -51,23 +51,9 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 
 def run(out: Path, model: Path, *args: str) -> tuple[int, dict]:
-    argv = [
-        "--recipe",
-        "text-classification",
-        "--model",
-        str(model),
-        "--batch-size",
-        "4",
-        "--epochs",
-        "1",
-        "--max-steps",
-        "3",
-        "--output-dir",
-        str(out),
-        "--no-progress",
-        *args,
-    ]
-    code = main(evaluation_only(argv) if "--eval-only" in args else argv)
+    code = main(
+        recipe_args("text-classification", model, [], out, args, {"batch_size": 4, "epochs": 1, "max_steps": 3})
+    )
     doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     return code, doc
 
