@@ -420,6 +420,24 @@ def _compatible(train_type: str, eval_type: str) -> bool:
     return train_type == eval_type or {train_type, eval_type} <= {"int", "float"}
 
 
+def read_as_class_labels(ds, column: str, info: LabelInfo):
+    """``ds`` with ``column`` read as the training labels' ClassLabel, where the training labels are one (a hub
+    GLUE task, its stand-in) and the file writes them as its class ids (GLUE's own TSV files: 0, 1) or its
+    names; ``ds`` unchanged otherwise, for :func:`check_eval_labels` to judge. Ids out of range stay ids,
+    which that check names as never seen in training.
+
+    Usage: ``check_eval_labels(read_as_class_labels(ds, "label", info), "label", info, where=where)``
+    """
+    import datasets
+
+    if info.value_type != "classlabel" or isinstance(ds.features[column], datasets.ClassLabel):
+        return ds
+    try:
+        return ds.cast_column(column, datasets.ClassLabel(names=list(info.names)))
+    except (ValueError, TypeError):  # a value that is neither an id nor a name: "mixed label types", as before
+        return ds
+
+
 class UnscorableLabels(UsageError):
     """Well-formed evaluation labels that cannot be scored against the training labels (another type,
     names or classes). Validation data needs scoring (a refusal); a predict file can go on without metrics."""

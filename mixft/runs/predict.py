@@ -26,7 +26,14 @@ import torch
 from mixft.config.run_config import RunConfig
 from mixft.data.columns import Columns, check_text_columns
 from mixft.data.files import load_data_file
-from mixft.data.labels import LabelInfo, ModelLabels, UnscorableLabels, check_eval_labels, labels_for_model
+from mixft.data.labels import (
+    LabelInfo,
+    ModelLabels,
+    UnscorableLabels,
+    check_eval_labels,
+    labels_for_model,
+    read_as_class_labels,
+)
 from mixft.data.loaders import make_loader
 from mixft.data.tokenize import tokenize_dataset
 from mixft.errors import UsageError
@@ -83,6 +90,7 @@ def read_predict_file(cfg: RunConfig, prepared) -> PredictSource:
         label_column = task.label_column
         labels = labels_for_model(ds, label_column, ModelLabels(names, f"--model {cfg.model}"), where=where)
     elif has_labels:
+        ds = read_as_class_labels(ds, task.label_column, task.labels)  # a GLUE task's file: 0/1 are its classes
         try:
             check_eval_labels(ds, task.label_column, task.labels, where=where, role="--predict-file")
         except UnscorableLabels as e:

@@ -239,6 +239,25 @@ def test_glue_offline_falls_back_to_the_paraphrase_stand_in(tmp_path, isolated_h
     assert {"f1", "accuracy"} <= set(run_["eval"]) and run_["task"]["glue_task"] == "mrpc"
 
 
+@pytest.mark.parametrize("labels", [("0", "1"), ("negative", "positive")], ids=["glue-ids", "names"])
+def test_a_glue_tasks_predict_file_is_scored_with_ids_or_names(tmp_path, isolated_hf, tiny_bert_dir, labels):
+    # Was: the task's labels are a ClassLabel (the hub's, the stand-in's), so a GLUE TSV's 0/1 counted as
+    # "mixed label types": predictions without metrics, with a warning.
+    rows = [("a fine and moving film", 1), ("dull , lifeless and slow", 0), ("great fun", 1), ("a bore", 0)]
+    tsv = tmp_path / "new.tsv"
+    tsv.write_text("sentence\tlabel\n" + "".join(f"{t}\t{labels[c]}\n" for t, c in rows), encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["--recipe", "glue", "--task", "sst2", "--model", str(tiny_bert_dir), "--max-train-samples", "16"]
+    argv += ["--max-eval-samples", "8", "--batch-size", "8", "--max-steps", "2", "--output-dir", str(out)]
+    assert main([*argv, "--no-progress", "--predict-file", str(tsv)]) == 0
+    predict = json.loads((out / "results.json").read_text())["runs"][0]["predict"]
+    assert "metrics_skipped" not in predict
+    lines = (out / "predictions.csv").read_text().splitlines()[1:]
+    predicted = [line.split(",")[0] for line in lines]
+    right = sum(name == ("negative", "positive")[c] for name, (_, c) in zip(predicted, rows))
+    assert predict["metrics"]["accuracy"] == pytest.approx(right / len(rows))
+
+
 SENTINEL = b'{"runs": [], "note": "an earlier run"}\n'
 
 
