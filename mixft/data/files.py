@@ -7,7 +7,8 @@ Usage::
 
 The format comes from the extension. `datasets` converts the file once into its cache
 (Arrow on disk, memory-mapped), so a 100k-row file costs little RAM and a second run
-skips the conversion. Every problem (missing, empty, unreadable, malformed, no rows)
+skips the conversion; the cache is named by the file's SHA-256, so a file replaced with its
+mtime kept is read anew. Every problem (missing, empty, unreadable, malformed, no rows)
 raises :class:`mixft.errors.UsageError` with one line naming the file.
 
 The file is read exactly as written:
@@ -35,6 +36,7 @@ import codecs
 import contextlib
 import csv
 import glob
+import hashlib
 import logging
 import os
 import re
@@ -129,12 +131,17 @@ def _check_regular_file(p: Path, where: str) -> int:
     return info.st_size
 
 
-def _check_utf8(p: Path, where: str) -> None:
-    """UsageError naming the line of the first byte that is not UTF-8 (a BOM is fine)."""
+def _content_digest(p: Path, where: str, text: bool) -> str:
+    """The file's SHA-256, read once; for a text format (``text``), also a UsageError naming the line of the
+    first byte that is not UTF-8 (a BOM is fine)."""
+    digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")()
     newlines = 0
     with open(p, "rb") as f:
         while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            if not text:
+                continue
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as exc:
@@ -149,6 +156,7 @@ def _check_utf8(p: Path, where: str) -> None:
             raise UsageError(
                 f"{where}: line {newlines + 1}: the file ends inside a UTF-8 character; {_UTF8_HINT}"
             ) from None
+    return digest.hexdigest()
 
 
 def _read_header(p: Path, where: str, options: dict) -> tuple[list[str], int]:
@@ -302,8 +310,7 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
             f"{where}: the datasets reader cannot open a path containing '::'; rename the file or a folder on its path"
         )
     suffix = p.suffix.lower()
-    if suffix in _TEXT_SUFFIXES:
-        _check_utf8(p, where)
+    digest = _content_digest(p, where, text=suffix in _TEXT_SUFFIXES)
 
     import datasets
 
@@ -320,8 +327,17 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
             )
     try:
         with _quiet_datasets():
-            # Escaped: datasets expands data_files as glob patterns ("tr[1].csv" would read tr1.csv).
-            ds = datasets.load_dataset(builder, data_files={"train": glob.escape(resolved)}, split="train", **options)
+            # Escaped: datasets expands data_files as glob patterns ("tr[1].csv" would read tr1.csv). Named by
+            # content: datasets knows a local file by its path and mtime alone, so a file replaced with its
+            # mtime kept (cp -p, rsync -a, an archive) would be read from the old file's cache, and so would
+            # everything tokenised from it.
+            ds = datasets.load_dataset(
+                builder,
+                name=f"mixft-{digest[:32]}",
+                data_files={"train": glob.escape(resolved)},
+                split="train",
+                **options,
+            )
     except Exception as exc:  # every reader's error type: pandas, pyarrow, json, datasets
         raise _reader_error(_root_cause(exc), where, p.suffix[1:].upper()) from None
     if builder == "csv":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -111,6 +112,22 @@ def test_second_read_reuses_the_datasets_cache(tmp_path):
     second = load_data_file(path)
     assert first.cache_files == second.cache_files
     assert first._fingerprint == second._fingerprint
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_file_replaced_with_its_mtime_kept_is_read_anew(tmp_path, fmt):
+    # Was: datasets knows a local file by path and mtime alone: after `cp -p new.csv train.csv` (or rsync -a,
+    # an archive) the old rows came back from its cache, and everything tokenised from them.
+    path = _write(tmp_path / f"train.{fmt}", ROWS, fmt)
+    first = load_data_file(path)
+    stat = path.stat()
+    other = [{"text": "apple", "label": "fruit"}, {"text": "bus", "label": "vehicle"}]
+    _write(path, other, fmt)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_mtime_ns == stat.st_mtime_ns
+    second = load_data_file(path)
+    assert second.to_list() == other
+    assert second._fingerprint != first._fingerprint  # what is tokenised from it is not reused either
 
 
 # ------------------------------------------------------------------- issue 19: read as written
