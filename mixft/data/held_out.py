@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -33,11 +34,25 @@ _FORMAT = 1
 
 @dataclass(frozen=True)
 class HeldOut:
-    """What ``--validation-split`` held out: ``fraction`` of the training data's ``rows``, drawn with ``seed``."""
+    """What ``--validation-split`` held out: ``fraction`` of the training data's ``rows``, drawn with ``seed``;
+    ``rows_sha256``, once carved (``carve``), the held-out rows' own digest (``rows_digest``), which tells
+    them apart from the rows the same fraction and seed pick in data edited or reordered since."""
 
     fraction: float
     seed: int
     rows: int
+    rows_sha256: str | None = None
+
+
+def rows_digest(ds, columns) -> str:
+    """SHA-256 of ``ds``'s ``columns``, row by row in order (the values as read, before any label mapping).
+
+    Usage: ``rows_digest(held, ["text", "label"])``
+    """
+    digest = hashlib.sha256()
+    for batch in ds.select_columns(list(columns)).iter(batch_size=10_000):
+        digest.update(json.dumps([batch[c] for c in columns], default=str).encode("utf-8"))
+    return digest.hexdigest()
 
 
 def carve(train, held_out: HeldOut, where: str, kind: str, label_column: str):
@@ -93,7 +108,10 @@ def read_held_out(directory: str | os.PathLike) -> HeldOut | None:
         held_out = HeldOut(**record)
         if not (0 < float(held_out.fraction) < 1 and int(held_out.rows) > 0):
             raise ValueError("values out of range")
-        return HeldOut(float(held_out.fraction), int(held_out.seed), int(held_out.rows))
+        digest = held_out.rows_sha256
+        if digest is not None and not isinstance(digest, str):
+            raise ValueError("rows_sha256 is not a digest")
+        return HeldOut(float(held_out.fraction), int(held_out.seed), int(held_out.rows), digest)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise UsageError(
             f"{path}: unreadable record of the rows the model's training held out ({exc}); restore it "

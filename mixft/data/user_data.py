@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mixft.data.columns import check_columns, check_text_columns, resolve_columns
-from mixft.data.held_out import HeldOut, carve
+from mixft.data.held_out import HeldOut, carve, rows_digest
 from mixft.data.labels import TASK_KINDS, LabelInfo, ModelLabels, analyze_labels, check_eval_labels, labels_for_model
 from mixft.errors import UsageError
 from mixft.log import logger
@@ -317,12 +317,11 @@ def load_text_data(
     cols = _checked_columns(src, req.columns)
     if req.evaluation_only:  # the model's labels, not the training data's, say what each name means
         return _held_out_for_model(src, cols, req)
-    train, eval_ds, labels = _labelled_and_capped(
+    train, eval_ds, labels, held_out = _labelled_and_capped(
         src, cols, req.task_kind, validation_split, seed, max_train_samples, max_eval_samples
     )
     task = _text_task(cols, labels, req.glue_task)
     notice = _notice(src, train_file, validation_file)
-    held_out = HeldOut(validation_split, seed, len(src.train)) if src.eval is None else None
     return TextData(
         train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice, held_out=held_out
     )
@@ -541,11 +540,15 @@ def _checked_columns(src: _Source, columns: dict):
 
 
 def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, max_train_samples, max_eval_samples):
-    """(train, eval, labels): the label space read from train, the hold-out carved, the caps applied, eval checked."""
+    """(train, eval, labels, the hold-out or None): the label space read from train, the hold-out carved (and
+    its rows' digest taken, before any cap), the caps applied, eval checked."""
     train, eval_ds, where, eval_where = src.train, src.eval, src.where, src.eval_where
     labels = analyze_labels(train, cols.label, where=where, task_kind=task_kind)
+    held_out = None
     if eval_ds is None:
-        train, eval_ds = carve(train, HeldOut(validation_split, seed, len(train)), where, labels.kind, cols.label)
+        held_out = HeldOut(validation_split, seed, len(train))
+        train, eval_ds = carve(train, held_out, where, labels.kind, cols.label)
+        held_out = dataclasses.replace(held_out, rows_sha256=rows_digest(eval_ds, _read_columns(cols)))
         eval_where = f"{where} (rows held out by --validation-split {validation_split})"
     capped = max_train_samples is not None and max_train_samples < len(train)
     all_labels = labels
@@ -559,7 +562,12 @@ def _labelled_and_capped(src: _Source, cols, task_kind, validation_split, seed, 
         check_eval_labels(eval_ds, cols.label, all_labels, where=eval_where)
     with _blamed_on_the_cap(capped, max_train_samples):
         check_eval_labels(eval_ds, cols.label, labels, where=eval_where)
-    return train, eval_ds, labels
+    return train, eval_ds, labels, held_out
+
+
+def _read_columns(cols) -> list[str]:
+    """The columns a run reads (its texts, its label): what a hold-out's digest covers."""
+    return [*cols.text_columns, cols.label]
 
 
 def _held_out_for_model(src: _Source, cols, req: _Request) -> TextData:
@@ -569,6 +577,12 @@ def _held_out_for_model(src: _Source, cols, req: _Request) -> TextData:
     if eval_ds is None:  # the rows the training run held out: the same file, fraction and seed
         held_out, notice = _models_hold_out(src, req)
         _, eval_ds = carve(src.train, held_out, src.where, req.model_labels.kind, cols.label)
+        if held_out.rows_sha256 is not None and rows_digest(eval_ds, _read_columns(cols)) != held_out.rows_sha256:
+            raise UsageError(
+                f"{src.where}: the rows --validation-split {held_out.fraction} (seed {held_out.seed}) holds out now are "
+                f"not those {req.model_labels.source} was held out from (the data was edited or reordered since), "
+                "so some were trained on; evaluate on the file it was trained with, or pass --validation-file"
+            )
         eval_where = f"{src.where} (rows held out by --validation-split {held_out.fraction}, seed {held_out.seed})"
     return _for_model(
         eval_ds,

@@ -9,7 +9,7 @@ import pytest
 
 import mixft.data.hubdata as hubdata
 from mixft.data.glue import GLUE_TASKS, glue_task
-from mixft.data.held_out import HeldOut, read_held_out, write_held_out
+from mixft.data.held_out import HeldOut, read_held_out, rows_digest, write_held_out
 from mixft.data.labels import ModelLabels
 from mixft.data.synthetic.stand_ins import SST2, stand_in_for
 from mixft.data.user_data import load_glue_data, load_text_data
@@ -91,7 +91,7 @@ def test_a_saved_models_record_says_which_rows_it_was_held_out_from_whatever_the
     # Was: --seeds 1,2 hold out the first seed's rows for both runs; --eval-only of the seed-2 model with
     # --seed 2 carved other rows, some of them trained on, and scored them without a word.
     trained = load_text_data(train_file=topic_csv, validation_split=0.2, seed=1)
-    assert trained.held_out == HeldOut(0.2, 1, 30)
+    assert trained.held_out == HeldOut(0.2, 1, 30, rows_digest(trained.eval, ["text", "label"]))
     model = ModelLabels(names=("World", "Sports", "Business"), source="--model m", held_out=trained.held_out)
     evaluated = load_text_data(train_file=topic_csv, validation_split=0.2, seed=2, model_labels=model)
     assert evaluated.eval["text"][:] == trained.eval["text"][:]
@@ -109,16 +109,32 @@ def test_a_saved_models_record_says_which_rows_it_was_held_out_from_whatever_the
     fewer = ModelLabels(model.names, "--model m", held_out=HeldOut(0.2, 1, 31))
     with pytest.raises(UsageError, match=r"30 rows, but --model m held out its evaluation rows from 31: the data"):
         load_text_data(train_file=topic_csv, validation_split=0.2, seed=1, model_labels=fewer)
-    assert load_text_data(train_file=topic_csv, validation_split=0.2, seed=1, max_train_samples=5).held_out == (
-        HeldOut(0.2, 1, 30)  # carved from the whole file, before the cap
-    )
+    capped = load_text_data(train_file=topic_csv, validation_split=0.2, seed=1, max_train_samples=5, max_eval_samples=2)
+    assert capped.held_out == trained.held_out  # carved from the whole file, its digest before the caps
     assert load_text_data(train_file=topic_csv, validation_file=topic_csv).held_out is None
+
+
+def test_the_same_number_of_rows_reordered_is_refused_not_scored(tmp_path, topic_csv):
+    # Was: a re-export or a sort keeps the row count; the same fraction and seed then picked other rows, most of
+    # them trained on (9 of 10 in the case found), and --eval-only scored them.
+    trained = load_text_data(train_file=topic_csv, validation_split=0.2, seed=1)
+    lines = topic_csv.read_text(encoding="utf-8").splitlines()
+    shuffled = tmp_path / "sorted.csv"  # the same rows, sorted
+    shuffled.write_text("\n".join([lines[0], *sorted(lines[1:])]) + "\n", encoding="utf-8")
+    model = ModelLabels(names=("World", "Sports", "Business"), source="--model m", held_out=trained.held_out)
+    with pytest.raises(UsageError) as info:
+        load_text_data(train_file=shuffled, validation_split=0.2, seed=1, model_labels=model)
+    assert "holds out now are not those --model m was held out from (the data was edited or reordered" in str(
+        info.value
+    )
+    again = load_text_data(train_file=topic_csv, validation_split=0.2, seed=1, model_labels=model)
+    assert again.eval.to_list() == trained.eval.to_list()
 
 
 def test_the_hold_out_record_round_trips_and_a_damaged_one_is_one_line(tmp_path):
     assert read_held_out(tmp_path) is None  # saved before the record, or trained on a validation file
-    write_held_out(tmp_path, HeldOut(0.1, -3, 1000))
-    assert read_held_out(tmp_path) == HeldOut(0.1, -3, 1000)
+    write_held_out(tmp_path, HeldOut(0.1, -3, 1000, "ab" * 32))
+    assert read_held_out(tmp_path) == HeldOut(0.1, -3, 1000, "ab" * 32)
     for damage in (
         '{"format": 1, "fraction": 0.1}',
         "not json",
