@@ -33,6 +33,25 @@ from mixft.options import POSITIVE_INT
 _MAP_BATCH = 1000  # rows per tokenizer call: large enough for the fast tokenizer's threads
 
 
+def pair_boundary(tokenizer) -> str:
+    """What mixft starts the second text of a pair with: ``""`` where ``tokenizer`` marks the boundary itself.
+
+    Encoders' tokenizers mark it (``[CLS] a [SEP] b [SEP]``, or a second ``<s>``); GPT-2's and Qwen2's add no
+    token to a pair, so ``("the film is", "good")`` became ``the film isgood``: the boundary gone and the last
+    word of one text merged with the first of the other. There a line break starts the second text (the
+    delimiter of decoder fine-tuning), or, for a vocabulary without one, the tokenizer's end-of-text token.
+
+    Usage: ``pair_boundary(AutoTokenizer.from_pretrained("gpt2"))  # "\\n"``
+    """
+    if tokenizer.num_special_tokens_to_add(pair=True) != tokenizer.num_special_tokens_to_add(pair=False):
+        return ""
+    plain = tokenizer("a", "b")["input_ids"]
+    for candidate in ("\n", tokenizer.sep_token, tokenizer.eos_token):  # the first a pair keeps
+        if candidate and tokenizer("a", candidate + "b")["input_ids"] != plain:
+            return candidate
+    return ""
+
+
 class _Encode:
     """The batched map function. A class (not a closure) so `datasets` hashes exactly its fields."""
 
@@ -56,7 +75,11 @@ class _Encode:
         import numpy as np
 
         texts = [batch[c] for c in self.text_columns]
-        # Pairs are truncated longest-first: the longer text gives up tokens before the shorter.
+        boundary = pair_boundary(self.tokenizer) if len(texts) == 2 else ""
+        if boundary:
+            texts[1] = [boundary + text for text in texts[1]]
+        # Pairs are truncated longest-first: the longer text gives up tokens before the shorter (from its end,
+        # so a boundary at the start of the second text stays).
         encoded = self.tokenizer(*texts, truncation=True, max_length=self.max_length)
         out = dict(encoded)
         out["lengths"] = np.fromiter((len(ids) for ids in encoded["input_ids"]), dtype=np.int32)

@@ -218,3 +218,35 @@ def test_a_tokenizer_without_a_serialisation_leaves_the_cache_key_to_datasets(to
     assert train["input_ids"][:] == [
         tokenizer(t, truncation=True, max_length=16)["input_ids"] for t in data.train["text"]
     ]
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2", "llama", "bert", "roberta"])
+def test_a_pair_keeps_a_boundary_between_its_texts_whatever_the_tokenizer(arch):
+    # Was: GPT-2's and Qwen2's tokenizers add nothing to a pair: ("the film is", "good") was "the film isgood",
+    # the same ids as another split of the words into two texts, or as one text.
+    import datasets
+
+    from mixft.data.labels import analyze_labels
+    from mixft.data.tokenize import pair_boundary, tokenize_dataset
+    from tests.tiny_models import make_tokenizer
+
+    tok = make_tokenizer(arch)
+    ds = datasets.Dataset.from_dict(
+        {"a": ["the film is", "the film", "the film is good"], "b": ["good", "is good", ""], "label": [0, 1, 0]}
+    )
+    ids = tokenize_dataset(
+        ds,
+        tok,
+        text_columns=("a", "b"),
+        label_column="label",
+        labels=analyze_labels(ds, "label", where="t"),
+        max_length=32,
+    )["input_ids"]
+    assert ids[0] != ids[1] and ids[0] != ids[2][: len(ids[0])]  # the split shows
+    boundary = pair_boundary(tok)
+    if arch in ("gpt2", "qwen2", "llama"):  # the tiny Llama's tokenizer adds no <s> at all
+        assert boundary == ("</s>" if arch == "llama" else "\n")  # its vocabulary has no line break
+        assert ids[0] == tok("the film is", boundary + "good")["input_ids"]
+    else:
+        assert boundary == ""
+        assert ids[0] == tok("the film is", "good")["input_ids"]  # encoders' own pair template, unchanged
