@@ -37,6 +37,7 @@ import contextlib
 import csv
 import glob
 import hashlib
+import json
 import logging
 import os
 import re
@@ -233,6 +234,36 @@ def _csv_records(f, sep: str):
         return  # the reader itself names what is wrong with the file
 
 
+def _refuse_repeated_keys(p: Path, where: str, lines: bool) -> None:
+    """UsageError naming a key that one JSON record repeats (``lines``: a JSON Lines file, else one array).
+
+    Only called where the reader would not say so itself; a file that is not valid JSON is left to the reader.
+    """
+
+    def pairs(items):
+        keys = [key for key, _ in items]
+        repeated = next((key for key in keys if keys.count(key) > 1), None)
+        if repeated is not None:
+            at = f"line {lineno}: " if lines else ""
+            kept = "" if lines else " (the reader would keep only its last value)"
+            raise UsageError(
+                f"{where}: {at}a record names column {repeated!r} more than once{kept}; give every column its own name"
+            )
+        return dict(items)
+
+    lineno = 0
+    with open(p, encoding="utf-8-sig") as f:
+        try:
+            if not lines:
+                json.load(f, object_pairs_hook=pairs)
+                return
+            for lineno, line in enumerate(f, start=1):  # noqa: B007 (read by pairs)
+                if line.strip():
+                    json.loads(line, object_pairs_hook=pairs)
+        except json.JSONDecodeError:
+            return
+
+
 def _is_json_array(p: Path) -> bool:
     """Whether a .json file holds one JSON array (its layout, blank lines included, is free) rather than lines."""
     with open(p, encoding="utf-8-sig") as f:
@@ -318,7 +349,11 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
     options = FORMATS[suffix][1]
     if builder == "csv":
         options = _csv_options(p, where, {"sep": ",", **options})
-    if builder == "csv" or suffix == ".jsonl" or (suffix == ".json" and not _is_json_array(p)):
+    json_array = suffix == ".json" and _is_json_array(p)
+    if json_array:
+        # Its reader keeps the last of a repeated key in silence (a CSV header's repeat is refused, as here).
+        _refuse_repeated_keys(p, where, lines=False)
+    if builder == "csv" or suffix == ".jsonl" or (suffix == ".json" and not json_array):
         blank = _first_blank_line_between_rows(p, options if builder == "csv" else None)
         if blank is not None:
             raise UsageError(
@@ -339,6 +374,8 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
                 **options,
             )
     except Exception as exc:  # every reader's error type: pandas, pyarrow, json, datasets
+        if builder == "json" and not json_array:
+            _refuse_repeated_keys(p, where, lines=True)  # pyarrow's word for it is "Trailing data at position N"
         raise _reader_error(_root_cause(exc), where, p.suffix[1:].upper()) from None
     if builder == "csv":
         ds = _refuse_extra_fields(ds, where, len(options["column_names"]) - 1, options["sep"])

@@ -248,3 +248,23 @@ def test_blank_lines_that_shift_no_row_are_read_as_before(tmp_path, name, conten
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
     assert load_data_file(path)["sentence"][:] == rows
+
+
+@pytest.mark.parametrize(
+    "name, content, said",
+    [
+        # Was: the array's reader kept the last value in silence (label 0 here); a CSV header's repeat was refused.
+        ("t.json", '[{"text": "a", "label": 1, "label": 0}, {"text": "b", "label": 0}]', ""),
+        (
+            "t.jsonl",
+            '{"text": "a", "label": 1}\n{"text": "b", "label": 0, "label": 1}\n',
+            "line 2: ",
+        ),  # "Trailing data"
+    ],
+)
+def test_a_key_repeated_in_a_json_record_is_refused_like_a_repeated_header_name(tmp_path, name, content, said):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UsageError) as info:
+        load_data_file(path)
+    assert str(info.value).startswith(f"--train-file {path}: {said}a record names column 'label' more than once")
