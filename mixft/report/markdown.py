@@ -32,6 +32,7 @@ from mixft.report.summary import (
     NA,
     chart_titles,
     distinct,
+    eval_axis,
     eval_history_rows,
     fmt_mean_std,
     fmt_scale,
@@ -114,15 +115,17 @@ def render_eval_history(doc: dict) -> str | None:
         return None
     task = task_of(doc)
     metrics = [m for m in reported_metric_names(doc) if any(r.get(f"{m}_mean") is not None for r in rows)]
-    at = "epoch" if all(r["at"] == "epoch" for r in rows) else "epoch / step"
-    header = [at, "precision", "step", *(metric_label(m, task) for m in metrics), "eval loss"]
+    by_step = all(r["at"] == "step" for r in rows)  # --eval-steps: evaluations inside epochs, one row each
+    at = "step" if by_step else "epoch" if all(r["at"] == "epoch" for r in rows) else "epoch / step"
+    header = [at, "precision", "epoch" if by_step else "step", *(metric_label(m, task) for m in metrics), "eval loss"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
     for r in rows:
-        where = fmt_count(r["epoch"]) if r["at"] == "epoch" else f"step {fmt_count(r['epoch'])}"
+        where = fmt_count(r["epoch"]) if r["at"] == "epoch" or by_step else f"step {fmt_count(r['epoch'])}"
+        other = r["epoch_mean"] if by_step else r["step"]
         cells = [
             where,
             r["precision"],
-            NA if r["step"] is None else fmt_count(r["step"]),
+            NA if other is None else fmt_count(other),
             *(fmt_mean_std(r[f"{m}_mean"], r[f"{m}_std"], ".4f") for m in metrics),
             fmt_mean_std(r["loss_mean"], r["loss_std"], ".4f"),
         ]
@@ -294,7 +297,8 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
     for r in runs:
         if r.get("seed") not in seeds:
             seeds.append(r.get("seed"))
-    steps = sorted({int(r["steps"]) for r in rows if r["steps"] is not None})
+    # Each run's own count: the rows' are means over seeds (6, 6 and 4 steps are not "5").
+    steps = sorted({int(r["steps"]) for r in runs if number(r.get("steps")) is not None})
     meta = [
         f"**model** `{', '.join(distinct(runs, 'model')) or NA}`",
         f"**dataset** `{', '.join(distinct(runs, 'dataset')) or NA}`",
@@ -326,8 +330,12 @@ def render_markdown(doc: dict, baseline: str = "fp32", *, plots: Iterable[str | 
 
     history = render_eval_history(doc)
     if history:
-        out += ["## Eval per epoch", "", history, ""]
-        out += ["Each row: the evaluation recorded at that epoch (step), mean ± sample std over seeds.", ""]
+        if eval_axis(doc) == "epoch":
+            out += ["## Eval per epoch", "", history, ""]
+            out += ["Each row: the evaluation recorded at that epoch (step), mean ± sample std over seeds.", ""]
+        else:
+            out += ["## Eval per evaluation", "", history, ""]
+            out += ["Each row: the evaluation recorded at that optimizer step, mean ± sample std over seeds.", ""]
 
     out += [line for sec in (render_memory(doc, baseline), render_agreement(doc)) if sec for line in (sec, "")]
     out += [line for sec in machine for line in (sec, "")]

@@ -38,6 +38,7 @@ from mixft.log import logger
 from mixft.report.summary import (
     MEMORY_PARTS,
     MIB,
+    eval_axis,
     eval_charts,
     eval_series,
     group_runs,
@@ -189,9 +190,10 @@ def _loss_scale_figure(doc: dict):
 def _eval_figure(doc: dict, metric: str):
     label = metric_label(metric, task_of(doc))
     fig, ax = _figure(7, 4.5)
-    _plot_lines(ax, doc, lambda run: eval_series(run, metric))
-    ax.set_title(f"Eval {label} per epoch")
-    ax.set_xlabel("epoch")
+    axis = eval_axis(doc)
+    _plot_lines(ax, doc, lambda run: eval_series(run, metric, axis))
+    ax.set_title(f"Eval {label} " + ("per epoch" if axis == "epoch" else "per evaluation"))
+    ax.set_xlabel("epoch" if axis == "epoch" else "optimizer step")
     ax.set_ylabel(label)
     ax.xaxis.get_major_locator().set_params(integer=True)
     return fig

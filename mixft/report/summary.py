@@ -489,14 +489,24 @@ def memory_rows(doc: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def eval_series(run: dict, metric: str = "accuracy") -> dict[float, float]:
-    """``{epoch: eval metric}`` of a run (accuracy unless ``metric`` says otherwise)."""
-    return _series((e.get("epoch"), e.get(metric)) for e in run.get("eval_history") or [])
+def eval_axis(doc: dict) -> str:
+    """``"epoch"`` when each run evaluates at most once per epoch, else ``"step"`` (``--eval-steps`` evaluates
+    inside epochs): what tells one evaluation from another, so that none is averaged with another of its run."""
+    for run in doc.get("runs") or []:
+        epochs = [number(e.get("epoch")) for e in run.get("eval_history") or []]
+        if None in epochs or len(set(epochs)) < len(epochs):
+            return "step"
+    return "epoch"
 
 
-def _history_key(entry: dict) -> tuple[str, float] | None:
-    """Where an eval_history entry sits: ("epoch", n), else ("step", n) for step-based evals."""
-    for kind in ("epoch", "step"):
+def eval_series(run: dict, metric: str = "accuracy", axis: str = "epoch") -> dict[float, float]:
+    """``{epoch (or step, with axis="step"): eval metric}`` of a run (accuracy unless ``metric`` says otherwise)."""
+    return _series((e.get(axis), e.get(metric)) for e in run.get("eval_history") or [])
+
+
+def _history_key(entry: dict, axis: str) -> tuple[str, float] | None:
+    """Where an eval_history entry sits on ``axis`` (``eval_axis``), else on the other one."""
+    for kind in (axis, "step" if axis == "epoch" else "epoch"):
         value = number(entry.get(kind))
         if value is not None:
             return kind, value
@@ -504,9 +514,11 @@ def _history_key(entry: dict) -> tuple[str, float] | None:
 
 
 def eval_history_rows(doc: dict) -> list[dict]:
-    """The per-epoch eval history, one row per (epoch, precision), aggregated over seeds.
+    """The eval history, one row per (epoch, precision), aggregated over seeds; one row per (step, precision)
+    where a run evaluates more than once in an epoch (``eval_axis``): only seeds are averaged, never two
+    evaluations of one run.
 
-    Rows are ordered by epoch, then precision (in ``group_runs`` order), so one epoch's
+    Rows are ordered by epoch (step), then precision (in ``group_runs`` order), so one epoch's
     precisions sit together. Keys: ``at`` (``"epoch"`` or ``"step"``: what the entries
     recorded), ``epoch`` (its value), ``precision``, ``n`` (runs with an entry there),
     ``step`` (the mean optimizer step), ``loss_mean``/``loss_std`` (eval loss) and, for
@@ -517,10 +529,11 @@ def eval_history_rows(doc: dict) -> list[dict]:
     metrics = reported_metric_names(doc)
     order = list(group_runs(doc))
     cells: dict[tuple[tuple[str, float], str], list[dict]] = {}
+    axis = eval_axis(doc)
     for precision, runs in group_runs(doc).items():
         for run in runs:
             for entry in run.get("eval_history") or []:
-                key = _history_key(entry)
+                key = _history_key(entry, axis)
                 if key is not None:
                     cells.setdefault((key, precision), []).append(entry)
     rows = []
@@ -531,6 +544,7 @@ def eval_history_rows(doc: dict) -> list[dict]:
             "precision": precision,
             "n": len(entries),
             "step": mean(number(e.get("step")) for e in entries),
+            "epoch_mean": mean(number(e.get("epoch")) for e in entries),  # the epoch of a step-keyed row
         }
         for m in ["loss", *metrics]:
             vals = [number(e.get(m)) for e in entries]
@@ -571,8 +585,9 @@ def eval_charts(doc: dict) -> dict[str, str]:
     """``{chart file name: metric}``: one eval chart per metric with an eval history,
     ``eval_accuracy.png``, ``eval_f1.png``, ``eval_pearsonr.png``... in metric order."""
     out = {}
+    axis = eval_axis(doc)
     for m in reported_metric_names(doc):
-        if any(eval_series(r, m) for r in doc.get("runs") or []):
+        if any(eval_series(r, m, axis) for r in doc.get("runs") or []):
             out[f"eval_{re.sub(r'[^A-Za-z0-9_.-]', '_', m)}.png"] = m
     return out
 
@@ -589,8 +604,9 @@ def chart_titles(doc: dict) -> dict[str, str]:
     if only_evaluated(doc):  # nothing trained: the time chart shows the evaluation's
         titles["time_memory.png"] = "Eval time and peak memory"
     task = task_of(doc)
+    per = "per epoch" if eval_axis(doc) == "epoch" else "per evaluation"
     for name, m in eval_charts(doc).items():
-        titles[name] = f"Eval {metric_label(m, task)} per epoch"
+        titles[name] = f"Eval {metric_label(m, task)} {per}"
     return titles
 
 

@@ -227,16 +227,29 @@ def _scaler_notes(doc: dict, rows: list[dict], evaluated: bool) -> list[str]:
             + (" …" if len(at) > 8 else "")
             for seed, at in _skipped_at(groups[r["precision"]])
         )
-        notes.append(
-            f"**{r['precision']}**: the GradScaler skipped {r['skipped_steps_total']}{steps} optimizer "
-            f"steps for inf/NaN gradients" + (f" ({where})" if where else "") + ", lowering the loss "
-            "scale each time. That is normal early in fp16 training while the scale calibrates; "
-            "skips throughout training would mean gradients keep overflowing."
-        )
+        at = f" ({where})" if where else ""
+        if r["grad_scaler"]:
+            notes.append(
+                f"**{r['precision']}**: the GradScaler skipped {r['skipped_steps_total']}{steps} optimizer "
+                f"steps for inf/NaN gradients{at}, lowering the loss "
+                "scale each time. That is normal early in fp16 training while the scale calibrates; "
+                "skips throughout training would mean gradients keep overflowing."
+            )
+        else:  # no scaler to blame: the loop's own rule skips a step whose gradients are not finite
+            notes.append(
+                f"**{r['precision']}**: {r['skipped_steps_total']}{steps} optimizer steps were skipped for inf/NaN "
+                f"gradients{at}; with no GradScaler (and no loss scale to lower), the trainer skips a step whose "
+                "gradients are not finite. In fp32 or bf16 that means the model itself overflows (or "
+                "--inject-nonfinite put them there)."
+            )
+    skipped_any = any(r["skipped_steps_total"] for r in rows)
     if evaluated:  # nothing trained: no scaler to speak of
         pass
     elif rows and not any(r["grad_scaler"] for r in rows):
-        notes.append("No GradScaler in these runs (fp32 and bf16 need none), so there are no skipped steps to watch.")
+        notes.append(
+            "No GradScaler in these runs (fp32 and bf16 need none)"
+            + ("." if skipped_any else ", so there are no skipped steps to watch.")
+        )
     elif any(not r["grad_scaler"] for r in rows):
         notes.append("In the final loss scale column, — means the precision ran without a GradScaler.")
     return notes

@@ -4,7 +4,7 @@ The runner calls two lines per (precision, seed) run::
 
     memory = measure_before_fit(cfg, prepared, trainer, precision, seed, fresh=not single)
     result = trainer.fit()
-    memory.finish(result, trainer)        # fills result.memory, .parameters, .lora, .eval_predictions
+    memory.finish(result, trainer)        # fills result.memory, .parameters, .lora
 
 Before fit, ``mixft.amp.memory.measure_step_memory`` runs ONE forward + backward (under the
 run's autocast) on one micro-batch of the first epoch's order: with mixft's length-grouped
@@ -104,16 +104,13 @@ class RunMemory:
         self._fresh, self._step, self._shape, self._batch = fresh, step, shape, batch
 
     def finish(self, result, trainer) -> None:
-        """Fill ``result.memory``, ``.parameters``, ``.lora``, ``.eval_predictions`` / ``.eval_labels``.
+        """Fill ``result.memory``, ``.parameters``, ``.lora``.
 
         Usage: ``memory.finish(result, trainer)``
         """
         info = trainer.run_info or {}
         result.parameters = dict(info["parameters"]) if info.get("parameters") else count_parameters(trainer.module)
         result.lora = info.get("lora")
-        kept = getattr(trainer, "last_eval_predictions", None)  # set by mixft.train.evaluation
-        if kept is not None:
-            result.eval_predictions, result.eval_labels = list(kept[0]), list(kept[1])
         scope, fresh_steps = "run", None
         device = trainer.device
         if (

@@ -166,7 +166,11 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
         if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
             with trainer.untimed():  # the kept predictions must be the best weights', like its "eval"
                 trainer.evaluate()
-        memory.finish(result, trainer)  # memory breakdown, parameters, eval predictions
+        memory.finish(result, trainer)  # memory breakdown, parameters
+    # The final evaluation's predictions (mixft.train.evaluation), trained or --eval-only: fp32's agreement reads them.
+    kept = getattr(trainer, "last_eval_predictions", None)
+    if kept is not None:
+        result.eval_predictions, result.eval_labels = list(kept[0]), list(kept[1])
     result.config = config
     result.precision_requested, result.precision_reason = planned.requested, planned.reason
     finished = _ended_a_finished_model(result)

@@ -151,6 +151,11 @@ def test_save_model_then_eval_only_keeps_the_labels(tmp_path, models):
     assert code == 0
     assert [r["steps"] for r in again["runs"]] == [0, 0]
     assert again["runs"][0]["eval"]["accuracy"] == pytest.approx(doc["runs"][0]["eval"]["accuracy"])
+    # Was: no eval predictions without training, so no agreement: the inference precisions are compared too.
+    fp32, bf16 = again["runs"]
+    assert len(fp32["eval_predictions"]) == len(fp32["eval_labels"]) == 12
+    assert bf16["agreement_vs_fp32"]["n"] == 12
+    assert "## Agreement with fp32" in (tmp_path / "eval" / "report.md").read_text()
 
 
 def test_eval_only_of_a_seeds_model_scores_the_rows_its_training_held_out(tmp_path, models, capsys):

@@ -918,3 +918,54 @@ def test_bf16_pure_without_amp_beside_it_says_how_to_see_its_cost(doc):
     assert "**bf16-pure** has no AMP run in bfloat16 beside it here" in md
     assert "against **bf16**" not in md
     assert "has no AMP run" not in render_markdown(json.loads(FIXTURE.read_text(encoding="utf-8")))  # no pure run
+
+
+def test_evaluations_inside_an_epoch_get_a_row_each_and_only_seeds_are_averaged():
+    # Was: with --eval-steps, a run's evaluations at steps 5 and 10 of epoch 1 were averaged into one "epoch 1"
+    # row at "step 7.5" with a ± between them, captioned "over seeds"; the chart kept only the epoch's last.
+    doc = load("results_compare.json")
+    for r in doc["runs"]:
+        r["eval_history"] = [
+            {**e, "epoch": epoch, "step": step, "accuracy": 0.5 + step / 100 + r["seed"] / 1000}
+            for e, (epoch, step) in zip(r["eval_history"] * 2, [(1, 5), (1, 10), (2, 15), (2, 20)])
+        ]
+    md = render_markdown(doc)
+    assert "## Eval per evaluation" in md and "## Eval per epoch" not in md
+    history = next(t for t in tables(md) if t[0].startswith("| step | precision | epoch |"))
+    body = [[c.strip() for c in ln.strip("|").split("|")] for ln in history[2:]]
+    assert [(row[0], row[1], row[2]) for row in body] == [
+        (str(step), p, str(epoch))
+        for epoch, step in [(1, 5), (1, 10), (2, 15), (2, 20)]
+        for p in ("fp32", "bf16", "fp16")
+    ]
+    fp32_at_5 = next(row for row in body if row[:2] == ["5", "fp32"])
+    assert fp32_at_5[3] == pm([0.55, 0.551], ".4f")  # seeds 0 and 1 at step 5, nothing else
+    from mixft.report.summary import chart_titles, eval_series
+
+    assert eval_series(doc["runs"][0], "accuracy", "step") == {5: 0.55, 10: 0.6, 15: 0.65, 20: 0.7}
+    assert chart_titles(doc)["eval_accuracy.png"] == "Eval accuracy per evaluation"
+
+
+def test_steps_per_run_are_the_runs_own_counts_not_a_mean_over_seeds():
+    # Was: seeds stopped early at 6, 6 and 4 steps said "steps/run 5" (the mean 5.33, cut to an int).
+    doc = load("results_compare.json")
+    doc["runs"] = [r for r in doc["runs"] if r["precision"] == "fp32"]
+    doc["runs"][1]["steps"] = 14
+    md = render_markdown(doc)
+    assert "**steps/run** 14, 20" in md
+
+
+def test_steps_skipped_without_a_grad_scaler_are_not_blamed_on_one():
+    # Was: fp32 with --inject-nonfinite: "the GradScaler skipped 4 of 8 optimizer steps ..., lowering the loss
+    # scale each time", beside "no GradScaler".
+    doc = load("results_compare.json")
+    for r in doc["runs"]:
+        if r["precision"] == "fp32":
+            r["skipped_steps"] = 2
+            r["history"]["skipped"] = [i in (3, 7) for i in range(len(r["history"]["step"]))]
+    md = render_markdown(doc)
+    fp32 = next(ln for ln in md.splitlines() if ln.startswith("- **fp32**:"))
+    assert "GradScaler skipped" not in fp32 and "loss scale each time" not in fp32
+    assert "optimizer steps were skipped for inf/NaN gradients" in fp32 and "no GradScaler" in fp32
+    fp16 = next(ln for ln in md.splitlines() if ln.startswith("- **fp16**:"))
+    assert "the GradScaler skipped 5 of 40 optimizer steps" in fp16
