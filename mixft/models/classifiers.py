@@ -370,9 +370,13 @@ def classification_loss_factory(label_smoothing: float = 0.0, class_weights: tor
     """Softmax cross-entropy with label smoothing and/or per-class weights, in fp32 like ``classification_loss``.
 
     ``class_weights``: one weight per class (e.g. ``mixft.train.schedules.class_weights_balanced``);
-    the batch loss is then the weighted mean, divided by the weights of the batch's labels
-    as ``F.cross_entropy`` does. Neither option: ``classification_loss`` itself, so a run
-    without them computes exactly what it did before they existed.
+    the batch loss is then the mean over its examples of each one's weighted loss. Not
+    ``F.cross_entropy``'s weighted mean, which divides by the weights of the batch's own labels:
+    that denominator differs from micro-batch to micro-batch, so k accumulated micro-batches
+    were not one batch k times the size, and the eval loss moved with the eval batch size.
+    Balanced weights average 1 over the training labels, so the loss keeps cross-entropy's scale.
+    Neither option: ``classification_loss`` itself, so a run without them computes exactly
+    what it did before they existed.
 
     Usage: ``loss_fn = classification_loss_factory(0.1, class_weights_balanced(train_labels, 3))``
     """
@@ -383,9 +387,10 @@ def classification_loss_factory(label_smoothing: float = 0.0, class_weights: tor
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         with torch.autocast(logits.device.type, enabled=False):
             weight = None if weights is None else weights.to(logits.device)  # a few floats: no cost worth caching
-            return nn.functional.cross_entropy(
-                logits.float(), labels.long(), weight=weight, label_smoothing=label_smoothing
+            per_example = nn.functional.cross_entropy(
+                logits.float(), labels.long(), weight=weight, label_smoothing=label_smoothing, reduction="none"
             )
+            return per_example.mean()  # a plain mean over examples: micro-batches add up to the window's batch
 
     return loss
 

@@ -51,8 +51,9 @@ def test_balanced_class_weights_by_hand():
     w = [2 / 3, 2.0, 1.0]
     logp = log_softmax_rows()
     ys = LABELS.tolist()
-    # The weighted mean: sum of w_y * nll over the sum of w_y (as F.cross_entropy defines it).
-    by_hand = sum(-w[y] * row[y] for row, y in zip(logp, ys)) / sum(w[y] for y in ys)
+    # Each example's loss weighted by its class, averaged over the examples (not over the weights, as
+    # F.cross_entropy's mean is: that would not add up across accumulated micro-batches).
+    by_hand = sum(-w[y] * row[y] for row, y in zip(logp, ys)) / len(ys)
     loss = task_loss(False, class_weights=weights)(LOGITS, LABELS)
     assert loss.item() == pytest.approx(by_hand, rel=1e-6)
     assert loss.item() != pytest.approx(classification_loss(LOGITS, LABELS).item(), rel=1e-3)
@@ -64,9 +65,38 @@ def test_both_options_at_once_by_hand():
     ys = LABELS.tolist()
     # torch's weighted smoothing: each class term of the target carries its own class weight.
     terms = [-(1 - s) * w[y] * row[y] - (s / k) * sum(w[c] * row[c] for c in range(k)) for row, y in zip(logp, ys)]
-    by_hand = sum(terms) / sum(w[y] for y in ys)
+    by_hand = sum(terms) / len(ys)
     loss = task_loss(False, 0.1, torch.tensor(w))(LOGITS, LABELS)
     assert loss.item() == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_class_weighted_micro_batches_add_up_to_one_batch_and_eval_ignores_the_batch_size():
+    # Was: the weighted mean divided each micro-batch by its own labels' weights, so 2 x 4 accumulated
+    # (loss 0.9113) was not one batch of 8 (0.8003), and the eval loss moved with the eval batch size.
+    from torch import nn
+
+    from mixft.train.trainer import Trainer
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Linear(4, 2)
+
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+    y = torch.tensor([1, 0, 0, 0, 0, 0, 0, 0])
+    loss_fn = task_loss(False, class_weights=class_weights_balanced(y.tolist(), 2))
+
+    def sgd(params):
+        return torch.optim.SGD(params, lr=0.5)
+
+    big = Trainer(model(), sgd, loss_fn, [(x, y)], device="cpu", max_grad_norm=None)
+    halves = [(x[:4], y[:4]), (x[4:], y[4:])]
+    accumulated = Trainer(model(), sgd, loss_fn, halves, device="cpu", grad_accum=2, max_grad_norm=None)
+    big_loss, accumulated_loss = big.fit().history["loss"], accumulated.fit().history["loss"]
+    assert accumulated_loss == pytest.approx(big_loss, rel=1e-6)
+    for a, b in zip(big.model.parameters(), accumulated.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    fresh = Trainer(model(), sgd, loss_fn, [], device="cpu")
+    assert fresh.evaluate(halves)["loss"] == pytest.approx(fresh.evaluate([(x, y)])["loss"], rel=1e-6)
 
 
 def test_the_loss_is_fp32_under_autocast():
