@@ -51,7 +51,7 @@ def train(precision: str, grad_accum: int, callbacks=()):
         grad_accum=grad_accum,
         max_grad_norm=None,
         predict_fn=lambda out: (out > 0).long().reshape(-1),
-        scaler_kwargs={"init_scale": 1024.0},
+        scaler_kwargs={"init_scale": 1024.0} if precision == "fp16" else None,  # only fp16 has a GradScaler
         callbacks=callbacks,
     )
     # Count the micro-batches whose all-reduce DDP defers (no_sync): accumulation under

@@ -193,7 +193,7 @@ def train(name: str, fsdp: bool, grad_accum: int | None = None, callbacks=(), be
         callbacks=[record, *callbacks],
         fsdp=fsdp,
         seed=0,
-        scaler_kwargs={"init_scale": 1024.0},
+        scaler_kwargs={"init_scale": 1024.0} if precision == "fp16" else None,  # only fp16 has a GradScaler
     )
     if fsdp:
         watch_gathered_dtypes(trainer.module, record)

@@ -43,8 +43,9 @@ def build_trainer(
     precision=precision, device=device, seed=seed).fit()``
     """
     row = precision if isinstance(precision, Precision) else PRECISIONS.get(precision)
-    # --init-loss-scale is fp16's; a pure-bf16 run of the same --compare has no GradScaler to start.
-    scale = cfg.init_loss_scale if row is None or row.param_dtype is None else None
+    # --init-loss-scale is fp16's; the other runs of the same --compare have no GradScaler to start ("amp" may
+    # still become fp16: the Trainer resolves it and keeps the scale for a scaler that is on).
+    scale = cfg.init_loss_scale if row is None or row.grad_scaler else None
     return Trainer(
         parts.model,
         parts.optimizer,

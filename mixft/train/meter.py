@@ -117,7 +117,7 @@ class TrainMeter:
             start_memory_bytes=memory.start_bytes,
             eval=final_eval,
             eval_history=list(state.eval_history),
-            history=hist,
+            history={key: list(values) for key, values in hist.items()},  # a copy: a later fit() appends to hist
             seed=trainer.seed,
             model=info.get("model"),
             dataset=info.get("dataset"),

@@ -156,7 +156,8 @@ class Trainer:
         _check_loop_options(grad_accum, epochs, eval_steps, max_steps, max_grad_norm)
         self.device = resolve_device(device)
         self.precision = precision if isinstance(precision, Precision) else resolve_precision(precision, self.device)
-        if self.precision.param_dtype is not None and scaler_kwargs:
+        # "amp" chooses its precision here, so a notebook's scale for the fp16 it may become is not refused.
+        if scaler_kwargs and not self.precision.grad_scaler and not (isinstance(precision, str) and precision == "amp"):
             raise UsageError(
                 f"precision {self.precision.name} has no GradScaler: scaler_kwargs {scaler_kwargs} "
                 "would be ignored (loss scaling is fp16's)"

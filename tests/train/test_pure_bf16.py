@@ -531,3 +531,25 @@ def test_weight_decay_shrinks_bf16_pure_weights_as_it_shrinks_fp32s_through_the_
     assert fp32 == pytest.approx(0.999**16, abs=1e-4)  # the reference: 16 steps of decay alone
     # A bf16 weight lags the decay not yet taken by at most half its spacing (<= 2^-8 = 0.4 %): no more.
     assert pure == pytest.approx(fp32, abs=4e-3), (pure, fp32)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_scaler_kwargs_without_a_grad_scaler_are_refused_but_amp_may_become_fp16(precision):
+    # Was: fp32 and bf16 took scaler_kwargs and ignored them (only the pure precisions refused them).
+    with pytest.raises(UsageError, match=f"precision {precision} has no GradScaler"):
+        Trainer(
+            nn.Linear(4, 1),
+            lambda p: torch.optim.SGD(p, lr=0.1),
+            nn.MSELoss(),
+            [],
+            precision=precision,
+            scaler_kwargs={"init_scale": 128.0},
+        )
+    Trainer(
+        nn.Linear(4, 1),
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        nn.MSELoss(),
+        [],
+        precision="amp",
+        scaler_kwargs={"init_scale": 128.0},
+    )  # the scale is for the fp16 "amp" may choose elsewhere

@@ -515,3 +515,22 @@ def test_grad_norms_of_half_gradients_are_fp32_and_an_inf_stays_in_its_optimizer
     norms = grad_norms([torch.optim.SGD([big], lr=0.1), torch.optim.SGD([bad], lr=0.1)], torch.device("cpu"))
     assert norms[0].dtype == torch.float32 and norms[0].item() == pytest.approx(600.0)
     assert torch.isinf(norms[1])
+
+
+def test_a_result_keeps_its_own_history_when_the_trainer_fits_again():
+    # Was: RunResult.history was the trainer's live dict: a second fit() grew the first result's history to 8
+    # entries while its steps said 4 (and both results shared one dict).
+    x, y = regression_data(16)
+    trainer = Trainer(
+        make_mlp(),
+        lambda p: torch.optim.SGD(p, lr=0.05),
+        nn.MSELoss(),
+        DataLoader(TensorDataset(x, y), batch_size=4),
+        device="cpu",
+    )
+    first = trainer.fit()
+    kept = {key: list(values) for key, values in first.history.items()}
+    trainer.epochs = 2
+    second = trainer.fit()
+    assert first.history == kept and len(first.history["loss"]) == first.steps == 4
+    assert second.steps == 8 and len(second.history["loss"]) == 8 and second.history is not first.history

@@ -118,7 +118,7 @@ def two_optimizer_trainer(precision, callbacks=(), max_grad_norm=None, n=32, bs=
         device="cpu",
         max_grad_norm=max_grad_norm,
         lr_scheduler=lambda opt, total: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)),
-        scaler_kwargs={"init_scale": 1024.0},
+        scaler_kwargs={"init_scale": 1024.0} if precision == "fp16" else None,  # only fp16 has a GradScaler
         callbacks=list(callbacks),
     )
     return trainer, (x, y)
@@ -257,7 +257,7 @@ def test_backward_runs_outside_autocast(precision):
         precision=precision,
         device="cpu",
         grad_accum=2,
-        scaler_kwargs={"init_scale": 1024.0},
+        scaler_kwargs={"init_scale": 1024.0} if precision == "fp16" else None,  # only fp16 has a GradScaler
     ).fit()
     assert AutocastSpy.seen["forward"] == [True] * 4  # the spy is live: forwards ran under autocast
     assert AutocastSpy.seen["backward"] == [False] * 4
