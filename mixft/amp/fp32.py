@@ -21,7 +21,7 @@ Also here: fp32 islands for custom autograd functions (``stable_softplus``), see
 from __future__ import annotations
 
 import difflib
-import functools
+import types
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -62,8 +62,8 @@ class Fp32Modules:
     def remove(self) -> None:
         """Give every kept module its own forward back. Calling it twice is harmless."""
         for module, _ in self._patched:
-            if "forward" in module.__dict__ and getattr(module.__dict__["forward"], "_mixft_fp32", False):
-                original = module.__dict__["forward"]._mixft_original
+            if _is_kept(module):
+                original = module.__dict__.pop(_ORIGINAL, None)
                 if original is None:
                     del module.forward  # the class's forward shows through again
                 else:
@@ -92,14 +92,32 @@ def keep_in_fp32(model: nn.Module, names: str | Iterable[str]) -> Fp32Modules:
     for name in wanted:
         if name not in modules:
             raise UsageError(_unknown(name, [n for n in modules if n]))
+    for name in wanted:
+        _refuse_a_copy_that_never_runs(name, modules)
     runs = [(run_name, module) for name in wanted for run_name, module in _called(name, modules[name])]
     patched = []
     for name, module in runs:
-        if getattr(module.__dict__.get("forward"), "_mixft_fp32", False):
+        if _is_kept(module):
             continue  # already kept (named twice through a shared module)
-        module.forward = _fp32_forward(module)
+        module.__dict__[_ORIGINAL] = module.__dict__.get("forward")  # someone else's instance forward, or None
+        # Bound to the module, not closed over it: a deepcopy of the model rebinds it to the copy (a closure
+        # would keep running, and training, the original's weights).
+        module.forward = types.MethodType(_fp32_call, module)
         patched.append((module, name))
     return Fp32Modules(patched)
+
+
+def _refuse_a_copy_that_never_runs(name: str, modules: dict[str, nn.Module]) -> None:
+    """peft keeps a frozen ``original_module`` beside a trained head (``modules_to_save``) and never calls it
+    while the adapter is active: keeping it in fp32 would change nothing (was: accepted in silence)."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        owner = ".".join(parts[:i])
+        if part == "original_module" and type(modules.get(owner)).__name__ == "ModulesToSaveWrapper":
+            raise UsageError(
+                f"{FLAG}: {name!r} is the copy peft keeps of {owner!r}, which does not run while the adapter is "
+                f"active; name {owner!r}"
+            )
 
 
 def _called(name: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -115,22 +133,23 @@ def _called(name: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
     return held
 
 
-def _fp32_forward(module: nn.Module):
-    # An instance attribute shadows the class's forward; nn.Module.__call__ still runs the
-    # module's hooks around it. Wrapping forward (not pre/post hooks entering and leaving
-    # a context) means an exception inside cannot leave autocast switched off.
-    original = module.__dict__.get("forward")
-    inner = original if original is not None else module.forward
+# Where a kept module keeps the instance forward it had before (usually none: None).
+_ORIGINAL = "_mixft_forward_before_fp32"
 
-    @functools.wraps(inner)
-    def forward(*args, **kwargs):
-        device_type = _device_type(module, args, kwargs)
-        with torch.autocast(device_type, enabled=False):
-            return inner(*_widen(args), **_widen(kwargs))
 
-    forward._mixft_fp32 = True
-    forward._mixft_original = original
-    return forward
+def _fp32_call(self: nn.Module, *args, **kwargs):
+    # The kept module's forward, bound as an instance attribute that shadows the class's;
+    # nn.Module.__call__ still runs the module's hooks around it. Wrapping forward (not pre/post
+    # hooks entering and leaving a context) means an exception inside cannot leave autocast off.
+    before = self.__dict__.get(_ORIGINAL)
+    with torch.autocast(_device_type(self, args, kwargs), enabled=False):
+        if before is None:
+            return type(self).forward(self, *_widen(args), **_widen(kwargs))
+        return before(*_widen(args), **_widen(kwargs))
+
+
+def _is_kept(module: nn.Module) -> bool:
+    return getattr(module.__dict__.get("forward"), "__func__", None) is _fp32_call
 
 
 def _device_type(module: nn.Module, args, kwargs) -> str:

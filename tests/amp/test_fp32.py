@@ -158,3 +158,42 @@ def test_empty_names_are_refused(text):
 def test_names_are_parsed_stripped_and_deduplicated():
     assert parse_module_names(" a.b , c,a.b") == ["a.b", "c"]
     assert parse_module_names(("x", "y")) == ["x", "y"]
+
+
+def test_a_deep_copy_of_a_kept_model_computes_and_trains_its_own_weights():
+    # Was: the kept forward was a closure over the original module: a copy.deepcopy of the model ran (and
+    # trained) the original's layer instead of its own.
+    import copy
+
+    base = model()
+    keep_in_fp32(base, ["2"])
+    clone = copy.deepcopy(base)
+    with torch.no_grad():
+        clone[2].weight.zero_()
+        clone[2].bias.fill_(7.0)
+    x = torch.randn(3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = clone(x)
+    assert out.dtype == torch.float32 and torch.equal(out, torch.full((3, 2), 7.0))  # its own layer, in fp32
+    out.sum().backward()
+    assert clone[2].weight.grad is not None and base[2].weight.grad is None
+
+
+def test_the_frozen_copy_peft_keeps_beside_a_trained_head_is_refused():
+    # Was: "--fp32-modules ...classifier.original_module" (never called while the adapter is active) was accepted
+    # and the head that runs stayed in fp16/bf16.
+    from peft import LoraConfig, get_peft_model
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    peft_model = get_peft_model(
+        BertForSequenceClassification(config), LoraConfig(task_type="SEQ_CLS", r=2, target_modules=["query"])
+    )
+    owner = next(n for n, m in peft_model.named_modules() if type(m).__name__ == "ModulesToSaveWrapper")
+    with pytest.raises(UsageError) as info:
+        keep_in_fp32(peft_model, f"{owner}.original_module")
+    assert str(info.value) == (
+        f"--fp32-modules: '{owner}.original_module' is the copy peft keeps of '{owner}', which does not run while "
+        f"the adapter is active; name '{owner}'"
+    )
+    keep_in_fp32(peft_model, owner).remove()  # the head that runs is kept as asked
