@@ -50,7 +50,7 @@ def make_loader(
     pad_to_multiple_of: int | None = None,
     num_workers: int = 0,
     pin_memory: bool = False,
-    group_size: int = 50,
+    group_size: int = 1,
     pack: bool = False,
     shapes: ShapeLadder | None = None,
 ) -> DataLoader:
@@ -60,7 +60,10 @@ def make_loader(
     column drives the grouping and is not passed to the model) or a list of example dicts
     with ``input_ids``. From a Dataset the DataLoader fetches each batch with one Arrow read
     (``Dataset.__getitems__``), not one per example. ``group_size``: batches per length
-    group when training (the sampler's ``group_factor``); 1 draws every batch at random.
+    group when training (the sampler's ``group_factor``); 1, the default as in every recipe, draws
+    every batch at random (grouping pads less but cost accuracy at small budgets: docs/benchmarks.md;
+    the default was 50 until 2026-11-29). ``seed`` orders the shuffled batches: a ``Trainer``'s own
+    ``seed`` (its weights' draws, dropout) does not, so give each seed's loader its own.
     ``pack``: each batch's sentences packed into rows without padding (``mixft.data.packing``;
     the model must take ``sequence_ids``, as ``BertClassifier`` does). ``shapes``: each batch's rows and
     row length rounded up this ladder so shapes repeat (``mixft.data.shape_ladder``; None: exact).
