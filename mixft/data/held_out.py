@@ -6,8 +6,9 @@ The hold-out is seeded: the same data, fraction and seed give the same rows. Eve
 saved model's hold-out cannot be told from the seed it trained with. ``--save-model`` therefore
 writes the hold-out beside the weights (``held-out.json``), and ``--eval-only`` with the same
 training data evaluates on exactly those rows, the ones that model never trained on, whatever
-``--seed`` says now; another fraction, or a training file with another number of rows, would
-mix in rows it trained on and is refused.
+``--seed`` says now; another fraction, or training data with another number of rows or whose
+rows were edited or reordered (the held-out rows' digest differs), would mix in rows it trained
+on and is refused.
 
 Usage::
 

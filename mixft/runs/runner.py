@@ -138,9 +138,7 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
     any training (the run header).
     """
     cfg, precision, seed = plan.cfg, planned.precision, planned.seed
-    parts = plan.recipe.build(cfg, plan.prepared, precision, plan.device, seed)
-    if cfg.fp32_modules:  # checked against the first built model by make_plan: the names exist
-        keep_in_fp32(parts.model, cfg.fp32_modules)  # before the trainer wraps the model; lasts as long as it
+    parts = _built(plan, planned)
     # The run's options go to results.json and its trackers from here, never through the loop.
     config = dict(plan.recorded_config)  # each result its own copy
     hparams = {**config, "precision": precision.name, "seed": seed}  # the lists' entries this run is
@@ -181,6 +179,15 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
     return result
 
 
+def _built(plan: RunPlan, planned: PlannedRun):
+    """The recipe's parts for one run, its ``--fp32-modules`` kept in fp32 (checked against the first built
+    model by make_plan: the names exist), before a trainer wraps the model."""
+    parts = plan.recipe.build(plan.cfg, plan.prepared, planned.precision, plan.device, planned.seed)
+    if plan.cfg.fp32_modules:
+        keep_in_fp32(parts.model, plan.cfg.fp32_modules)  # lasts as long as the model
+    return parts
+
+
 def _keep(plan: RunPlan, planned: PlannedRun) -> RunResult:
     """A run ``--resume`` keeps as it ended. Its final checkpoint's weights (the best evaluation's under
     ``--load-best``; ``make_plan`` checked the file) are what ``--save-model`` saves and what labels a
@@ -193,10 +200,8 @@ def _keep(plan: RunPlan, planned: PlannedRun) -> RunResult:
     if cfg.save_model:
         save_kept_model(plan, planned)  # finished earlier without --save-model: from its final checkpoint
     if labels and distributed.is_main_process():
-        parts = plan.recipe.build(cfg, plan.prepared, planned.precision, plan.device, planned.seed)
+        parts = _built(plan, planned)
         parts.model.load_state_dict(final_weights(planned.checkpoint))
-        if cfg.fp32_modules:
-            keep_in_fp32(parts.model, cfg.fp32_modules)
         trainer = build_trainer(parts, cfg, precision=planned.precision, device=plan.device, seed=planned.seed)
         kept.predict = _predict(plan, planned, trainer, weights=" (the finished run's final checkpoint)")
     return kept
