@@ -118,7 +118,9 @@ class StopOnSignal(Callback):
     """Ends the fit at the next step (or epoch) end after ``handler`` saw a signal.
 
     Before stopping it saves a checkpoint with every callback of the trainer that can
-    (``SavesCheckpoints``: a ``Checkpointer``); ``checkpoint`` is then its path.
+    (``SavesCheckpoints``: a ``Checkpointer``); ``checkpoint`` is then its path. Put it last:
+    a callback after it never sees the step it stops at (a tracker would lose that step's loss,
+    and a collapsed step would be saved before the collapse detector saw it).
 
     Usage: ``Trainer(..., callbacks=[StopOnSignal(handler), Checkpointer(path)])``
     """

@@ -11,6 +11,12 @@ Each tracker writes through its library's own writer (``torch.utils.tensorboard`
 - per evaluation: every numeric metric as ``eval/<name>``;
 - once: the run's configuration and the hardware as parameters.
 
+A run continued with ``--resume`` keeps writing its tracker run: each tracker's
+``state_dict()`` (the MLflow run id, the trackio run name) is saved with every checkpoint
+(``mixft.runs.watch``) and read back before training goes on. The steps between that
+checkpoint and the stop are logged again, with the values they had (a resumed run is
+bit-identical). TensorBoard's folder is the run's own: it needs nothing.
+
 Each precision/seed run of a comparison is its own tracker run named ``run_name(precision,
 seed)`` (``fp32-seed0``, ``bf16-seed0``) under one directory, so TensorBoard overlays them:
 ``tensorboard --logdir OUTPUT_DIR/tensorboard``; ``mlflow ui --backend-store-uri
@@ -186,6 +192,8 @@ class Tracker(Callback):
         self.hparams, self.hardware, self.every = hparams, hardware, every
         self._pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float | None, bool]] = []
         self._open_now = False
+        #: Set by ``_open`` when it reopened the run a checkpoint named (its parameters are logged already).
+        self.continued = False
 
     # ------------------------------------------------------------ from the spec
     @classmethod
@@ -210,7 +218,8 @@ class Tracker(Callback):
             return
         self._open_now = True  # set first: a failure below still closes what _open made
         self._open(trainer)
-        self._log_params(self._params(trainer))
+        if not self.continued:
+            self._log_params(self._params(trainer))
 
     @contained
     def on_step_end(self, trainer, info) -> None:
@@ -231,6 +240,14 @@ class Tracker(Callback):
     @contained
     def on_train_end(self, trainer, result) -> None:
         self.close()
+
+    # ---------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps so that ``--resume`` writes on in the same tracker run (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Read back before ``fit`` opens the tracker (``mixft.train.checkpoint.resume``)."""
 
     # ------------------------------------------------------------ the buffer
     def flush(self) -> None:
@@ -365,6 +382,7 @@ class MLflowTracker(Tracker):
         self.experiment = experiment
         self.client = None
         self.run_id: str | None = None
+        self._resume_id: str | None = None  # the run a checkpoint names (load_state_dict)
 
     @classmethod
     def for_run(cls, folder, name, *, started, project, **kwargs) -> MLflowTracker:
@@ -387,7 +405,36 @@ class MLflowTracker(Tracker):
             self.client = MlflowClient(tracking_uri=self.tracking_uri)
             found = self.client.get_experiment_by_name(self.experiment)
             experiment_id = found.experiment_id if found else self.client.create_experiment(self.experiment)
+            if self._resume_id is not None and self._reopen(self._resume_id, experiment_id):
+                return
             self.run_id = self.client.create_run(experiment_id, run_name=self.name).info.run_id
+
+    def _reopen(self, run_id: str, experiment_id: str) -> bool:
+        """Continue the checkpoint's run when the store still holds it, live and in this experiment."""
+        try:
+            run = self.client.get_run(run_id)
+        except Exception as e:  # noqa: BLE001 - a run deleted for good, or a store that lost it
+            logger.warning(
+                "--report-to mlflow: run %s is not in %s (%s); logging into a new run",
+                run_id,
+                self.tracking_uri,
+                type(e).__name__,
+            )
+            return False
+        if run.info.experiment_id != experiment_id or run.info.lifecycle_stage != "active":
+            logger.warning("--report-to mlflow: run %s was deleted or moved; logging into a new run", run_id)
+            return False
+        self.client.update_run(run_id, status="RUNNING")
+        self.run_id, self.name, self.continued = run_id, run.info.run_name, True
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "tracking_uri": self.tracking_uri} if self.run_id else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        # A run in another store (MLFLOW_TRACKING_URI changed since) cannot be continued: a new run, as before.
+        if state.get("run_id") and state.get("tracking_uri") == self.tracking_uri:
+            self._resume_id = str(state["run_id"])
 
     def _log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -445,7 +492,7 @@ class TrackioTracker(Tracker):
         super().__init__(name, **kwargs)
         self.project = project
         self.run = None
-        self._params_once: dict[str, Any] = {}
+        self._resume = "never"  # "allow" once a checkpoint named this run (load_state_dict)
 
     @classmethod
     def for_run(cls, folder, name, *, started, project, **kwargs) -> TrackioTracker:
@@ -467,7 +514,7 @@ class TrackioTracker(Tracker):
                 project=self.project,
                 name=self.name,
                 config=params,
-                resume="never",
+                resume=self._resume,
                 embed=False,
                 auto_log_gpu=False,
                 auto_log_cpu=False,
@@ -476,6 +523,14 @@ class TrackioTracker(Tracker):
     def _log_metrics(self, step: int, values: dict[str, float]) -> None:
         with _quiet():
             self.run.log(values, step=step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "name": self.name}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        # trackio finds a run by project and name: the checkpoint's name (with its start time) goes on.
+        if state.get("project") == self.project and state.get("name"):
+            self.name, self._resume = str(state["name"]), "allow"
 
     def _close(self) -> None:
         import trackio

@@ -338,10 +338,13 @@ class ConsoleObserver:
         callbacks = [ProgressBar(label, enabled=self.progress)]
         if self.main:
             callbacks.append(DurationEstimate(label))
-        if self.signals is not None:
-            self.stoppers.append(StopOnSignal(self.signals))
-            callbacks.append(self.stoppers[-1])
         return callbacks
+
+    def stop_callbacks(self, cfg, precision, seed):
+        if self.signals is None:
+            return []
+        self.stoppers.append(StopOnSignal(self.signals))
+        return [self.stoppers[-1]]
 
     def on_result(self, result) -> None:
         if self.main:

@@ -41,6 +41,14 @@ class RunObserver:
         """Trainer callbacks for one (precision, seed) run."""
         return ()
 
+    def stop_callbacks(self, cfg: RunConfig, precision: Precision, seed: int) -> Sequence[Callback]:
+        """Callbacks that end a run at a step's end on a request from outside (Ctrl-C, SIGTERM).
+
+        Told last: every other callback (trackers, the collapse detector, checkpoints) has
+        seen the step they stop at, which was trained.
+        """
+        return ()
+
     def on_result(self, result: RunResult) -> None:
         """Called after each (precision, seed) run, once its results are written."""
 

@@ -147,7 +147,12 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
     )
     states = watch.states() if watch else None
     reliability = RunReliability.for_run(cfg, planned, states=states)
-    callbacks = [*observer.callbacks(cfg, precision, seed), *(watch.callbacks if watch else ()), *reliability.callbacks]
+    callbacks = [
+        *observer.callbacks(cfg, precision, seed),
+        *(watch.callbacks if watch else ()),
+        *reliability.callbacks,
+        *observer.stop_callbacks(cfg, precision, seed),  # last: the others see the step a Ctrl-C stops at
+    ]
     trainer = build_trainer(parts, cfg, precision=precision, device=plan.device, seed=seed, callbacks=callbacks)
     if on_built is not None:
         on_built(parts, trainer)

@@ -3,7 +3,7 @@
 ``RunWatch`` is made per run from the options (``--metric-for-best``, ``--load-best``,
 ``--early-stopping-patience``, ``--report-to``), before training; it hands the trainer
 its callbacks and the checkpoint its states (so a resumed run judges later evaluations
-against the same best, bit for bit), and after ``fit`` puts the best weights back
+against the same best, bit for bit, and writes on in the same tracker runs), and after ``fit`` puts the best weights back
 (``--load-best``) and records ``best`` and ``last`` in the RunResult.
 
 Usage::
@@ -124,6 +124,8 @@ class RunWatch:
         states: dict[str, Any] = {"best_model": self.best}
         if self.stop is not None:
             states["early_stopping"] = self.stop
+        for tracker in self.trackers:  # so that --resume writes on in the same tracker run
+            states[f"tracker_{tracker.KIND}"] = tracker
         return states
 
     def finish(self, trainer, result: RunResult) -> RunResult:

@@ -202,3 +202,51 @@ def test_trackio_run_holds_the_metrics():
     logs = [row for row in SQLiteStorage.get_logs("mixft-test", "bf16-seed0") if "train/loss" in row]
     assert [row["step"] for row in logs] == list(range(1, 7))
     assert [row["train/loss"] for row in logs] == pytest.approx(result.history["loss"], rel=1e-6)
+
+
+def test_a_resumed_run_writes_on_in_the_same_mlflow_and_trackio_runs(
+    tmp_path, tiny_bert_dir, tiny_data_dir, monkeypatch
+):
+    """Was: ``--resume`` opened a second MLflow run and a second trackio run (a later start time in the name),
+    splitting one training's curves and parameters in two. Ctrl-C at step 2 of 4, then --resume: one run each,
+    steps 1-4, and the MLflow run finished."""
+    import json
+    import signal
+
+    import trackio
+    from mlflow import MlflowClient
+    from trackio.sqlite_storage import SQLiteStorage
+
+    import mixft.callbacks.trackers as trackers
+    from mixft.cli.main import main
+    from tests.cli_runs import bert_sst2_args
+
+    out = tmp_path / "out"
+    argv = bert_sst2_args(tiny_bert_dir, tiny_data_dir, out, "--report-to", "mlflow,trackio", epochs=1, batch_size=4)
+    original = trackers.Tracker.on_step_end
+
+    def ctrl_c_at_step_2(self, trainer, info):
+        original(self, trainer, info)
+        if info.step == 2 and self.KIND == "mlflow":
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(trackers.Tracker, "on_step_end", ctrl_c_at_step_2)
+    assert main(argv) == 130
+    monkeypatch.setattr(trackers.Tracker, "on_step_end", original)
+    assert main([*argv, "--resume"]) == 0
+    run = json.loads((out / "results.json").read_text())["runs"][0]
+    assert run["steps"] == 4
+
+    client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+    (experiment,) = [e for e in client.search_experiments() if e.name == trackers.directory_project(out)]
+    (mlflow_run,) = client.search_runs([experiment.experiment_id])
+    assert mlflow_run.info.status == "FINISHED" and mlflow_run.data.params["config.precision"] == "fp32"
+    history = sorted(client.get_metric_history(mlflow_run.info.run_id, "train/loss"), key=lambda m: m.step)
+    assert [m.step for m in history] == [1, 2, 3, 4]
+
+    project = trackers.directory_project(out)
+    (name,) = SQLiteStorage.get_runs(project)
+    assert name == mlflow_run.info.run_name  # one start time names both
+    steps = [row["step"] for row in SQLiteStorage.get_logs(project, name) if "train/loss" in row]
+    assert steps == [1, 2, 3, 4]
+    assert trackio  # imported first: conftest's TRACKIO_DIR is the store both runs wrote
