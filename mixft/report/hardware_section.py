@@ -60,7 +60,13 @@ def measured_speed_sentence(rows: Sequence[dict], baseline: str = "fp32", probe:
             said.append(f"{r['precision']} trained as fast as {baseline} (1.00x)")
     probed = isinstance(probe, dict) and bool(probe)
     if said:
-        text = f"Measured in these runs: {'; '.join(said)} (the table's speedup, mean train time ratio)."
+        per_sample = any(r.get("speedup_basis") == "samples_per_s" for r in rows if not r.get("is_baseline"))
+        basis = (
+            "mean train time ratio, or samples/s ratio between runs of unequal steps"
+            if per_sample
+            else "mean train time ratio"
+        )
+        text = f"Measured in these runs: {'; '.join(said)} (the table's speedup, {basis})."
         return text + (" The probe below timed single training steps on this machine." if probed else "")
     if probed:
         return "These runs have no speed ratio to compare; the probe below measured one on this machine."

@@ -17,12 +17,17 @@ Conventions (kept the same everywhere):
 * Task metrics are the numeric keys of a run's ``eval`` other than ``loss``, ``time_s``
   and ``samples_per_s`` (:func:`reported_metric_names`): accuracy, F1, Matthews correlation,
   Pearson/Spearman, whichever the task reported. A run's value of a metric is its
-  ``eval[metric]``, else the last ``eval_history`` entry that has it.
+  ``eval[metric]``, else (when ``eval`` lacks the key, not when it holds null) the last
+  ``eval_history`` entry that has it.
 * Comparisons are against the ``baseline`` precision (default ``fp32``): Δaccuracy is
   ``(mean accuracy - baseline mean accuracy) * 100`` points, and so is the Δ of every
   score in [0, 1] (``POINT_METRICS``); other metrics (correlations, in [-1, 1]) keep
   their own units: ``mean - baseline mean``. Speedup is
-  ``baseline mean train time / mean train time`` and memory ratio is
+  ``baseline mean train time / mean train time`` when every run of both rows trained the
+  same number of optimizer steps (``speedup_basis`` ``"train_time"``); otherwise (a run
+  stopped early, collapsed, or was cut by ``--max-steps`` differently) a time ratio would
+  call the shorter run faster, so it is ``mean samples/s / baseline mean samples/s``
+  (``speedup_basis`` ``"samples_per_s"``). Memory ratio is
   ``mean peak memory / baseline mean peak memory``. They are ``None`` when the baseline
   is absent, when either side lacks the value, or (memory) when the two sides measured
   different kinds of memory.
@@ -174,9 +179,12 @@ def reported_metric_names(doc: dict) -> list[str]:
 
 
 def run_metric(run: dict, name: str) -> float | None:
-    """A run's final value of metric ``name``: ``eval[name]``, else the last ``eval_history`` entry's."""
-    value = number((run.get("eval") or {}).get(name))
-    if value is None:
+    """A run's final value of metric ``name``: ``eval[name]``, else (``eval`` lacks it) the last ``eval_history``
+    entry's. A final value that is null (a correlation of constant predictions: ``eval.undefined`` says why)
+    stays None: an earlier evaluation's figure is not the run's."""
+    final = run.get("eval") or {}
+    value = number(final.get(name))
+    if value is None and name not in final:
         for entry in reversed(run.get("eval_history") or []):
             value = number(entry.get(name))
             if value is not None:
@@ -207,9 +215,14 @@ def task_of(doc: dict) -> dict | None:
 
 def metric_label(metric: str, task: dict | None = None) -> str:
     """A metric's column label: ``"accuracy"``, ``"macro-F1"`` (F1 of a task with more than
-    two label names: mixft macro-averages it), ``"Pearson r"``; unknown metrics as named."""
-    if metric == "f1" and task and len(task.get("names") or []) > 2:
+    two label names: mixft macro-averages it), ``"F1 (positive)"`` (two names: the F1 of
+    label id 1, which is named, since ids follow the sorted names and ``Positive`` sorts before
+    ``negative``), ``"Pearson r"``; unknown metrics as named."""
+    names = (task or {}).get("names") or []
+    if metric == "f1" and len(names) > 2:
         return "macro-F1"
+    if metric == "f1" and len(names) == 2:
+        return f"F1 ({str(names[1]).replace('|', '/')})"
     return _METRIC_LABELS.get(metric, (metric, metric))[0]
 
 
@@ -273,7 +286,7 @@ def summarize(doc: dict, baseline: str = "fp32") -> list[dict]:
 
     Keys of each row: ``precision, is_baseline, autocast_dtype, grad_scaler, n_seeds,
     seeds, accuracy_n, accuracy_mean, accuracy_std, delta_accuracy_pts,
-    train_time_s_mean, train_time_s_std, speedup, samples_per_s_mean,
+    train_time_s_mean, train_time_s_std, speedup, speedup_basis, samples_per_s_mean,
     samples_per_s_std, peak_memory_n, peak_memory_bytes_mean, peak_memory_mib_mean,
     peak_memory_kind, memory_ratio, memory_increase_n, memory_increase_bytes_mean,
     memory_increase_mib_mean, skipped_steps_mean, skipped_steps_total,
@@ -339,6 +352,8 @@ def _precision_row(precision: str, runs: list[dict], metrics: list[str], baselin
         "train_time_s_mean": mean(times),
         "train_time_s_std": sample_std(times),
         "speedup": None,
+        "speedup_basis": None,
+        "step_counts": sorted({int(s) for s, r in zip(steps, runs) if s is not None and not is_eval_only(r)}),
         "samples_per_s_mean": mean(sps),
         "samples_per_s_std": sample_std(sps),
         "peak_memory_n": sum(m is not None for m in mems),
@@ -375,7 +390,12 @@ def _compare_with_baseline(rows: list[dict], metrics: list[str]) -> None:
                 if row[f"{m}_mean"] is not None and base[f"{m}_mean"] is not None:
                     diff = row[f"{m}_mean"] - base[f"{m}_mean"]
                     row[delta_key(m)] = diff * 100 if is_points(m) else diff
-            row["speedup"] = ratio(base["train_time_s_mean"], row["train_time_s_mean"])
+            if row["step_counts"] == base["step_counts"] and len(base["step_counts"]) == 1:  # the same work
+                row["speedup"] = ratio(base["train_time_s_mean"], row["train_time_s_mean"])
+                row["speedup_basis"] = "train_time" if row["speedup"] is not None else None
+            else:  # other amounts of training: per sample
+                row["speedup"] = ratio(row["samples_per_s_mean"], base["samples_per_s_mean"])
+                row["speedup_basis"] = "samples_per_s" if row["speedup"] is not None else None
             row["inference_speedup"] = ratio(base["eval_time_s_mean"], row["eval_time_s_mean"])
             if row["peak_memory_kind"] is not None and row["peak_memory_kind"] == base["peak_memory_kind"]:
                 row["memory_ratio"] = ratio(row["peak_memory_bytes_mean"], base["peak_memory_bytes_mean"])

@@ -191,7 +191,18 @@ def _speed_notes(rows: list[dict], base: dict | None, baseline: str) -> list[str
             f"speedup = {baseline}'s mean train time ÷ this precision's (above 1.00× is faster); "
             f"memory ratio = this precision's mean peak memory ÷ {baseline}'s (below 1.00× is smaller)."
         )
+        for r in rows:
+            if r["speedup_basis"] == "samples_per_s":
+                notes.append(
+                    f"**{r['precision']}** trained {_counts(r['step_counts'])} optimizer steps per run, {baseline} "
+                    f"{_counts(base['step_counts'])}: a train time ratio would call the shorter run faster, so its "
+                    f"speedup is its mean samples/s ÷ {baseline}'s (a short run's includes its warm-up)."
+                )
     return notes
+
+
+def _counts(counts: list[int]) -> str:
+    return " or ".join(map(str, counts)) if counts else "an unknown number of"
 
 
 def _batch_shape_notes(doc: dict) -> list[str]:
@@ -228,7 +239,14 @@ def _scaler_notes(doc: dict, rows: list[dict], evaluated: bool) -> list[str]:
             for seed, at in _skipped_at(groups[r["precision"]])
         )
         at = f" ({where})" if where else ""
-        if r["grad_scaler"]:
+        collapsed = any(run.get("stop_kind") == "collapse" for run in groups[r["precision"]])
+        if r["grad_scaler"] and collapsed:  # not the calibration it would be in a run that went on
+            notes.append(
+                f"**{r['precision']}**: the GradScaler skipped {r['skipped_steps_total']}{steps} optimizer "
+                f"steps for inf/NaN gradients{at}, lowering the loss scale each time, until the run collapsed "
+                "(its note below says why)."
+            )
+        elif r["grad_scaler"]:
             notes.append(
                 f"**{r['precision']}**: the GradScaler skipped {r['skipped_steps_total']}{steps} optimizer "
                 f"steps for inf/NaN gradients{at}, lowering the loss "

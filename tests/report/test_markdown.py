@@ -10,6 +10,7 @@ import json
 import re
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -102,6 +103,31 @@ def test_summarize_means_std_delta_speedup(doc):
     assert rows["fp16"]["speedup"] > 1  # the fixture's AMP runs are faster
     assert rows["fp32"]["speedup"] == pytest.approx(1.0)
     assert rows["fp32"]["delta_accuracy_pts"] == pytest.approx(0.0)
+
+
+def test_a_run_that_trained_fewer_steps_is_not_called_faster_for_it(doc):
+    """Was: speedup = fp32's mean train time ÷ fp16's even when fp16 collapsed after 3 of 40 steps, so a run ~5x
+    slower per sample read "2.73x faster" in the table and the Hardware section; and its GradScaler note called
+    the skips before the collapse normal calibration."""
+    from mixft.report.hardware_section import measured_speed_sentence
+
+    for r in runs_of(doc, "fp16"):
+        r["steps"], r["train_time_s"], r["train_samples_per_s"] = 3, 0.05, 10.0
+        r["stop_kind"], r["stopped_early"] = "collapse", "the loss scale fell below 1"
+        r["history"]["skipped"] = [True] * len(r["history"]["skipped"])
+        r["skipped_steps"] = 3
+    base_sps = statistics.mean(values(doc, "fp32", lambda r: r["train_samples_per_s"]))
+    assert base_sps > 10.0  # per sample, fp16 is the slower one here
+    rows = {r["precision"]: r for r in summarize(doc)}
+    assert rows["fp16"]["speedup"] == pytest.approx(10.0 / base_sps)
+    assert rows["fp16"]["speedup_basis"] == "samples_per_s" and rows["bf16"]["speedup_basis"] == "train_time"
+    md = render_markdown(doc)
+    assert table_rows(md)["fp16"]["speedup"] == f"{10.0 / base_sps:.2f}×"
+    assert "**fp16** trained 3 optimizer steps per run" in md and "samples/s ÷ fp32's" in md
+    sentence = measured_speed_sentence(list(rows.values()))
+    assert "fp16 trained at" in sentence and "samples/s ratio" in sentence
+    scaler_note = next(ln for ln in md.splitlines() if "the GradScaler skipped" in ln)
+    assert "until the run collapsed" in scaler_note and "calibrates" not in scaler_note
 
 
 def test_summarize_memory_skips_null_runs(doc):
@@ -532,6 +558,47 @@ def test_regression_table_has_correlations_and_no_accuracy():
     )
     line = next(ln for ln in md.splitlines() if ln.startswith("**task**"))
     assert "regression" in line and "`stsb`" in line and "`sentence1`, `sentence2`" in line
+
+
+def test_an_undefined_final_correlation_is_not_replaced_by_an_earlier_evaluations():
+    """Was: a run whose final Pearson/Spearman was null (constant predictions, said in eval.undefined) showed its
+    last defined evaluation's figure in the table and its Δ, under a note saying it was shown as n/a."""
+    doc = load("results_regression.json")
+    for r in runs_of(doc, "fp32"):
+        r["eval"].update(pearsonr=None, spearmanr=None)
+        r["eval"]["undefined"] = {
+            "pearsonr": "the predictions are constant",
+            "spearmanr": "the predictions are constant",
+        }
+    rows = {r["precision"]: r for r in summarize(doc)}
+    assert rows["fp32"]["pearsonr_mean"] is None and rows["fp32"]["pearsonr_n"] == 0
+    assert rows["bf16"]["delta_pearsonr"] is None and rows["bf16"]["pearsonr_mean"] is not None
+    cells = table_rows(render_markdown(doc))["fp32"]
+    assert cells["Pearson r"] == "n/a", cells
+    # A run whose eval lacks the key (nothing evaluated at the end) still reads its last evaluation.
+    for r in runs_of(doc, "fp32"):
+        del r["eval"]["pearsonr"]
+    assert summarize(doc)[0]["pearsonr_mean"] == pytest.approx(
+        statistics.mean(r["eval_history"][-1]["pearsonr"] for r in runs_of(doc, "fp32"))
+    )
+
+
+def test_binary_f1_names_the_class_it_scores():
+    """Was: "f1" everywhere, while binary F1 scores label id 1, the name that sorts second: for Positive/negative
+    that is negative's F1, which nothing said."""
+    from mixft.report.summary import metric_label
+    from recipes.text_classification import describe_task
+
+    assert metric_label("f1", {"names": ["Positive", "negative"]}) == "F1 (negative)"
+    assert metric_label("f1", {"names": ["a", "b", "c"]}) == "macro-F1" and metric_label("f1") == "F1"
+    task = SimpleNamespace(
+        kind="classification", text_columns=("text",), label_names=("Positive", "negative"), num_labels=2
+    )
+    assert describe_task(task).endswith("; F1 scores 'negative'")
+    doc = load("results_multiclass.json")
+    for r in doc["runs"]:
+        r["task"]["names"] = ["Positive", "negative"]
+    assert "F1 (negative)" in tables(render_markdown(doc))[0][0]
 
 
 def test_regression_noise_note_uses_the_first_correlation():
