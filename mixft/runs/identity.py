@@ -367,6 +367,7 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, Run
     try:
         runs = recorded_runs(Path(cfg.output_dir))
         wanted = {(name, seed) for name in precisions for seed in cfg.seeds}
+        _check_none_dropped(runs, wanted, path)
         done: dict[RunKey, RunResult] = {}
         for run in runs:
             key = (run.get("precision"), run.get("seed"))
@@ -391,6 +392,19 @@ def finished_runs(cfg: RunConfig, precisions: Sequence[str]) -> dict[RunKey, Run
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"--resume: {path} is not a readable results file ({type(e).__name__}: {e})") from None
     return done
+
+
+def _check_none_dropped(runs: Sequence[dict], wanted: set, path: Path) -> None:
+    """results.json is rewritten with this command's runs: one it holds that the command does not name would be
+    lost (and a comparison would lose its baseline), so --resume must name every run it holds (or more)."""
+    dropped = [(run.get("precision"), run.get("seed")) for run in runs]
+    dropped = [key for key in dict.fromkeys(dropped) if key not in wanted]
+    if dropped:
+        which = ", ".join(f"{precision} seed {seed}" for precision, seed in dropped)
+        raise CheckpointError(
+            f"--resume: {path} holds {which}, which this command does not run: resume with the precisions and "
+            "seeds it holds (a longer --compare/--seeds list adds runs), or use another --output-dir"
+        )
 
 
 def _check_final_checkpoint(cfg: RunConfig, path: Path, result: RunResult) -> None:

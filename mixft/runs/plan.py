@@ -48,6 +48,7 @@ from mixft.runs.identity import recorded_config, resume_runs, run_meta
 from mixft.runs.options import check_options
 from mixft.runs.outdir import check_output_dir, planned_entries, run_names
 from mixft.runs.predict import read_predict_file
+from mixft.runs.set_aside import check_inputs_stay
 from mixft.runs.shape import check_run_shape
 
 __all__ = ["PlannedRun", "RunPlan", "make_plan", "plan_runs", "choose_precisions", "measures_first"]
@@ -115,6 +116,7 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     Usage: ``plan = make_plan(RunConfig(recipe="bert-sst2", precisions=["amp"]))``
     """
     recipe, cfg, device, checked = check_options(cfg)
+    check_inputs_stay(cfg)  # nothing the run reads may be in what a new run sets aside
     # Data and model errors surface here, still before training.
     prepared = recipe.prepare(cfg)
     # What the recipe could decide only once the model was known (bert-sst2: no packing for a family that does

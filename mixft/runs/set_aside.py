@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mixft.errors import UsageError
 from mixft.runs.outdir import (
     CHART_PATTERN,
     CHECKPOINT_PATTERN,
@@ -86,6 +87,42 @@ class SetAside:
         except OSError:  # something else was put there meanwhile: keep the folder
             return None
         return f"{out}: the earlier run is back in place (this run was refused)"
+
+
+#: The options that name what a run reads, by their flags: none may lie in what a new run sets aside.
+INPUT_OPTIONS = {
+    "model": "--model",
+    "data_dir": "--data-dir",
+    "train_file": "--train-file",
+    "validation_file": "--validation-file",
+    "predict_file": "--predict-file",
+}
+
+
+def check_inputs_stay(cfg) -> None:
+    """UsageError (one line, before any work) when a new run would set aside what it reads.
+
+    ``--eval-only --model OUT/model --output-dir OUT`` (docs/cli.md names the saved model
+    so) read the model from the earlier run that ``set_aside_earlier_run`` moves away first;
+    training from OUT/model into OUT would also write its new ``model/`` over its input.
+    ``--resume`` sets nothing aside.
+    """
+    if cfg.resume:
+        return
+    entries = [p.resolve() for p in run_entries(Path(cfg.output_dir))]
+    for field, flag in INPUT_OPTIONS.items():
+        value = getattr(cfg, field, None)
+        if not value:
+            continue
+        path = Path(value).expanduser().resolve()
+        if field == "model" and not path.is_dir():  # a hub name, or no model at all: the model check says why
+            continue
+        inside = next((e for e in entries if path == e or e in path.parents), None)
+        if inside is not None:
+            raise UsageError(
+                f"{flag} {value} is part of the earlier run in --output-dir {cfg.output_dir} ({inside.name}), which "
+                f"a new run sets aside first: write to another --output-dir, or copy {inside.name} out of it"
+            )
 
 
 def set_aside_earlier_run(out: Path, stamp: str, config_text: str | None = None) -> SetAside | None:

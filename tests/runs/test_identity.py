@@ -56,6 +56,19 @@ def test_resume_keeps_finished_runs_and_retrains_interrupted_ones_by_their_stop_
     assert done[("fp16", 0)].stop_kind == "collapse"
 
 
+def test_resume_that_would_drop_a_run_results_json_holds_is_refused(tmp_path):
+    """Was: --resume --compare bf16,fp16 on a finished fp32,bf16 directory rewrote results.json with bf16 and fp16
+    only: the fp32 baseline was gone (no copy kept) and the report lost every ratio."""
+    write_results(tmp_path / "results.json", [result("fp32"), result("bf16"), result("fp32", seed=1)])
+    for precisions, seeds in ((["bf16", "fp16"], [0, 1]), (["fp32", "bf16"], [0])):
+        cfg = RunConfig(output_dir=str(tmp_path), precisions=precisions, seeds=seeds, resume=True)
+        with pytest.raises(CheckpointError, match=r"holds (fp32 seed 0, fp32 seed 1|fp32 seed 1), which this command"):
+            finished_runs(cfg, cfg.precisions)
+    # Every run it holds, and more: kept, and the new ones trained.
+    cfg = RunConfig(output_dir=str(tmp_path), precisions=["fp32", "bf16", "fp16"], seeds=[0, 1], resume=True)
+    assert sorted(finished_runs(cfg, cfg.precisions)) == [("bf16", 0), ("fp32", 0), ("fp32", 1)]
+
+
 def test_an_option_mismatch_is_refused_naming_the_flag(tmp_path):
     path = tiny_checkpoint(tmp_path / "ckpt.pt", {"lr": 0.1})
     ckpt = load_checkpoint(path)

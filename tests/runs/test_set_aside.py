@@ -102,3 +102,26 @@ def test_an_identical_rerun_says_so_and_keeps_the_earlier_results(tmp_path, mode
     # The new run's curves start clean: its tensorboard folder holds only its own events.
     assert (previous / "tensorboard" / "fp32-seed0").is_dir()
     assert len(list((out / "tensorboard" / "fp32-seed0").iterdir())) == 1
+
+
+def test_a_run_that_reads_the_earlier_runs_model_is_refused_before_anything_moves(tmp_path, model, capsys):
+    """Was: ``--eval-only --model OUT/model --output-dir OUT`` set the earlier run (its model/ included) aside first,
+    then failed to load the model with a traceback (exit 1), leaving the good run moved away."""
+    from mixft.cli.main import main
+    from tests.cli_runs import evaluation_only, text_classification_args, toy_files
+
+    code, err, out = run_cli(tmp_path, model, "--max-steps", "2", "--save-model", capsys=capsys)
+    assert code == 0, err
+    before = sorted(p.name for p in out.iterdir())
+    train, dev = toy_files(tmp_path / "data")
+    for argv in (
+        evaluation_only(text_classification_args(out / "model", train, dev, out, "--eval-only")),
+        text_classification_args(out / "model", train, dev, out, "--max-steps", "1"),  # trained from it, into it
+    ):
+        assert main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "--model" in lines[0] and "part of the earlier run" in lines[0], lines
+        assert sorted(p.name for p in out.iterdir()) == before  # nothing set aside, nothing written
+    # Into another directory it is what docs/cli.md shows, and it evaluates.
+    argv = evaluation_only(text_classification_args(out / "model", train, dev, tmp_path / "eval", "--eval-only"))
+    assert main(argv) == 0
