@@ -65,7 +65,7 @@ Schema (DESIGN.md's keys are a contract; everything else is an extension)::
         "measured_batch": "first training batch (epoch 0 order)", "measured_batch_shape": [32, 41]},
       "parameters": {"trainable": 22700000, "total": 22700000},
       "lora": null,                        # the recipe's LoRA description (mixft.models.lora.describe_lora)
-      "eval_predictions": [1, 0, 2, ...],  # the final evaluation's predictions in eval order
+      "eval_predictions": [1, 0, 2, ...],  # the final evaluation's predictions, in the eval set's row order
                                            # (label ids; values for regression); null without one
       "eval_labels": [1, 0, 1, ...],       # the references of those predictions, same order
       "agreement_vs_fp32": {...}           # non-fp32 runs of a --compare: mixft.report.agreement.agreement_vs_fp32

@@ -280,7 +280,9 @@ def describe_task(task) -> str:
     if task.kind == "regression":
         return f"regression on {task.label_column!r}, texts {texts}"
     names = ", ".join(task.label_names[:8]) + (", ..." if len(task.label_names) > 8 else "")
-    return f"classification, {task.num_labels} labels ({names}), texts {texts}"
+    # Binary F1 scores label id 1: the name that sorts second (or the dataset's second class), said here.
+    scored = f"; F1 scores {task.label_names[1]!r}" if task.num_labels == 2 and len(task.label_names) == 2 else ""
+    return f"classification, {task.num_labels} labels ({names}), texts {texts}{scored}"
 
 
 def length_group_size(cfg: RunConfig) -> int:

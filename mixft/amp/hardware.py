@@ -83,7 +83,31 @@ def describe_cpu(cpuinfo_path: str | os.PathLike = CPUINFO) -> dict[str, Any]:
     except OSError:
         parsed, source = {"model": None, "flags": dict.fromkeys(CPU_FLAGS)}, "platform"
     model = parsed["model"] or platform.processor() or platform.machine() or "unknown CPU"
-    return {"model": model, "cores": os.cpu_count(), "flags": parsed["flags"], "source": source}
+    cores = os.cpu_count()
+    cpu = {"model": model, "cores": cores, "flags": parsed["flags"], "source": source}
+    usable = usable_cores()
+    if usable is not None and usable != cores:  # taskset, a container's cpuset: what the figures ran on
+        cpu["usable_cores"] = usable
+    return cpu
+
+
+def usable_cores() -> int | None:
+    """The CPUs this process may run on (its affinity: ``taskset``, a container's cpuset), None where unknown.
+
+    ``os.cpu_count()`` counts the machine's; the speed figures come from these.
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return None
+
+
+def cores_text(cpu: dict[str, Any]) -> str:
+    """``"2 cores"``, or ``"8 cores (2 usable by this process)"`` when the process is pinned to fewer."""
+    if not cpu.get("cores"):
+        return ""
+    usable = cpu.get("usable_cores")
+    return f"{cpu['cores']} cores" + (f" ({usable} usable by this process)" if usable else "")
 
 
 # Where a run may train (``--device``; RunConfig.device).
@@ -215,7 +239,7 @@ def hardware_line(hw: dict[str, Any]) -> str:
     Usage: ``hardware_line(describe_hardware())``
     """
     cpu = hw["cpu"]
-    cores = f", {cpu['cores']} cores" if cpu.get("cores") else ""
+    cores = f", {cores_text(cpu)}" if cpu.get("cores") else ""
     cpu_line = f"{cpu['model']}{cores}, {flags_text(cpu['flags'])}"
     gpu = hw.get("gpu")
     if not gpu:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
+import torch
 from torch.utils.data import Sampler
 
 from mixft.options import POSITIVE_INT
@@ -76,6 +77,14 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
             batches = batches[self.rank :: self.num_replicas]
         yield from batches
 
+    def gathered_order(self) -> list[int] | None:
+        """The dataset indices in the order an evaluation over every process gathers them (each rank's batches
+        in turn, rank 0 first); None for training (``shuffle=True``), whose order is not kept."""
+        if self.shuffle:
+            return None
+        batches = self._global_batches()
+        return [i for r in range(self.num_replicas) for batch in batches[r :: self.num_replicas] for i in batch]
+
     def _global_batches(self) -> list[list[int]]:
         indices = list(range(len(self.lengths)))
         if not self.shuffle:
@@ -96,3 +105,21 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def in_input_order(loader, values):
+    """``values`` (a tensor, one row per example, in the order ``loader``'s evaluation gathered them) in the
+    dataset's own order; unchanged when the loader's sampler cannot say its order.
+
+    The evaluation loader batches longest first: per-example figures (results.json's
+    ``eval_predictions``, a ``--predict-file``'s rows) go back to the file's order.
+
+    Usage: ``in_input_order(eval_loader, torch.tensor(predictions))``
+    """
+    order_of = getattr(getattr(loader, "batch_sampler", None), "gathered_order", None)
+    order = order_of() if callable(order_of) else None
+    if order is None or len(order) != len(values) or sorted(order) != list(range(len(order))):
+        return values
+    in_order = torch.empty_like(values)
+    in_order[torch.tensor(order, dtype=torch.long)] = values
+    return in_order

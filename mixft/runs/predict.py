@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from mixft.config.run_config import RunConfig
+from mixft.data.batching import in_input_order
 from mixft.data.columns import Columns, check_text_columns
 from mixft.data.files import load_data_file
 from mixft.data.labels import (
@@ -130,11 +129,8 @@ def predict_and_write(trainer, source: PredictSource, path: Path, batch_size: in
     Usage: ``result.predict = predict_and_write(trainer, source, out / "predictions.csv", 64)``
     """
     loader = make_loader(source.examples, source.tokenizer, batch_size, shuffle=False)
-    # The loader batches by length (longest first): put the outputs back in input order.
-    order = [i for batch in loader.batch_sampler for i in batch]
-    outputs = trainer.predict(loader)
-    in_order = torch.empty_like(outputs)
-    in_order[torch.tensor(order)] = outputs
+    # The loader batches by length (longest first): the outputs go back in input order.
+    in_order = in_input_order(loader, trainer.predict(loader))
     write_predictions(
         path, in_order, source.kind, source.label_names, ids=source.ids, id_column=source.id_column or "id"
     )

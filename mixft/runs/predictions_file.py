@@ -91,7 +91,12 @@ def prediction_rows(
         num_labels = (
             len(label_names) if label_names is not None else max(outputs.shape[-1] if outputs.dim() > 1 else 1, 2)
         )
-        prob, label = probabilities_from_logits(outputs, num_labels).max(dim=-1)
+        probs = probabilities_from_logits(outputs, num_labels)
+        # The label from the logits, as the metrics count it (argmax; one logit: > 0): two logits within ~6e-8
+        # give equal probabilities, whose max would pick the first class where the metrics counted the other.
+        binary = outputs.dim() == 1 or outputs.shape[-1] == 1
+        label = (outputs.reshape(-1) > 0).long() if binary else outputs.argmax(dim=-1)
+        prob = probs.gather(-1, label[:, None]).squeeze(-1)
         names = list(label_names) if label_names is not None else [str(i) for i in range(num_labels)]
         cells = [{"label": names[i], "probability": p} for i, p in zip(label.tolist(), prob.tolist())]
     else:

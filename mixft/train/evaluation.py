@@ -21,6 +21,7 @@ import torch
 from mixft import distributed
 from mixft.amp.precision import configure_matmul
 from mixft.batch import batch_size, forward, split_batch
+from mixft.data.batching import in_input_order
 from mixft.metrics.task import UNDEFINED_KEY, undefined_reasons
 from mixft.results import RunResult
 from mixft.train.measure import Stopwatch
@@ -83,8 +84,8 @@ def _evaluate(trainer, loader) -> dict[str, float]:
     if trainer.predict_fn is not None:
         preds, refs = gather_predictions(predictions, references)
         # Kept for per-example agreement between precisions (mixft.report.agreement): the
-        # last evaluation's predictions are those of the run's final ``eval``.
-        trainer.last_eval_predictions = (preds.tolist(), refs.tolist())
+        # last evaluation's predictions are those of the run's final ``eval``, in the eval set's order.
+        trainer.last_eval_predictions = (in_input_order(loader, preds).tolist(), in_input_order(loader, refs).tolist())
         metrics.update(_metrics(preds, refs, trainer.metric))
     return metrics
 

@@ -9,12 +9,13 @@ A CPU has no such counter, so on CPU mixft samples the process's resident set si
 from __future__ import annotations
 
 import os
-import platform
 import threading
 import time
 from contextlib import contextmanager
 
 import torch
+
+from mixft.amp.hardware import cores_text, describe_cpu
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -28,14 +29,8 @@ def synchronize(device: torch.device) -> None:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    cpu = describe_cpu()
+    return f"{cpu['model']} ({cores_text(cpu)})"
 
 
 def current_rss_bytes() -> int | None:

@@ -90,6 +90,21 @@ def test_describe_cpu_from_a_file(tmp_path):
     assert cpu["cores"] == os.cpu_count()
 
 
+def test_a_process_pinned_to_fewer_cores_says_so_beside_its_figures(tmp_path, monkeypatch):
+    """Was: "2 cores" beside figures measured under ``taskset -c 0`` (one usable CPU): os.cpu_count() counts the
+    machine's."""
+    path = tmp_path / "cpuinfo"
+    path.write_text(SAPPHIRE_RAPIDS)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    cpu = describe_cpu(path)
+    assert cpu["cores"] == 8 and cpu["usable_cores"] == 2
+    assert ", 8 cores (2 usable by this process), flags:" in hardware_line({"cpu": cpu})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    cpu = describe_cpu(path)
+    assert "usable_cores" not in cpu and ", 8 cores, flags:" in hardware_line({"cpu": cpu})
+
+
 def test_describe_cpu_without_proc_cpuinfo_falls_back_to_platform(tmp_path):
     cpu = describe_cpu(tmp_path / "absent")  # macOS, Windows
     assert cpu["source"] == "platform"

@@ -45,6 +45,27 @@ def test_eval_order_is_deterministic_longest_first():
     assert batches == [[1, 3], [4, 0], [2]]
 
 
+def test_evaluation_figures_go_back_to_the_data_order_for_one_process_and_for_several():
+    import torch
+    from torch.utils.data import DataLoader
+
+    from mixft.data.batching import in_input_order
+
+    lengths = [5, 9, 2, 9, 7, 1, 3]
+    for replicas in (1, 2, 3):
+        samplers = [
+            LengthGroupedBatchSampler(lengths, 2, shuffle=False, num_replicas=replicas, rank=r) for r in range(replicas)
+        ]
+        # What an evaluation gathers: each rank's examples in its batches' order, rank 0 first.
+        gathered = [i for sampler in samplers for batch in sampler for i in batch]
+        assert samplers[0].gathered_order() == gathered
+        loader = DataLoader(range(len(lengths)), batch_sampler=samplers[0])
+        values = torch.tensor(gathered) * 10  # each example's figure is its index x 10
+        assert in_input_order(loader, values).tolist() == [i * 10 for i in range(len(lengths))]
+    training = DataLoader(range(7), batch_sampler=LengthGroupedBatchSampler(lengths, 2, shuffle=True))
+    assert in_input_order(training, torch.arange(7)).tolist() == list(range(7))  # no order to restore: unchanged
+
+
 @pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"batch_size": 2.5}, {"batch_size": 4, "group_factor": 0}])
 def test_sizes_follow_the_options_rule(kwargs):
     from mixft.errors import UsageError

@@ -50,6 +50,18 @@ def test_single_logit_is_a_sigmoid_over_two_names(tmp_path):
     assert [r["probability"] for r in rows] == pytest.approx([p[0].item(), 1 - p[1].item(), p[2].item()])
 
 
+def test_near_ties_are_labelled_as_the_metrics_count_them(tmp_path):
+    """Was: the label was the max of the fp32 probabilities, which round two logits within ~6e-8 to equal values
+    and pick the first class, while the metrics (argmax of the logits; one logit: > 0) counted the other."""
+    logits = torch.tensor([[0.0, 1e-8], [1e-8, 0.0]])
+    assert torch.softmax(logits, -1)[0, 0] == torch.softmax(logits, -1)[0, 1]  # the tie the max broke wrongly
+    rows = prediction_rows(logits, "classification", ["neg", "pos"])
+    assert [r["label"] for r in rows] == ["pos", "neg"]
+    one = prediction_rows(torch.tensor([[1e-9], [-1e-9], [0.0]]), "classification", ["neg", "pos"])
+    assert [r["label"] for r in one] == ["pos", "neg", "neg"]  # logit > 0, as the binary head's metrics
+    assert [r["probability"] for r in one] == pytest.approx([0.5, 0.5, 0.5])
+
+
 def test_probabilities_from_logits():
     assert probabilities_from_logits(torch.tensor([0.0]), 2).tolist() == [[0.5, 0.5]]
     probs = probabilities_from_logits(torch.tensor([[1.0, 2.0, 3.0]]), 3)

@@ -157,8 +157,12 @@ def test_tensorboard_event_file_from_a_cli_run_holds_loss_per_step_and_eval_metr
 
 
 def test_predictions_keep_input_order_and_label_names(tmp_path, model, data):
-    code, _ = run(tmp_path / "out", model, data, "--epochs", "1", "--save-model")
+    code, doc = run(tmp_path / "out", model, data, "--epochs", "1", "--save-model")
     assert code == 0
+    # results.json's per-example lists are in the validation file's row order (was: its longest-first batches').
+    with data[1].open(encoding="utf-8") as f:
+        dev_labels = [NAMES.index(row["label"]) for row in csv.DictReader(f)]
+    assert dev_labels != sorted(dev_labels) and doc["runs"][0]["eval_labels"] == dev_labels
     # Lengths vary so that the length-sorted batches are not in input order.
     texts = [
         "it is fine",
