@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from mixft.config.run_config import RunConfig
-from mixft.data.batching import in_input_order
 from mixft.data.columns import Columns, check_text_columns
 from mixft.data.files import load_data_file
 from mixft.data.labels import (
@@ -129,10 +128,9 @@ def predict_and_write(trainer, source: PredictSource, path: Path, batch_size: in
     Usage: ``result.predict = predict_and_write(trainer, source, out / "predictions.csv", 64)``
     """
     loader = make_loader(source.examples, source.tokenizer, batch_size, shuffle=False)
-    # The loader batches by length (longest first): the outputs go back in input order.
-    in_order = in_input_order(loader, trainer.predict(loader))
+    # The loader batches by length (longest first); predict puts the outputs back in input order.
     write_predictions(
-        path, in_order, source.kind, source.label_names, ids=source.ids, id_column=source.id_column or "id"
+        path, trainer.predict(loader), source.kind, source.label_names, ids=source.ids, id_column=source.id_column or "id"
     )
     metrics = None
     if source.has_labels:

@@ -146,7 +146,8 @@ def evaluate_only(trainer) -> RunResult:
 
 
 def predict(trainer, loader) -> torch.Tensor:
-    """Model outputs for every batch of ``loader``, computed under autocast, returned fp32 on CPU.
+    """Model outputs for every example of ``loader``, computed under autocast, returned fp32 on CPU, in the
+    dataset's order (a ``make_loader(..., shuffle=False)`` loader batches longest first: its outputs are put back).
 
     Usage: ``logits = predict(trainer, test_loader)``
     """
@@ -164,7 +165,7 @@ def predict(trainer, loader) -> torch.Tensor:
     finally:
         trainer.model.train(was_training)
         _reshard(trainer)
-    return torch.cat(outs) if outs else torch.empty(0)
+    return in_input_order(loader, torch.cat(outs)) if outs else torch.empty(0)
 
 
 def _batches(trainer, loader):

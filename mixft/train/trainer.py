@@ -422,7 +422,8 @@ class Trainer:
         return evaluation.evaluate_only(self)
 
     def predict(self, loader) -> torch.Tensor:
-        """Model outputs for every batch of ``loader``, computed under autocast, returned fp32 on CPU.
+        """Model outputs for every example of ``loader``, computed under autocast, returned fp32 on CPU, in the
+        dataset's order (an evaluation loader's longest-first batches are put back).
 
         Usage: ``logits = trainer.predict(test_loader)``
         """

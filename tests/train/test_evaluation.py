@@ -50,3 +50,29 @@ def test_evaluate_and_predict_leave_the_model_in_the_mode_they_found_it():
     torch.testing.assert_close(out, model[0](x).detach())
     trainer.eval_loader = None
     assert evaluation.evaluate(trainer) == {}  # nothing to evaluate on
+
+
+def test_predict_and_the_kept_eval_predictions_are_in_the_datasets_order():
+    """Was: Trainer.predict returned a length-sorted evaluation loader's outputs in its longest-first batch order,
+    so a notebook's ``trainer.predict(test)`` lined up with the test rows scored 0.67 where evaluate() said 1.0."""
+    from mixft.data.batching import LengthGroupedBatchSampler
+
+    x = torch.randn(7, 4)
+    lengths = [3, 9, 1, 7, 5, 9, 2]  # the order the sampler serves differs from the rows'
+    sampler = LengthGroupedBatchSampler(lengths, 2, shuffle=False)
+    assert [i for batch in sampler for i in batch] != list(range(7))
+    y = (x[:, 0] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_sampler=sampler)
+    model = nn.Linear(4, 2)
+    trainer = Trainer(
+        model,
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        nn.CrossEntropyLoss(),
+        loader,
+        eval_loader=loader,
+        predict_fn=lambda out: out.argmax(-1),
+    )
+    torch.testing.assert_close(trainer.predict(loader), model(x).detach())  # row i is example i's
+    evaluation.evaluate(trainer)
+    preds, refs = trainer.last_eval_predictions
+    assert refs == y.tolist() and preds == model(x).argmax(-1).tolist()
