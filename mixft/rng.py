@@ -98,6 +98,11 @@ class ResumeRng:
         self._pending: Mapping[str, Any] | None = None  # the checkpoint's states, until used
         self._epoch_start: dict[str, Any] | None = None
 
+    @property
+    def loaded(self) -> bool:
+        """A checkpoint's states wait to be put back (``load`` was called and the fit has not used them yet)."""
+        return self._pending is not None
+
     def load(self, state: Mapping[str, Any] | None) -> None:
         """The RNG states of a checkpoint (``state()``), put back at the right moments of the next fit."""
         self._pending = state

@@ -130,7 +130,12 @@ def predict_and_write(trainer, source: PredictSource, path: Path, batch_size: in
     loader = make_loader(source.examples, source.tokenizer, batch_size, shuffle=False)
     # The loader batches by length (longest first); predict puts the outputs back in input order.
     write_predictions(
-        path, trainer.predict(loader), source.kind, source.label_names, ids=source.ids, id_column=source.id_column or "id"
+        path,
+        trainer.predict(loader),
+        source.kind,
+        source.label_names,
+        ids=source.ids,
+        id_column=source.id_column or "id",
     )
     metrics = None
     if source.has_labels:

@@ -195,6 +195,7 @@ class Trainer:
         self.lr_schedulers = build_schedulers(lr_scheduler, self.optimizers, self.total_steps)
         self.state = TrainState()
         self._rng = ResumeRng()  # RNG states a checkpoint saves and a resumed fit restores
+        self._left_off: dict | None = None  # the RNG states where a later fit() of this trainer goes on
         self._meter: TrainMeter | None = None  # this fit's clock and counters (state_dict reads them mid-run)
 
     def _placed(self, model: nn.Module) -> nn.Module:
@@ -249,7 +250,12 @@ class Trainer:
             return self._fit()
 
     def _fit(self) -> RunResult:
-        if self.seed is not None:
+        if self._left_off is not None and not self._rng.loaded:
+            # A second fit() of this trainer (a larger max_steps, say) goes on as one unbroken fit would: the RNGs
+            # as the first left them and its epoch's start replayed for the data order, as a checkpoint resumes;
+            # reseeding would repeat the dropout draws, and a new shuffle would skip other batches than it trained.
+            self._rng.load(self._left_off)
+        elif self.seed is not None:
             seed_all(self.seed)
         self._tell("on_train_begin")
         state, meter = self.state, TrainMeter(self.device)
@@ -270,8 +276,12 @@ class Trainer:
                         if self._budget_spent():
                             break
                 self._rng.catch_up()  # resumed at the end of an epoch: no batch left to train
+                self._left_off = self._rng.state()  # stopped part-way: go on from before this evaluation
                 self._tell("on_epoch_end", self._end_epoch())
+                if state.batch_in_epoch == 0:  # the epoch ended: the next one starts after its evaluation
+                    self._left_off = self._rng.state()
         except StopTraining as e:
+            self._left_off = self._rng.state()
             stop = e
             logger.warning("training stopped early: %s", str(e) or "stopped by a callback")
         finally:

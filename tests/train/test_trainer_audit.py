@@ -335,3 +335,29 @@ def test_the_setting_is_restored_when_training_fails(notebook_matmul_setting):
     with pytest.raises(RuntimeError, match="boom"):
         Trainer(make_mlp(), sgd(), boom, [(x, y)]).fit()
     assert torch.get_float32_matmul_precision() == "medium"
+
+
+@pytest.mark.parametrize("seed", [None, 0])
+@pytest.mark.parametrize("first", [3, 4, 6], ids=["mid-epoch", "epoch-end", "second-epoch"])
+def test_a_second_fit_goes_on_as_one_unbroken_fit(seed, first):
+    """Was: a second fit() (after max_steps stopped one) reseeded (the dropout draws started over: other weights)
+    or, without a seed, drew a new shuffle and skipped as many of its batches as the first fit trained (one
+    example trained twice, another never)."""
+    x, y = regression_data(16)
+
+    def trainer(max_steps):
+        torch.manual_seed(5)  # the shuffle's draws without a Trainer seed
+        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 1))
+        loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)  # 4 steps per epoch
+        sgd = lambda p: torch.optim.SGD(p, lr=0.05)  # noqa: E731
+        return model, Trainer(model, sgd, nn.MSELoss(), loader, epochs=2, max_steps=max_steps, seed=seed)
+
+    whole, unbroken = trainer(None)
+    unbroken.fit()
+    model, twice = trainer(first)
+    assert twice.fit().steps == first
+    twice.max_steps = None
+    result = twice.fit()
+    assert twice.state.step == 8 and result.history["loss"] == unbroken.state.history["loss"]
+    for a, b in zip(whole.parameters(), model.parameters()):
+        assert torch.equal(a, b)
