@@ -100,7 +100,9 @@ class CollapseDetector(Callback):
     - the GradScaler's scale is below ``min_loss_scale`` (default 1.0: below 1 the scaler
       shrinks gradients, so they overflow float16 even unscaled; DeepSpeed's floor too);
     - ``max_consecutive_skips`` optimizer steps in a row were skipped (inf/NaN gradients);
-    - a window loss since the last check is inf/NaN. Reading losses is a host sync, so
+    - a window loss since the last check is inf/NaN, except on a step the GradScaler skipped: a loss
+      the scale made non-finite (a gradient penalty's, computed from the scaled gradients) is the
+      scaler's to handle, and skips that go on stop the run by the rule above. Reading losses is a host sync, so
       this is checked every ``check_every`` steps and at every epoch end (where the
       evaluation loss is checked too), not per step.
 
@@ -178,8 +180,16 @@ class CollapseDetector(Callback):
         finite = torch.isfinite(values)
         if bool(finite.all()):
             return None
-        first = int((~finite).nonzero()[0])
-        return f"the loss is {values[first].item()} at step {hist['step'][start + first]}"
+        scaled = bool(getattr(getattr(trainer, "scaler", None), "is_enabled", lambda: False)())
+        skipped = hist.get("skipped") or []
+        bad = [
+            i
+            for i in (~finite).nonzero().flatten().tolist()
+            if not (scaled and start + i < len(skipped) and skipped[start + i])
+        ]
+        if not bad:
+            return None
+        return f"the loss is {values[bad[0]].item()} at step {hist['step'][start + bad[0]]}"
 
     def _stop(self, trainer: TrainerLike, reason: str) -> None:
         self.reason = reason

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -177,3 +178,40 @@ def test_cli_collapse_exits_3_with_the_diagnosis_and_keeps_results(tmp_path, tin
     assert run["steps"] == 2 and "suggested fix" in run["stopped_early"]
     assert run["stop_kind"] == "collapse" and is_collapse(run)  # the field, not the message, says so
     assert not (out / "checkpoint.pt").exists()  # stopped at step 2, before any save point (20, epoch end)
+
+
+def test_a_loss_the_scale_made_inf_on_a_skipped_step_is_not_a_collapse():
+    """Was: under fp16 a gradient penalty (computed from the scaled gradients) is inf on the steps whose scale
+    overflows; GradScaler skipped them, as without the penalty, but the detector read their inf loss at the next
+    check and stopped a healthy run as "training collapsed: the loss is inf at step 1"."""
+    from mixft.amp.penalties import gradient_penalty
+    from mixft.train.trainer import Trainer
+
+    torch.manual_seed(0)
+    loader = [(torch.randn(64, 8), torch.randn(64, 1)) for _ in range(4)]
+
+    def fit(hook):
+        torch.manual_seed(1)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        with torch.no_grad():
+            model[0].weight.mul_(4.0)  # gradients of a few units: x65536 overflows fp16, x16384 fits
+        detector = CollapseDetector()
+        trainer = Trainer(
+            model,
+            lambda p: torch.optim.SGD(p, lr=1e-3),
+            nn.MSELoss(),
+            loader,
+            precision="fp16",
+            epochs=3,
+            seed=0,
+            loss_hook=hook,
+            callbacks=[detector],
+        )
+        return trainer.fit(), trainer.state.history
+
+    plain, plain_history = fit(None)
+    result, history = fit(lambda t, loss, out, x: gradient_penalty(t, loss, weight=0.01))
+    skipped = [step for step, s in zip(history["step"], history["skipped"]) if s]
+    assert skipped and any(plain_history["skipped"])  # the scale calibrates either way
+    assert not all(math.isfinite(float(v)) for v in history["loss"])  # the skipped steps' penalised losses
+    assert result.stopped_early is None and plain.stopped_early is None and result.steps == 12
