@@ -15,9 +15,10 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -53,6 +54,24 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def keeps_caller_rng(fn: Callable) -> Callable:
+    """Decorate a function that seeds for its own runs: after it, the caller's random streams (torch, CUDA,
+    Python's ``random``, numpy) are as they were, so a notebook's own draws do not restart from a run's seed.
+
+    Usage: ``@keeps_caller_rng def run(cfg): ...``
+    """
+
+    @functools.wraps(fn)
+    def kept(*args, **kwargs):
+        saved = capture_rng_state()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            restore_rng_state(saved)
+
+    return kept
 
 
 def seed_all(seed: int) -> None:

@@ -1,11 +1,14 @@
 """Where did the inf/NaN come from? One forward pass with a hook on every module.
 
 When a run collapses (``mixft.callbacks.faults.CollapseDetector``), ``diagnose`` re-runs the
-forward pass on a training batch under the run's autocast, records every module's
-output as it finishes (execution order), and reports the first module whose output
-holds an inf or NaN, how large the activations around it are compared with float16's
-limit (65504), and a fix: switch to bf16 (fp32's exponent range), keep that module in
-fp32 (``torch.autocast(enabled=False)``), or lower the learning rate.
+forward pass on a training batch under the run's autocast, in training mode (dropout's
+scaling is part of the range; the RNG is put back), records every module's output as it
+finishes (execution order, call by call: a module called twice is blamed only for its own
+call), and reports the first module whose output holds an inf or NaN, how large the
+activations around it are compared with float16's limit (65504), and a fix: switch to bf16
+(fp32's exponent range), keep the block around it in fp32 (the preflight's ``--fp32-modules``,
+measured on the same batches in fp32: the smallest block whose output is back in range), or
+lower the learning rate.
 
 Usage::
 
@@ -22,7 +25,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from mixft.amp.preflight import preflight
 from mixft.batch import floating_tensors, forward, split_batch
+from mixft.log import logger
+from mixft.rng import capture_rng_state, restore_rng_state
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504: anything larger becomes inf in fp16
 
@@ -48,6 +54,9 @@ class Diagnosis:
     nonfinite_params: list[str] = field(default_factory=list)  # parameters already inf/NaN
     suggestion: str = ""
     modules: list[ModuleStats] = field(default_factory=list)  # every module, execution order
+    # fp16 overflow: the preflight's fp32 measurement on the same batches (mixft.amp.preflight), for the fix
+    fp32_modules: list[str] = field(default_factory=list)  # the blocks whose outputs are back in range
+    reaches_output: bool = False  # the overflow is still out of range at the model's output
 
     def summary(self) -> str:
         """One line: where the first inf/NaN appears (or that the forward is finite) and the fix."""
@@ -84,8 +93,10 @@ class Diagnosis:
 def diagnose(trainer, loader: Iterable | None = None, max_batches: int = 4) -> Diagnosis:
     """Run up to ``max_batches`` batches of ``loader`` (default: the training loader) forward.
 
-    No gradients, dropout off (``eval()``; restored afterwards), the trainer's autocast.
-    Stops at the first batch that makes some module's output non-finite.
+    No gradients, training mode as the run trains (restored afterwards, with the RNG: the run
+    draws the same dropout masks as without the diagnosis), the trainer's autocast. Stops at the
+    first batch that makes some module's output non-finite; under fp16 the preflight then
+    measures the same batches in fp32 for the fix.
     """
     model: nn.Module = getattr(trainer, "module", trainer.model)  # without a DDP wrapper
     precision = trainer.precision.name
@@ -93,11 +104,14 @@ def diagnose(trainer, loader: Iterable | None = None, max_batches: int = 4) -> D
 
     stats: dict[str, ModuleStats] = {}
     order: list[str] = []
+    first_call_bad: list[ModuleStats] = []  # the first call, in execution order, whose output was inf/NaN
 
     def hook(name: str):
         def record(module, inputs, output):
             out_max, bad = _max_abs_and_nonfinite(output)
             in_max, in_bad = _max_abs_and_nonfinite(inputs)
+            if bad and not first_call_bad:  # this call's own figures, not a shared module's earlier calls'
+                first_call_bad.append(ModuleStats(name, type(module).__name__, out_max, in_max, bad, in_bad))
             if name not in stats:
                 order.append(name)
                 stats[name] = ModuleStats(name, type(module).__name__, out_max, in_max, bad, in_bad)
@@ -111,31 +125,51 @@ def diagnose(trainer, loader: Iterable | None = None, max_batches: int = 4) -> D
         return record
 
     handles = [m.register_forward_hook(hook(name or "(model)")) for name, m in model.named_modules()]
-    was_training = model.training
-    model.eval()
-    batches = 0
-    first_bad: ModuleStats | None = None
+    modes = {m: m.training for m in model.modules()}
+    rng = capture_rng_state()
+    model.train()  # the mode training runs in: dropout's 1/(1-p) scaling is part of the range
+    seen: list = []
     try:
         with torch.no_grad():
             for batch in loader if loader is not None else trainer.train_loader:
+                seen.append(batch)
                 inputs, _ = split_batch(batch, trainer.device)
                 with trainer.autocast():
                     forward(model, inputs)
-                batches += 1
-                # Hooks fire as modules finish: `order` is execution order.
-                first_bad = next((stats[n] for n in order if stats[n].nonfinite), None)
-                if first_bad is not None or batches >= max_batches:
+                # Hooks fire as modules finish: the first bad call is the first in execution order.
+                if first_call_bad or len(seen) >= max_batches:
                     break
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
+        for m, training in modes.items():
+            m.train(training)
+        restore_rng_state(rng)
 
     modules = [stats[n] for n in order]
     largest = max(modules, key=lambda m: m.output_max_abs, default=None)
-    d = Diagnosis(precision, batches, first_bad, largest, bad_params, modules=modules)
+    first_bad = first_call_bad[0] if first_call_bad else None
+    d = Diagnosis(precision, len(seen), first_bad, largest, bad_params, modules=modules)
+    if first_bad is not None and precision == "fp16" and not bad_params and not first_bad.input_nonfinite:
+        d.fp32_modules, d.reaches_output = _blocks_back_in_range(trainer, model, seen, first_bad.name)
     d.suggestion = _suggest(d, trainer)
     return d
+
+
+def _blocks_back_in_range(trainer, model: nn.Module, batches: list, overflowed: str) -> tuple[list[str], bool]:
+    """What to keep in fp32, measured by the preflight on these batches in fp32: its ``--fp32-modules`` (the smallest
+    blocks whose outputs are back in fp16's range), or, when every module's output is in range in fp32, the module
+    that overflowed itself (the overflow is inside it: q·k in an attention); and whether an overflow reaches the
+    model's output, which no block holds. ``([], False)`` when it cannot tell."""
+    try:
+        result = preflight(model, trainer.loss_fn, batches, device=trainer.device, max_batches=len(batches))
+    except Exception as e:  # noqa: BLE001 - a diagnosis after a collapse must not fail the run's report
+        logger.debug("diagnosis: the fp32 measurement failed (%s: %s)", type(e).__name__, e)
+        return [], False
+    origins = [r for r in result.modules_at_risk if r.tensor == "activation" and r.origin]
+    if not origins:  # in fp32 no output leaves fp16's range: kept whole, the module's output is in range
+        return [overflowed], False
+    return list(result.fp32_modules), any(r.contained_by is None for r in origins)
 
 
 def _suggest(d: Diagnosis, trainer) -> str:
@@ -146,12 +180,22 @@ def _suggest(d: Diagnosis, trainer) -> str:
     m = d.first_nonfinite
     if m is not None:
         if d.precision == "fp16":  # finite inputs, inf/NaN output: float16's range ran out
-            # The block around the layer: its leaf's large output flows on through the dropout
-            # beside it, so keeping only the leaf in fp32 would overflow one module later.
-            block = m.name.rsplit(".", 1)[0] if "." in m.name else m.name
+            # The block to keep is measured (in fp32, by the preflight), not guessed: a leaf's large output flows on
+            # through the modules after it, so keeping only its parent can overflow one module later.
+            if d.fp32_modules:
+                return (
+                    f"switch to bf16 (--precision bf16, fp32's exponent range), or keep the block around {m.name} in "
+                    f"fp32: --fp32-modules {','.join(d.fp32_modules)} (measured in fp32 on these batches: the smallest "
+                    "block whose output is within fp16's range, as --preflight finds it)"
+                )
+            if d.reaches_output:
+                return (
+                    f"switch to bf16 (--precision bf16) or fp32: the values from {m.name} stay beyond fp16's range up "
+                    "to the model's output (measured in fp32), so no --fp32-modules block holds them"
+                )
             return (
-                f"switch to bf16 (--precision bf16, fp32's exponent range), or keep the block around {m.name} in "
-                f"fp32: --fp32-modules {block} (--preflight checks which block brings the values back in range)"
+                f"switch to bf16 (--precision bf16, fp32's exponent range); --preflight measures which block around "
+                f"{m.name} to keep in fp32"
             )
         return "lower the learning rate (--lr): the activations grew without bound"
     # Forward finite: the inf/NaN come from the backward pass or the optimizer.

@@ -3,7 +3,8 @@
 fp16 holds magnitudes up to 65504 and, below 2**-24, nothing at all. ``preflight`` runs a
 few training batches forward and backward in fp32 (autocast off) and records, per module
 (every named module, leaves and containers), the largest |output| and the largest
-|gradient of that output|, then compares them with what fp16 would hold:
+|gradient| of that output and of the module's own weights (a weight gradient sums over the
+batch: it can be far larger), then compares them with what fp16 would hold:
 
 * **activation overflow**: largest |output| above 65504 becomes inf under fp16 autocast
   (the loss goes NaN and the scaler skips every step). ``close`` when within a factor
@@ -112,7 +113,7 @@ class PreflightResult:
     modules_checked: int
     modules_at_risk: list[ModuleRisk] = field(default_factory=list)  # ranked, most severe first
     largest_activation: tuple[str, float] | None = None  # (module, max |output|)
-    largest_gradient: tuple[str, float] | None = None  # (module, max |output gradient|, unscaled)
+    largest_gradient: tuple[str, float] | None = None  # (module, max |output or weight gradient|, unscaled)
     largest_underflow: tuple[str, float] | None = None  # (module, share of its gradient elements flushed)
     bf16_supported: bool = False
     fp32_modules: list[str] = field(default_factory=list)  # what --fp32-modules should name
@@ -231,6 +232,9 @@ def preflight(
     rng = capture_rng_state()  # dropout draws numbers: the run must draw the same ones as without us
     modes = {m: m.training for m in names}
     params = [p for p in model.parameters() if p.requires_grad]
+    # Each parameter's module: its weight gradient (a sum over the batch, often far larger than the output
+    # gradients) is what GradScaler's scale multiplies too.
+    owner = {p: name for m, name in names.items() for p in m.parameters(recurse=False)}
     started = time.perf_counter()
     n = 0
     try:
@@ -242,7 +246,11 @@ def preflight(
                 loss = loss_fn(outputs, labels)
                 if params and loss.requires_grad:
                     # autograd.grad, not backward(): the tensor hooks fire, .grad stays untouched.
-                    torch.autograd.grad(loss, params, allow_unused=True)
+                    grads = torch.autograd.grad(loss, params, allow_unused=True)
+                    for p, g in zip(params, grads):
+                        s = stats.get(owner.get(p, ROOT)) if g is not None else None
+                        if s is not None:
+                            s.grad_max = _fold(s.grad_max, _abs_max(g.detach()), torch.maximum)
                 n += 1
     finally:
         for h in handles:

@@ -141,7 +141,9 @@ def check_columns(columns, chosen: Columns, *, where: str) -> None:
 
 
 def check_text_columns(ds, chosen: Columns, *, where: str) -> None:
-    """Raise unless every chosen text column holds strings and none is missing (null).
+    """Raise unless every chosen text column holds strings and none is missing: null, empty, or only whitespace
+    (one rule for every format: a CSV's empty cell is null, a JSON ``""`` or a cell of spaces is text that
+    reaches the model as ``[CLS] [SEP]``, a pair's second text as nothing).
 
     Usage: ``check_text_columns(train_ds, cols, where="--train-file train.csv")``
     """
@@ -158,7 +160,9 @@ def check_text_columns(ds, chosen: Columns, *, where: str) -> None:
             )
         missing, first, offset = 0, None, 0
         for table in ds.select_columns([column]).with_format("arrow").iter(batch_size=50_000):
-            nulls = pc.is_null(table.column(0))
+            texts = table.column(0)
+            blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0)
+            nulls = pc.or_kleene(pc.is_null(texts), pc.fill_null(blank, False))
             count = int(pc.sum(nulls).as_py() or 0)
             if count and first is None:
                 first = offset + int(pc.index(nulls, True).as_py())
@@ -166,6 +170,6 @@ def check_text_columns(ds, chosen: Columns, *, where: str) -> None:
             offset += table.num_rows
         if missing:
             raise UsageError(
-                f"{where}: {missing} of {offset} rows have no text in column {column!r} "
+                f"{where}: {missing} of {offset} rows have no text (empty or only whitespace) in column {column!r} "
                 f"(first: data row {first + 1}); fill them in or remove those rows"
             )

@@ -97,6 +97,21 @@ def _quiet_datasets():
         log.setLevel(level)
 
 
+@contextlib.contextmanager
+def datasets_bars_off():
+    """No datasets progress bars in the block (a bar per conversion or tokenisation pass is noise in the CLI's
+    output), and the process's setting back after: a notebook's own ``ds.map`` keeps its bars."""
+    import datasets
+
+    was_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_on:
+            datasets.enable_progress_bars()
+
+
 # A column past the header's: filled only by rows with one field too many (see _read_header).
 _EXTRA_FIELD = "__mixft_extra_field__"
 _UTF8_HINT = "save the file as UTF-8 (e.g. in a spreadsheet: Save As, CSV UTF-8)"
@@ -345,7 +360,6 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
 
     import datasets
 
-    datasets.disable_progress_bars()  # one bar per file conversion is noise in the CLI output
     options = FORMATS[suffix][1]
     if builder == "csv":
         options = _csv_options(p, where, {"sep": ",", **options})
@@ -361,7 +375,7 @@ def load_data_file(path: str | os.PathLike, option: str = "--train-file"):
                 "pasted-together rows, and would shift every row after them off its line)"
             )
     try:
-        with _quiet_datasets():
+        with _quiet_datasets(), datasets_bars_off():
             # Escaped: datasets expands data_files as glob patterns ("tr[1].csv" would read tr1.csv). Named by
             # content: datasets knows a local file by its path and mtime alone, so a file replaced with its
             # mtime kept (cp -p, rsync -a, an archive) would be read from the old file's cache, and so would

@@ -13,7 +13,7 @@ loads from the local cache or not at all. A dataset that cannot be had raises
 
 from __future__ import annotations
 
-from mixft.data.files import first_line
+from mixft.data.files import datasets_bars_off, first_line
 from mixft.data.glue import GLUE_REPO
 from mixft.errors import UsageError
 from mixft.log import logger
@@ -71,9 +71,9 @@ def fetch_hub_dataset(
         go_offline()
     import datasets
 
-    datasets.disable_progress_bars()  # download and conversion bars are noise in the CLI output
     try:
-        loaded = datasets.load_dataset(canonical_name(name), config)
+        with datasets_bars_off():  # download and conversion bars are noise in the CLI output
+            loaded = datasets.load_dataset(canonical_name(name), config)
     except Exception as exc:  # not cached offline, unknown name or config, download failure
         logger.debug("dataset %s unavailable (%s): %s", label, type(exc).__name__, exc)
         if online:

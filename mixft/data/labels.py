@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -67,10 +68,13 @@ _NUMBER_TEXT = r"^[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)(e[+-]?[0-9]+)?|inf|infinity|n
 def label_key(value):
     """The class a written label stands for: mixft's one normalisation of label values.
 
+    Text is taken in Unicode's composed form (NFC): ``café`` typed with a combining accent (``e`` + U+0301, as
+    text pasted from macOS often is) and with ``é`` are one class, not two.
+
     Usage: ``label_key(" 01") == label_key(1.0) == 1``; ``label_key(" pos ") == "pos"``
     """
     if isinstance(value, str):
-        text = value.strip()
+        text = unicodedata.normalize("NFC", value.strip())
         if re.fullmatch(_INT_TEXT, text):
             return int(text)
         if not re.fullmatch(_NUMBER_TEXT, text, flags=re.IGNORECASE):

@@ -27,6 +27,7 @@ import hashlib
 import uuid
 from pathlib import Path
 
+from mixft.data.files import datasets_bars_off
 from mixft.data.labels import LabelInfo
 from mixft.options import POSITIVE_INT
 
@@ -124,20 +125,22 @@ def tokenize_dataset(
 
     # The lower bound of --max-length is RunConfig's rule; here only what the tokenizer needs.
     POSITIVE_INT.validate("max_length", max_length)
-    datasets.disable_progress_bars()  # a bar per tokenisation pass is noise in the CLI output
     encode = _Encode(tokenizer, tuple(text_columns), label_column, labels, max_length, float_labels)
     features = _features(tokenizer, tuple(text_columns), labels, float_labels)
     if len(ds) == 0:  # map() skips an empty dataset and keeps its columns: give it the tokenised ones
         return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
     in_memory = not ds.cache_files
-    return ds.map(
-        encode,
-        batched=True,
-        batch_size=_MAP_BATCH,
-        remove_columns=ds.column_names,
-        features=features,
-        new_fingerprint=f"mixft-tokenize-{uuid.uuid4().hex}" if in_memory else _cache_fingerprint(ds, encode, features),
-    )
+    with datasets_bars_off():
+        return ds.map(
+            encode,
+            batched=True,
+            batch_size=_MAP_BATCH,
+            remove_columns=ds.column_names,
+            features=features,
+            new_fingerprint=f"mixft-tokenize-{uuid.uuid4().hex}"
+            if in_memory
+            else _cache_fingerprint(ds, encode, features),
+        )
 
 
 def _cache_fingerprint(ds, encode: _Encode, features) -> str | None:

@@ -322,6 +322,9 @@ def load_text_data(
     )
     task = _text_task(cols, labels, req.glue_task)
     notice = _notice(src, train_file, validation_file)
+    if not (train_file is not None and validation_file is not None and _same_file(train_file, validation_file)):
+        repeated = _repeated_rows_notice(train, eval_ds, cols)
+        notice = "\n".join(n for n in (notice, repeated) if n) or None
     return TextData(
         train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice, held_out=held_out
     )
@@ -638,6 +641,26 @@ def _notice(src: _Source, train_file, validation_file) -> str | None:
             "well the model fits its training data, not how it does on unseen data"
         )
     return notice
+
+
+def _repeated_rows_notice(train, eval_ds, cols) -> str | None:
+    """A warning when evaluation rows repeat training rows' text (whitespace runs aside): a file with duplicates
+    split by --validation-split, or two files that share rows. Their scores measure memory, not unseen text."""
+    if train is None or eval_ds is None or len(train) == 0 or len(eval_ds) == 0:
+        return None
+
+    def texts(ds) -> list[tuple[str, ...]]:
+        return list(zip(*(((" ".join(str(v).split())) for v in ds[c]) for c in cols.text_columns)))
+
+    seen = set(texts(train))
+    repeated = sum(row in seen for row in texts(eval_ds))
+    if not repeated:
+        return None
+    return (
+        f"warning: {repeated} of {len(eval_ds)} evaluation rows have the text of a training row: on those the "
+        "evaluation measures what the model memorised, not how it does on unseen text; remove the repeats from "
+        "the data to score unseen text only"
+    )
 
 
 def _text_task(cols, labels: LabelInfo, glue_task: str | None) -> TextTask:

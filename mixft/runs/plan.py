@@ -43,6 +43,7 @@ from mixft.config.run_config import RunConfig, with_settled
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.results import RunResult
+from mixft.rng import keeps_caller_rng
 from mixft.runs.checks import check_before_training
 from mixft.runs.identity import recorded_config, resume_runs, run_meta
 from mixft.runs.options import check_options
@@ -108,6 +109,7 @@ class RunPlan:
         raise KeyError((precision, seed))
 
 
+@keeps_caller_rng  # building the model to check it seeds: the caller's random streams come back as they were
 def make_plan(cfg: RunConfig) -> RunPlan:
     """Check, prepare and decide everything before any training; returns the ``RunPlan`` the runner follows.
 
@@ -136,10 +138,12 @@ def make_plan(cfg: RunConfig) -> RunPlan:
     precisions = [_chosen(precision, choice, device) for precision, choice in zip(checked, choices)]
     # Output directory and --resume, for the precisions chosen (an --amp run's checkpoint is its precision's).
     runs = plan_runs(cfg, precisions, choices)
-    _say_notices(prepared, hardware, choices)
     out, recorded = Path(cfg.output_dir), recorded_config(cfg)  # the data files as they were read
-    plan = RunPlan(recipe, cfg, device, prepared, hardware, out, tuple(precisions), runs, recorded)
-    return _checked_against_the_model(plan)
+    plan = _checked_against_the_model(
+        RunPlan(recipe, cfg, device, prepared, hardware, out, tuple(precisions), runs, recorded)
+    )
+    _say_notices(prepared, hardware, choices)  # after every check: a refused command prints its one line alone
+    return plan
 
 
 def plan_runs(

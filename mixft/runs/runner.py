@@ -28,6 +28,7 @@ from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.results import RunResult
+from mixft.rng import keeps_caller_rng
 from mixft.runs.build import build_trainer
 from mixft.runs.identity import final_weights
 from mixft.runs.memory_figures import measure_before_fit
@@ -49,6 +50,7 @@ __all__ = ["run", "RunObserver", "report_kept_run"]
 _TRAINED_PLANS: weakref.WeakSet = weakref.WeakSet()
 
 
+@keeps_caller_rng  # each run seeds itself; the notebook's own random streams come back as they were
 def run(cfg: RunConfig | RunPlan, observer: RunObserver | None = None) -> list[RunResult]:
     """Train every (seed, precision) pair; write results.json (and report.md when comparing).
 

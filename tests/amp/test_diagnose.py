@@ -45,7 +45,9 @@ def test_fp16_overflow_names_the_first_module_in_execution_order():
     assert d.first_nonfinite is not None and d.first_nonfinite.name == "2"  # not "3", not "(model)"
     assert d.first_nonfinite.kind == "Linear" and d.first_nonfinite.nonfinite > 0
     assert d.batches == 1  # stopped at the first batch that overflowed
-    assert "bf16" in d.suggestion and "--fp32-modules 2 " in d.suggestion  # a ready flag naming the module
+    # Module "3" overflows too (measured in fp32): no block short of the whole model holds the values (was:
+    # `--fp32-modules 2`, which would have overflowed one module later).
+    assert "bf16" in d.suggestion and "no --fp32-modules block holds them" in d.suggestion
     summary = d.summary()
     assert "\n" not in summary and "first non-finite output: 2 (Linear) under fp16" in summary
     assert f"fp16 limit {FP16_MAX:.0f}" in summary
@@ -131,11 +133,12 @@ def test_bert_overflow_in_the_last_layers_attention_scores_is_found_there(tiny_b
     d = diagnose(trainer)
     last = f"encoder.encoder.layer.{len(model.encoder.encoder.layer) - 1}"
     assert d.first_nonfinite.name == f"{last}.attention.self", d.summary()
-    # The fix it suggests works on that layer: its attention kept in fp32, the forward is finite.
-    assert f"--fp32-modules {last}.attention " in d.suggestion
+    # The fix it suggests works on that layer: the self-attention (in fp32 every module's output is in range: the
+    # overflow is inside it) kept in fp32, the forward is finite.
+    assert f"--fp32-modules {last}.attention.self " in d.suggestion
     from mixft.amp.fp32 import keep_in_fp32
 
-    with keep_in_fp32(model, f"{last}.attention"):
+    with keep_in_fp32(model, f"{last}.attention.self"):
         assert diagnose(trainer).first_nonfinite is None
 
 
@@ -157,3 +160,64 @@ def test_an_input_made_inf_between_modules_is_said_so_not_given_as_max_zero():
     summary = d.summary()
     assert "second (Linear) under fp16, whose input was already inf/NaN" in summary, summary
     assert "input max |x| 0" not in summary
+
+
+def test_the_suggested_block_is_the_preflights_and_fixes_the_overflow(tiny_bert_classifier, tiny_bert_dir):
+    """Was: the diagnosis suggested the overflowing leaf's parent (`...layer.0.intermediate` for an up-projection
+    x1e7), which still collapsed, one module later; the preflight's block (measured in fp32) trained cleanly."""
+    import copy
+
+    from transformers import AutoTokenizer
+
+    from mixft.amp.fp32 import keep_in_fp32
+    from mixft.amp.preflight import preflight
+
+    model = copy.deepcopy(tiny_bert_classifier)
+    with torch.no_grad():
+        model.encoder.encoder.layer[0].intermediate.dense.weight.mul_(1e7)
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    batch = dict(tok(["a fine film", "dull and flat"], padding=True, return_tensors="pt"))
+    batch["labels"] = torch.tensor([1.0, 0.0])
+    trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=1e-3), nn.BCEWithLogitsLoss(), [batch], precision="fp16")
+    d = diagnose(trainer)
+    assert d.first_nonfinite.name == "encoder.encoder.layer.0.intermediate.dense"
+    expected = preflight(model, trainer.loss_fn, [batch], device="cpu").fp32_modules
+    assert expected and d.fp32_modules == expected and f"--fp32-modules {','.join(expected)} " in d.suggestion
+    with keep_in_fp32(model, *expected):
+        assert diagnose(trainer).first_nonfinite is None
+    with keep_in_fp32(model, "encoder.encoder.layer.0.intermediate"):  # the old suggestion: one module later
+        assert diagnose(trainer).first_nonfinite is not None
+
+
+class SharedActivation(nn.Module):
+    """One ReLU used after two Linears: the second Linear overflows."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2, self.act, self.out = nn.Linear(8, 8), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1)
+        with torch.no_grad():
+            self.fc2.weight.mul_(1e6)
+
+    def forward(self, x):
+        return self.out(self.act(self.fc2(self.act(self.fc1(x)))))
+
+
+def test_a_module_called_twice_is_blamed_only_for_its_own_call():
+    # Was: the shared ReLU (first called after fc1) named first, as if code outside any module made the inf.
+    d = diagnose(make_trainer(SharedActivation(), "fp16"))
+    assert d.first_nonfinite.name == "fc2" and not d.first_nonfinite.input_nonfinite, d.summary()
+
+
+def test_an_overflow_only_dropout_makes_is_found_in_training_mode():
+    # Was: eval() mode, dropout's 1/(1-p) scaling off: "forward pass finite", the gradients blamed.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.Dropout(0.5), nn.Linear(64, 1))
+    with torch.no_grad():
+        model[0].weight.fill_(0.0)
+        model[0].bias.fill_(40000.0)  # in range; x2 by dropout's scaling is beyond 65504
+    trainer = make_trainer(model, "fp16")
+    before = torch.get_rng_state()
+    d = diagnose(trainer)
+    assert d.first_nonfinite is not None and d.first_nonfinite.name == "1", d.summary()
+    assert torch.equal(torch.get_rng_state(), before)  # the run draws the masks it would have drawn

@@ -316,3 +316,42 @@ def test_a_shuffling_loader_passed_whole_gives_training_the_same_first_epoch():
     torch.manual_seed(5)
     preflight(model, nn.functional.cross_entropy, loader, device="cpu", max_batches=2)
     assert [y.tolist() for _, y in loader] == expected
+
+
+def test_the_suggested_loss_scale_counts_weight_gradients_and_trains_without_skips():
+    """Was: only module outputs' gradients were measured; a weight gradient (a sum over the batch) 2,000x larger
+    made the advice "start at 16384, ~2 steps skipped" where training skipped 12 steps from it (and 14 from 65536)."""
+    from mixft.train.trainer import Trainer
+
+    torch.manual_seed(0)
+    loader = [(torch.randn(256, 16) * 300, torch.zeros(256, 1)) for _ in range(4)]
+
+    def make():
+        torch.manual_seed(1)
+        return nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    model = make()
+    result = preflight(model, nn.MSELoss(), loader, device="cpu")
+    nn.MSELoss()(model(loader[0][0]), loader[0][1]).backward()
+    weight_max = max(float(p.grad.abs().max()) for p in model.parameters())
+    assert result.largest_gradient[1] >= weight_max * 0.5  # measured over 3 batches; the first alone is this
+    scale = result.suggested_init_scale
+    assert scale is not None and scale * result.largest_gradient[1] <= FP16_MAX
+
+    def skipped(init_scale):
+        trainer = Trainer(
+            make(),
+            lambda p: torch.optim.SGD(p, lr=0.0),
+            nn.MSELoss(),
+            loader,
+            precision="fp16",
+            max_steps=12,
+            epochs=3,
+            max_grad_norm=None,
+            scaler_kwargs={"init_scale": init_scale},
+        )
+        return trainer.fit().skipped_steps
+
+    assert skipped(scale) == 0 and skipped(65536.0) > 2
+    said = next(line for line in result.recommendations if "start the loss scale" in line)
+    assert f"the first ~{round(math.log2(65536 / scale))} steps" in said

@@ -268,3 +268,29 @@ def test_a_key_repeated_in_a_json_record_is_refused_like_a_repeated_header_name(
     with pytest.raises(UsageError) as info:
         load_data_file(path)
     assert str(info.value).startswith(f"--train-file {path}: {said}a record names column 'label' more than once")
+
+
+def test_reading_and_tokenising_leave_the_processs_datasets_bars_as_they_were(tmp_path):
+    """Was: load_text_data / tokenize_text_data switched datasets' progress bars off for the whole process, for
+    good: a notebook's own ds.map lost its bars."""
+    import datasets
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from mixft.data.labels import analyze_labels
+    from mixft.data.tokenize import tokenize_dataset
+
+    path = tmp_path / "t.csv"
+    path.write_text("text,label\na good film,pos\na bad film,neg\n", encoding="utf-8")
+    backend = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "good": 2, "bad": 3, "film": 4}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[UNK]")
+    try:
+        for on in (True, False):
+            datasets.enable_progress_bars() if on else datasets.disable_progress_bars()
+            ds = load_data_file(path)
+            info = analyze_labels(ds, "label", where="t.csv")
+            tokenize_dataset(ds, tokenizer, text_columns=("text",), label_column="label", labels=info, max_length=8)
+            assert datasets.is_progress_bar_enabled() is on
+    finally:
+        datasets.disable_progress_bars()

@@ -206,6 +206,14 @@ def test_label_key_is_the_one_rule():
     assert label_key("0.5") == 0.5 and label_key(True) is True
 
 
+def test_one_label_in_two_unicode_forms_is_one_class():
+    # Was: "café" with a combining accent (e + U+0301) and with é: 3 classes (café, café, thé), macro-F1 over a
+    # class that was the same.
+    decomposed, composed = "cafe\u0301", "caf\u00e9"
+    info = _info([composed, decomposed, "th\u00e9", composed])
+    assert info.names == (composed, "th\u00e9") and info.encode([decomposed, composed]) == [0, 0]
+
+
 def test_spellings_of_one_label_are_one_class():
     # Were: " pos"/"pos" two classes; "007"/"7" "a single class" in CSV but two in JSON.
     info = _info([" pos", "pos", "neg ", "neg"])

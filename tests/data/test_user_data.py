@@ -165,8 +165,16 @@ def test_validation_label_unseen_in_training(tmp_path, topic_csv):
 
 def test_missing_text_and_non_text_columns(tmp_path):
     gap = _csv(tmp_path / "gap.csv", [("a", 0), ("", 1), ("c", 0)])  # an empty cell reads as missing
-    with pytest.raises(UsageError, match=r"1 of 3 rows have no text in column 'text' \(first: data row 2\)"):
+    with pytest.raises(UsageError, match=r"1 of 3 rows have no text \(empty or only whitespace\) in column 'text' "):
         load_text_data(train_file=gap, validation_split=0.5)
+    # Was: accepted in these formats, trained on as `[CLS] [SEP]` (a pair's second text: nothing), no message.
+    blanks = tmp_path / "blank.jsonl"
+    blanks.write_text('{"text": "a", "label": 0}\n{"text": "", "label": 1}\n{"text": " \\t ", "label": 0}\n')
+    with pytest.raises(UsageError, match=r"2 of 3 rows have no text .*\(first: data row 2\)"):
+        load_text_data(train_file=blanks, validation_split=0.5)
+    spaces = _csv(tmp_path / "spaces.csv", [("a", 0), ("b", 1), ("   ", 0)])
+    with pytest.raises(UsageError, match=r"1 of 3 rows have no text .*\(first: data row 3\)"):
+        load_text_data(train_file=spaces, validation_split=0.5)
     # A JSON number is a number, not text...
     numbers = tmp_path / "numbers.jsonl"
     numbers.write_text('{"text": 1, "label": 0}\n{"text": 2, "label": 1}\n', encoding="utf-8")
@@ -465,3 +473,21 @@ def test_the_same_file_for_training_and_validation_gets_a_warning(topic_csv, tmp
     data = load_text_data(train_file=topic_csv, validation_file=tmp_path / "." / topic_csv.name)
     assert data.notice.startswith(f"warning: --validation-file {tmp_path / '.' / topic_csv.name} is the --train-file")
     assert load_text_data(train_file=topic_csv, validation_split=0.2).notice is None
+
+
+def test_evaluation_rows_that_repeat_training_rows_are_counted_in_a_warning(tmp_path):
+    """Was: a file with each text three times, split by --validation-split, scored 0.93 on random labels (0.60
+    deduplicated) with nothing said; two files sharing rows were silent too (only the same path was warned of)."""
+    rows = [(f"review number {i} of the film", ("pos", "neg")[i % 2]) for i in range(20)]
+    repeated = _csv(tmp_path / "dup.csv", rows * 3)
+    data = load_text_data(train_file=repeated, validation_split=0.25, seed=0)
+    count = sum((t,) in {(x,) for x in data.train["text"]} for t in data.eval["text"])
+    assert count > 0 and f"warning: {count} of {len(data.eval)} evaluation rows have the text of a training row" in (
+        data.notice or ""
+    )
+    train = _csv(tmp_path / "train.csv", rows)
+    shared = _csv(tmp_path / "dev.csv", [(" review  number 3 of the film", "neg"), ("an unseen text", "pos")])
+    data = load_text_data(train_file=train, validation_file=shared)
+    assert "1 of 2 evaluation rows have the text of a training row" in data.notice  # whitespace runs aside
+    disjoint = _csv(tmp_path / "other.csv", [("an unseen text", "pos"), ("another one", "neg")])
+    assert load_text_data(train_file=train, validation_file=disjoint).notice is None

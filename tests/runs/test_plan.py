@@ -202,3 +202,25 @@ def test_under_torchrun_processes_that_chose_differently_refuse_in_one_line(tmp_
         "--amp chose differently in the processes of this job (fp32 in process 0; bf16 in process 1): their "
         "machines differ in native bf16; name one precision for all of them with --precision"
     )
+
+
+def test_planning_and_running_leave_the_callers_random_streams_as_they_were(tmp_path):
+    """Was: after torch.manual_seed(123); run(cfg), a notebook's next torch.rand was torch.manual_seed(0)'s."""
+    import random
+
+    from mixft.runs.runner import run
+
+    def draws():
+        return torch.rand(3).tolist(), random.random()
+
+    torch.manual_seed(123)
+    random.seed(123)
+    expected = draws()
+    torch.manual_seed(123)
+    random.seed(123)
+    cfg = RunConfig(
+        recipe="mlp-synthetic", output_dir=str(tmp_path), precisions=["fp32"], batch_size=4, max_steps=2,
+        extra=TINY_MLP,
+    )  # fmt: skip
+    run(make_plan(cfg))
+    assert draws() == expected
