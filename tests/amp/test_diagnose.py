@@ -109,6 +109,17 @@ def test_bert_overflow_in_a_feed_forward_layer_is_found(tiny_bert_classifier, ti
     d = diagnose(trainer)
     assert d.first_nonfinite.name == "encoder.encoder.layer.0.intermediate.dense"
     assert "bf16" in d.suggestion
+    # Was: the leaf's parent (`...layer.0.intermediate`), which collapsed again one module later; the block is
+    # the preflight's, measured in fp32 on the batch that overflowed, and it trains.
+    from mixft.amp.fp32 import keep_in_fp32
+    from mixft.amp.preflight import preflight
+
+    expected = preflight(model, trainer.loss_fn, [batch], device="cpu").fp32_modules
+    assert expected and d.fp32_modules == expected and f"--fp32-modules {','.join(expected)} " in d.suggestion
+    with keep_in_fp32(model, *expected):
+        assert diagnose(trainer).first_nonfinite is None
+    with keep_in_fp32(model, "encoder.encoder.layer.0.intermediate"):
+        assert diagnose(trainer).first_nonfinite is not None
 
 
 def test_bert_overflow_in_the_last_layers_attention_scores_is_found_there(tiny_bert_dir):
@@ -160,33 +171,6 @@ def test_an_input_made_inf_between_modules_is_said_so_not_given_as_max_zero():
     summary = d.summary()
     assert "second (Linear) under fp16, whose input was already inf/NaN" in summary, summary
     assert "input max |x| 0" not in summary
-
-
-def test_the_suggested_block_is_the_preflights_and_fixes_the_overflow(tiny_bert_classifier, tiny_bert_dir):
-    """Was: the diagnosis suggested the overflowing leaf's parent (`...layer.0.intermediate` for an up-projection
-    x1e7), which still collapsed, one module later; the preflight's block (measured in fp32) trained cleanly."""
-    import copy
-
-    from transformers import AutoTokenizer
-
-    from mixft.amp.fp32 import keep_in_fp32
-    from mixft.amp.preflight import preflight
-
-    model = copy.deepcopy(tiny_bert_classifier)
-    with torch.no_grad():
-        model.encoder.encoder.layer[0].intermediate.dense.weight.mul_(1e7)
-    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
-    batch = dict(tok(["a fine film", "dull and flat"], padding=True, return_tensors="pt"))
-    batch["labels"] = torch.tensor([1.0, 0.0])
-    trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=1e-3), nn.BCEWithLogitsLoss(), [batch], precision="fp16")
-    d = diagnose(trainer)
-    assert d.first_nonfinite.name == "encoder.encoder.layer.0.intermediate.dense"
-    expected = preflight(model, trainer.loss_fn, [batch], device="cpu").fp32_modules
-    assert expected and d.fp32_modules == expected and f"--fp32-modules {','.join(expected)} " in d.suggestion
-    with keep_in_fp32(model, *expected):
-        assert diagnose(trainer).first_nonfinite is None
-    with keep_in_fp32(model, "encoder.encoder.layer.0.intermediate"):  # the old suggestion: one module later
-        assert diagnose(trainer).first_nonfinite is not None
 
 
 class SharedActivation(nn.Module):
