@@ -49,6 +49,7 @@ USES = frozenset(
         "data_dir",
         "max_train_samples",
         "max_eval_samples",
+        "num_workers",
         "max_length",
         "lr_scheduler",
         "lr_cycles",

@@ -34,6 +34,7 @@ USES = frozenset(
         "task",
         "max_train_samples",
         "max_eval_samples",
+        "num_workers",
         "max_length",
         *LORA_OPTIONS,
         *OPTIMISATION_OPTIONS,

@@ -76,6 +76,7 @@ USES = frozenset(
         "validation_split",
         "max_train_samples",
         "max_eval_samples",
+        "num_workers",
         "max_length",
         *LORA_OPTIONS,
         *OPTIMISATION_OPTIONS,

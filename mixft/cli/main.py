@@ -67,6 +67,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--config",
         metavar="FILE",
         default=None,
+        action=_Once,
         help="options from a YAML or JSON file (keys: RunConfig field names, e.g. max_train_samples); "
         "flags given here override it; every run writes OUTPUT_DIR/config.yaml (default: none)",
     )
@@ -104,6 +105,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return p
 
 
+class _Once(argparse.Action):
+    """A flag given once: a second ``--config`` would replace the first file, not add to it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = f"_{self.dest}_given"  # not the value: a parse may start from a namespace of markers (given_fields)
+        if getattr(namespace, given, False):
+            parser.error(f"{option_string} can be given once (a second file would replace the first, not add to it)")
+        setattr(namespace, given, True)
+        setattr(namespace, self.dest, values)
+
+
 def config_from_argv(argv: Sequence[str] | None, prog: str = PROG) -> tuple[argparse.Namespace, RunConfig]:
     """The parsed flags and the RunConfig they give, with ``--config FILE``'s values under them.
 
@@ -125,14 +137,21 @@ def config_from_argv(argv: Sequence[str] | None, prog: str = PROG) -> tuple[argp
     if args.recipe is None and file_values.get("recipe") is None:
         raise UsageError(f"--recipe is required: neither the command line nor --config {args.config} names one")
     values = merge(file_values, cli_cfg.to_dict(), given_fields(parser, argv))
+    if args.compare == "default":  # a bare --compare: the precisions of the device the run uses, the file's too
+        values["precisions"] = _default_compare(values.get("device") or "auto")
     return args, RunConfig(**values)
+
+
+def _default_compare(device: str) -> list[str]:
+    """A bare ``--compare``: fp32 and every mixed precision ``device`` trains in."""
+    from mixft.amp.precision import amp_precision_names, resolve_device  # torch: only once a run is asked
+
+    return ["fp32", *amp_precision_names(resolve_device(device))]
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.compare == "default":
-        from mixft.amp.precision import amp_precision_names, resolve_device  # torch: only once a run is asked
-
-        precisions = ["fp32", *amp_precision_names(resolve_device(args.device))]
+        precisions = _default_compare(args.device)
     elif args.compare is not None:
         precisions = [name.strip().lower() for name in args.compare.split(",") if name.strip()]
     else:

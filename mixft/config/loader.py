@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -73,6 +74,16 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+def _decimal_or_text(loader: _StrictLoader, node):
+    """YAML 1.1 reads ``010`` as octal 8 and ``1:30`` as 90, where a flag reads 10 and refuses: digits are the
+    decimal number they spell; any other spelling stays text, for the option's own rule (a flag's) to read."""
+    text = loader.construct_scalar(node)
+    return int(text, 10) if re.fullmatch(r"[-+]?[0-9]+", text) else text
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _decimal_or_text)
 
 
 def _yaml(text: str, source: str):

@@ -291,7 +291,7 @@ class RunConfig:
         "model larger than one device's memory (docs/fsdp.md)",
         check=BOOL,
     )
-    num_workers: int = option(
+    num_workers: int = per_recipe(
         0, "DataLoader worker processes (0 keeps the data in this process)", check=NON_NEGATIVE_INT, metavar="N"
     )
     probe: bool = option(

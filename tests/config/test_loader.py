@@ -145,3 +145,54 @@ def test_extra_keys_a_recipe_does_not_read_are_refused(tmp_path, model, capsys):
     assert err.endswith("extra.foo: not an option of recipe text-classification (it reads no extra options)"), err
     config = write(tmp_path / "mlp.yaml", "recipe: mlp-synthetic\nmax_steps: 2\nextra:\n  width: 16\n")
     assert main(["--config", str(config), "--output-dir", str(tmp_path / "mlp"), "--no-progress"]) == 0
+
+
+def test_a_number_reads_as_the_flag_reads_it(tmp_path):
+    """Was: YAML 1.1's reading, `seed: 010` -> 8 (octal; `--seed 010` is 10), `max_train_samples: 0100` -> 64."""
+    from mixft.cli.main import config_from_argv
+
+    config = write(tmp_path / "c.yaml", "recipe: mlp-synthetic\nseed: 010\nmax_train_samples: 0100\nepochs: 2\n")
+    _, cfg = config_from_argv(["--config", str(config)])
+    assert cfg.seeds == [10] and cfg.max_train_samples == 100 and cfg.epochs == 2
+    hexed = write(tmp_path / "h.yaml", "recipe: mlp-synthetic\nepochs: 0x2\n")  # text now: the flag's rule refuses it
+    with pytest.raises(UsageError, match=r"epochs"):
+        config_from_argv(["--config", str(hexed)])
+
+
+def test_config_is_given_once(tmp_path, capsys):
+    """Was: `--config a.yaml --config b.yaml` read b.yaml alone; a.yaml's options were dropped in silence."""
+    a, b = write(tmp_path / "a.yaml", "recipe: mlp-synthetic\nlr: 0.5\n"), write(tmp_path / "b.yaml", "epochs: 1\n")
+    assert main(["--config", str(a), "--config", str(b), "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--config can be given once" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bare_compare_lists_the_precisions_of_the_files_device(tmp_path, monkeypatch):
+    """Was: a bare --compare listed the precisions of --device's default (auto: CUDA's fp32, fp16, bf16 on a GPU
+    machine) before the file's `device: cpu` was read, then trained all of them on the CPU."""
+    import torch
+
+    import mixft.amp.precision as precision
+    from mixft.cli.main import config_from_argv
+
+    def resolve(device):
+        return torch.device("cuda" if device in ("auto", "cuda") else device)  # as on a GPU machine
+
+    monkeypatch.setattr(precision, "resolve_device", resolve)
+    monkeypatch.setattr(precision, "amp_precision_names", lambda d: ["fp16", "bf16"] if d.type == "cuda" else ["bf16"])
+    config = write(tmp_path / "cpu.yaml", "recipe: mlp-synthetic\ndevice: cpu\n")
+    assert config_from_argv(["--config", str(config), "--compare"])[1].precisions == ["fp32", "bf16"]
+    assert config_from_argv(["--recipe", "mlp-synthetic", "--device", "cpu", "--compare"])[1].precisions == [
+        "fp32",
+        "bf16",
+    ]
+    assert config_from_argv(["--recipe", "mlp-synthetic", "--compare"])[1].precisions == ["fp32", "fp16", "bf16"]
+
+
+def test_num_workers_is_refused_by_a_recipe_without_a_dataloader(tmp_path, capsys):
+    """Was: mlp-synthetic (a list of tensors, no DataLoader) accepted --num-workers 2 and recorded it as in force."""
+    config = write(tmp_path / "mlp.yaml", "recipe: mlp-synthetic\nmax_steps: 1\nextra:\n  width: 8\n")
+    assert main(["--config", str(config), "--num-workers", "2", "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--num-workers: not used by recipe mlp-synthetic" in err[0], err
