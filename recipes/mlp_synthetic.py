@@ -62,6 +62,13 @@ class Prepared:
     scaled: str | None  # a one-line description of the scale-down, or None at seed sizes
     on_device: dict = field(default_factory=dict)  # device -> (inputs, targets) already moved
 
+    @property
+    def model_description(self) -> str:
+        """The model in words: results.json's ``model``, and the key a ``--probe`` of it is cached under (which
+        ``--amp`` reads back: named otherwise, it never found its own probe and measured again every run)."""
+        weights = self.layers * self.width * self.width  # every Linear is width x width (biases excluded)
+        return f"MLP {self.layers} x Linear({self.width}, {self.width}) ({weights / 1e6:.1f}M matmul weights)"
+
 
 def sizes(cfg: RunConfig) -> dict[str, int]:
     """The recipe's sizes from ``cfg.extra`` (unknown keys and bad values are a UsageError)."""
@@ -156,8 +163,7 @@ def build(cfg: RunConfig, prepared: Prepared, precision: Precision, device: torc
         train_loader=train,
         eval_loader=eval_,
         run_info={
-            "model": f"MLP {prepared.layers} x Linear({prepared.width}, {prepared.width}) "
-            f"({linear_weight_count(model) / 1e6:.1f}M matmul weights)",
+            "model": prepared.model_description,
             "dataset": f"synthetic randn, {len(train)} batches x {prepared.batch_size}{scaled}",
         },
     )

@@ -69,7 +69,9 @@ class ProbeResult:
     dataset: str | None
     device: str
     hardware: dict[str, Any]  # describe_hardware()
-    batch: dict[str, Any]  # {"shape": [32, 25], "samples": 32, "tokens": 640}: the one batch every step ran
+    # {"shape": [32, 25], "samples": 32, "tokens": 640, "batch_size": 32}: the one batch every step ran, and the
+    # --batch-size it was drawn at (a run of another batch size does not reuse the probe)
+    batch: dict[str, Any]
     matmul_shapes: list[dict[str, Any]]  # [{"rows", "in", "out", "bias", "calls"}] per training forward
     rows: list[PrecisionProbe]
     recommended: str  # the precision to train in here

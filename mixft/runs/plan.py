@@ -328,6 +328,12 @@ def _cached_probe(cfg: RunConfig, prepared, device, hardware: dict):
 
     model = getattr(prepared, "model_description", None) or str(cfg.model)
     result, problem = read_cached_probe(cfg.recipe, model, device=device, hardware=hardware)
+    probed = (result.batch or {}).get("batch_size") if result is not None else None  # None: a probe from before
+    if probed is not None and probed != cfg.batch_size:
+        # A ratio measured on batches of another size is not this run's (bf16 / fp32 moved from 0.69x to 0.55x
+        # between 4 and 64 sentences on one CPU): --amp measures again rather than quote it.
+        logger.info("the cached probe timed batches of %s, this run %s: not used", probed, cfg.batch_size)
+        result = None
     if result is not None:
         hardware["probe"] = result.to_dict()
     if problem is not None:

@@ -147,7 +147,9 @@ def probe(
         dataset=run_info.get("dataset"),
         device=str(dev),
         hardware=hw,
-        batch=_describe_batch(batch),
+        # The run's --batch-size beside the batch it timed (fewer samples when the data is smaller): a run of
+        # another batch size does not reuse this ratio (mixft.runs.plan._cached_probe).
+        batch={**_describe_batch(batch), "batch_size": cfg.batch_size},
         matmul_shapes=matmul_shapes,
         rows=ordered,
         recommended=recommended,

@@ -224,3 +224,34 @@ def test_planning_and_running_leave_the_callers_random_streams_as_they_were(tmp_
     )  # fmt: skip
     run(make_plan(cfg))
     assert draws() == expected
+
+
+def test_a_cached_probe_of_another_batch_size_is_not_this_runs(monkeypatch):
+    """Was: --amp quoted (and chose by) a probe timed on batches of 8 for a run of 64: the ratio moved from 0.69x
+    to 0.55x between those sizes on one CPU. The probe's own batch size must be the run's."""
+    from fake_probes import fake_result
+
+    import mixft.report.probe_result as probe_result
+    from mixft.runs.plan import _cached_probe
+
+    cached = fake_result(0.4)
+    cached.batch["batch_size"] = 32  # timed at --batch-size 32
+    monkeypatch.setattr(probe_result, "read_cached_probe", lambda *args, **kwargs: (cached, None))
+    for batch_size, used in ((32, True), (64, False)):
+        hardware: dict = {}
+        cfg = RunConfig(recipe="bert-sst2", batch_size=batch_size)
+        assert (_cached_probe(cfg, None, CPU, hardware) is cached) is used
+        assert ("probe" in hardware) is used
+    del cached.batch["batch_size"]  # a probe cached before the batch size was recorded: still used
+    assert _cached_probe(RunConfig(recipe="bert-sst2", batch_size=64), None, CPU, {}) is cached
+
+
+def test_mlp_synthetics_probe_is_cached_under_the_name_amp_reads_it_by():
+    # Was: saved under run_info's "MLP 3 x Linear(...)", read under "mlp": --amp measured again on every run.
+    from recipes import mlp_synthetic
+
+    cfg = RunConfig(recipe="mlp-synthetic", batch_size=4, extra=TINY_MLP)
+    prepared = mlp_synthetic.prepare(cfg)
+    parts = mlp_synthetic.build(cfg, prepared, resolve_precision("fp32", CPU), CPU, 0)
+    assert parts.run_info["model"] == prepared.model_description
+    assert f"Linear({TINY_MLP['width']}, {TINY_MLP['width']})" in prepared.model_description
