@@ -144,7 +144,7 @@ def test_step_benchmark_reports_matmul_efficiency(tiny_bert):
 
 
 def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert):
-    report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32", "bf16"], max_steps=2))
+    report = run_peers(PeersConfig(setup=tiny_bert, precisions=["fp32", "bf16"], max_steps=2, warmup_steps=0))
     rows = report.summary()
     assert [(r["precision"], r["framework"]) for r in rows] == [
         (p, f)
@@ -183,7 +183,12 @@ def test_peers_rows_for_every_framework_with_identical_initial_weights(tiny_bert
 def test_peers_report_accuracy_over_seeds_beside_speed(tiny_bert):
     report = run_peers(
         PeersConfig(
-            setup=tiny_bert, precisions=["fp32"], frameworks=["mixft", "hf-trainer-random"], max_steps=2, seeds=[0, 1]
+            setup=tiny_bert,
+            precisions=["fp32"],
+            frameworks=["mixft", "hf-trainer-random"],
+            max_steps=2,
+            seeds=[0, 1],
+            warmup_steps=0,
         )
     )
     assert sorted((r.framework, r.seed) for r in report.runs) == [

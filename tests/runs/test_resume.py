@@ -248,8 +248,9 @@ def test_resume_predict_file_on_finished_runs_labels_it_with_their_final_weights
 
     train, dev = toy_files(tmp_path / "data")
     extra = ("--compare", "fp32,bf16") if compare else ()
-    common = text_classification_args(tiny_bert_dir, train, dev, tmp_path / "out", *extra, batch_size=4)
-    labelled = text_classification_args(tiny_bert_dir, train, dev, tmp_path / "direct", *extra, batch_size=4)
+    budget = {"batch_size": 4, "max_steps": 3}  # the final weights of any budget
+    common = text_classification_args(tiny_bert_dir, train, dev, tmp_path / "out", *extra, **budget)
+    labelled = text_classification_args(tiny_bert_dir, train, dev, tmp_path / "direct", *extra, **budget)
     assert main(common) == 0 and main(labelled + ["--predict-file", str(dev)]) == 0
     out, direct = tmp_path / "out", tmp_path / "direct"
     before = json.loads((out / "results.json").read_text())["runs"]
