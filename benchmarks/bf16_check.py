@@ -69,6 +69,7 @@ class Bf16Sizes:
     peers_precisions: tuple[str, ...]  # the goals read bf16's rows; fp32's say what packing and the loop buy there
     peers_eval: int
     stream_options: tuple[str, ...]  # step_ablation's
+    peers_warmup: int  # untimed steps per framework before the peers' timed runs (PeersConfig.warmup_steps)
     estimates: dict[str, float]
 
 
@@ -81,6 +82,7 @@ FULL = Bf16Sizes(
     peers_precisions=("fp32", "bf16"),
     peers_eval=500,
     stream_options=("--rounds", "4", "--steps", "8", "--warmup", "2", "--train-samples", "2000"),
+    peers_warmup=2,
     estimates={"main": 600.0, "bert-base": 300.0, "peers": 900.0, "floor": 400.0},
 )
 TINY = Bf16Sizes(
@@ -92,6 +94,7 @@ TINY = Bf16Sizes(
     peers_precisions=("bf16",),
     peers_eval=8,
     stream_options=("--rounds", "1", "--steps", "1", "--warmup", "1", "--train-samples", "16", "--batch-size", "8"),
+    peers_warmup=0,  # the tiny check proves the parts run, not their figures
     estimates={"main": 30.0, "bert-base": 30.0, "peers": 60.0, "floor": 60.0},
 )
 
@@ -191,7 +194,13 @@ def run_peers_goals(ctx: Bf16Context) -> Outcome:
     precisions = list(s.peers_precisions)
     print(f"peers: {', '.join(PEER_FRAMEWORKS)}; {', '.join(precisions)}; seeds {list(ctx.seeds)}", flush=True)
     report = run_peers(
-        PeersConfig(setup=setup, precisions=precisions, frameworks=PEER_FRAMEWORKS, seeds=list(ctx.seeds))
+        PeersConfig(
+            setup=setup,
+            precisions=precisions,
+            frameworks=PEER_FRAMEWORKS,
+            seeds=list(ctx.seeds),
+            warmup_steps=s.peers_warmup,
+        )
     )
     rows = [{k: v for k, v in row.items() if k != "extra"} for row in report.summary()]
 
