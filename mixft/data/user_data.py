@@ -321,10 +321,7 @@ def load_text_data(
         src, cols, req.task_kind, validation_split, seed, max_train_samples, max_eval_samples
     )
     task = _text_task(cols, labels, req.glue_task)
-    notice = _notice(src, train_file, validation_file)
-    if not (train_file is not None and validation_file is not None and _same_file(train_file, validation_file)):
-        repeated = _repeated_rows_notice(train, eval_ds, cols)
-        notice = "\n".join(n for n in (notice, repeated) if n) or None
+    notice = _notice(src, train_file, validation_file, train, eval_ds, cols)
     return TextData(
         train=train, eval=eval_ds, task=task, name=src.name, source=src.source, notice=notice, held_out=held_out
     )
@@ -631,16 +628,16 @@ def _models_hold_out(src: _Source, req: _Request) -> tuple[HeldOut, str | None]:
     return record, src.notice
 
 
-def _notice(src: _Source, train_file, validation_file) -> str | None:
-    """The line for the user: the source's, or a warning when the validation file is the training file."""
-    notice = src.notice
+def _notice(src: _Source, train_file, validation_file, train, eval_ds, cols) -> str | None:
+    """The lines for the user: the source's, and a warning when the validation file is the training file or,
+    otherwise, when evaluation rows repeat training rows."""
     if train_file is not None and validation_file is not None and _same_file(train_file, validation_file):
         # Allowed (an overfitting check is a real use), never silent: the scores measure fit, not generalisation.
-        notice = (
+        return (
             f"warning: --validation-file {validation_file} is the --train-file: the evaluation measures how "
             "well the model fits its training data, not how it does on unseen data"
         )
-    return notice
+    return "\n".join(n for n in (src.notice, _repeated_rows_notice(train, eval_ds, cols)) if n) or None
 
 
 def _repeated_rows_notice(train, eval_ds, cols) -> str | None:
