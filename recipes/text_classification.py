@@ -164,7 +164,7 @@ def check_run_model(cfg: RunConfig) -> CheckedRunModel:
     from mixft.models.check import check_model
     from mixft.models.classifiers import pad_for_classification
     from mixft.models.hub import resolve_model
-    from mixft.models.lora import check_lora_targets, is_lora_directory, lora_base_model
+    from mixft.models.lora import LORA_FILE, check_lora_targets, is_lora_directory, lora_base_model
 
     options = lora_options(cfg) if cfg.lora else None  # "--lora-target-modules q,,v" refused before any reading
     source = f"--model {cfg.model}"
@@ -177,7 +177,16 @@ def check_run_model(cfg: RunConfig) -> CheckedRunModel:
             "--eval-only, or train from its base model with --lora"
         )
     base = lora_base_model(lora_dir) if lora_dir else cfg.model
-    resolved = resolve_model(base)
+    try:
+        resolved = resolve_model(base)
+    except UsageError as err:
+        if not lora_dir:
+            raise
+        # The path in the message is the one the adapters' file records, not one the user typed.
+        raise UsageError(
+            f"--model {cfg.model}: its LoRA adapters sit on the base model {LORA_FILE} records, which cannot be "
+            f"loaded ({err}); put the base model back there"
+        ) from None
     if lora_dir:
         source = f"--model {cfg.model} (LoRA on base model {base})"
     checked = check_model(

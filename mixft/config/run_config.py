@@ -308,6 +308,7 @@ class RunConfig:
         check=NON_NEGATIVE_INT,
         metavar="N",
         group=REAL_RUN,
+        trains=True,
     )
     metric_for_best: str | None = option(
         None,
@@ -316,6 +317,7 @@ class RunConfig:
         check=TEXT,
         metavar="NAME",
         group=REAL_RUN,
+        trains=True,
     )
     # None: on when the run evaluates more than once (eval_steps, or more than one epoch).
     load_best: bool | None = option(
@@ -325,6 +327,7 @@ class RunConfig:
         check=BOOL,
         negatable=True,
         group=REAL_RUN,
+        trains=True,
     )
     early_stopping_patience: int | None = option(
         None,
@@ -332,6 +335,7 @@ class RunConfig:
         check=POSITIVE_INT,
         metavar="K",
         group=REAL_RUN,
+        trains=True,
     )
     report_to: str | None = option(
         None,
@@ -340,6 +344,7 @@ class RunConfig:
         check=TEXT,
         metavar="LIST",
         group=REAL_RUN,
+        trains=True,
     )
     predict_file: str | None = option(
         None,
@@ -529,10 +534,6 @@ class RunConfig:
                     f"--predict-file {self.predict_file}: "
                     + ("is a directory, expected a data file" if path.is_dir() else "file not found")
                 )
-        if self.eval_only and (self.early_stopping_patience or self.eval_steps or self.load_best):
-            raise UsageError(
-                "--eval-only trains nothing: --eval-steps, --load-best and --early-stopping-patience need training"
-            )
 
     def check_recipe_options(self, recipe_name: str, uses, defaults: dict[str, Any] | None = None) -> None:
         """Refuse an option the recipe would silently ignore (e.g. --data-dir with mlp-synthetic).

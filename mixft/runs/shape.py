@@ -2,8 +2,9 @@
 
 Some options are only wrong against the run they are given to: a warm-up longer than
 the run, a polynomial decay with no step after its warm-up (transformers divides by
-zero at the last step), an early-stopping patience the run's evaluations can never use
-up, ``--load-best`` when the run evaluates once, a ``--metric-for-best`` the evaluation
+zero at the last step), an ``--eval-steps`` that adds no evaluation to the epoch ends', an
+early-stopping patience the run's evaluations can never use up, ``--load-best`` when the run
+evaluates once, a ``--metric-for-best`` the evaluation
 will not hold. The facts (batches per epoch, whether there is an evaluation set, the
 task's metrics) exist once the recipe has built a run's parts; ``check_run_shape`` builds
 the first run's once, before the output directory is touched, when one of those options
@@ -38,6 +39,7 @@ class RunShape:
     steps_per_epoch: int | None
     evaluations: int | None  # distinct evaluations during training (epoch ends and --eval-steps)
     warmup_steps: int | None  # the schedule's warm-up, in optimizer steps
+    added_by_eval_steps: int | None = None  # evaluations --eval-steps adds to the epoch ends'
 
 
 def run_shape(cfg: RunConfig, n_batches: int | None, has_eval: bool = True) -> RunShape:
@@ -48,13 +50,14 @@ def run_shape(cfg: RunConfig, n_batches: int | None, has_eval: bool = True) -> R
     epochs = cfg.epochs or 1
     steps = planned_steps(n_batches, cfg.grad_accum or 1, epochs, cfg.max_steps)
     per_epoch = None if n_batches is None else math.ceil(n_batches / (cfg.grad_accum or 1))
-    evaluations = None
+    evaluations = added = None
     if steps is not None and per_epoch:
         # The same steps the trainer evaluates at: every --eval-steps, and each epoch's end (the
         # last one cut short by --max-steps included); one step evaluated twice counts once.
         at = {k * cfg.eval_steps for k in range(1, steps // cfg.eval_steps + 1)} if cfg.eval_steps else set()
-        at |= {min(e * per_epoch, steps) for e in range(1, min(epochs, math.ceil(steps / per_epoch)) + 1)}
-        evaluations = len(at) if has_eval else 0
+        ends = {min(e * per_epoch, steps) for e in range(1, min(epochs, math.ceil(steps / per_epoch)) + 1)}
+        evaluations = len(at | ends) if has_eval else 0
+        added = len(at - ends) if has_eval else 0
     warmup = None
     if steps is not None:
         if cfg.warmup_steps is not None:
@@ -66,7 +69,7 @@ def run_shape(cfg: RunConfig, n_batches: int | None, has_eval: bool = True) -> R
                 else (0.0 if cfg.lr_scheduler == "constant" else DEFAULT_WARMUP_RATIO)
             )
             warmup = int(ratio * steps)  # as mixft.train.schedules.build_scheduler_factory rounds it
-    return RunShape(steps, per_epoch, evaluations, warmup)
+    return RunShape(steps, per_epoch, evaluations, warmup, added)
 
 
 def shape_matters(cfg: RunConfig) -> bool:
@@ -75,6 +78,7 @@ def shape_matters(cfg: RunConfig) -> bool:
         return False
     return bool(
         cfg.warmup_steps is not None
+        or cfg.eval_steps
         or cfg.lr_scheduler == "polynomial"
         or cfg.early_stopping_patience
         or cfg.load_best
@@ -112,6 +116,13 @@ def check_shape(cfg: RunConfig, shape: RunShape) -> None:
     evaluations = shape.evaluations
     if evaluations is None:
         return
+    if cfg.eval_steps and evaluations and shape.added_by_eval_steps == 0:
+        # Was: --max-steps 4 --eval-steps 100, exit 0, one evaluation (the epoch end's) and no word.
+        raise UsageError(
+            f"--eval-steps {cfg.eval_steps} adds no evaluation to this run: it has {steps} optimizer steps "
+            f"({shape.steps_per_epoch} per epoch) and evaluates at each epoch's end already; give a smaller N "
+            "or drop --eval-steps"
+        )
     patience = cfg.early_stopping_patience
     if patience and evaluations < patience + 1:
         raise UsageError(

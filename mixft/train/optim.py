@@ -81,7 +81,9 @@ def adamw_factory(lr: float, device: torch.device, weight_decay: float = 0.01, p
             {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
         ]
-        if getattr(precision, "param_dtype", None) is not None:
+        # With no parameter to train (``--eval-only`` of a saved LoRA model: every weight frozen) the optimizer
+        # holds nothing and never steps: torch's AdamW takes empty groups, optimi's refuses them.
+        if getattr(precision, "param_dtype", None) is not None and params:
             from mixft.train.pure_bf16 import compensated_adamw
 
             return compensated_adamw(groups, lr, compensated=precision.compensated)

@@ -165,6 +165,13 @@ TRAINING_ONLY = {
     "min_loss_scale": 4.0,
     "max_consecutive_skips": 3,
     "init_loss_scale": 8.0,
+    # Evaluation during training and what the run keeps and logs (was: --eval-only --report-to tensorboard,
+    # --metric-for-best loss or --no-load-best: exit 0, no tracker built, no best kept, the value recorded).
+    "eval_steps": 2,
+    "metric_for_best": "loss",
+    "load_best": False,
+    "early_stopping_patience": 2,
+    "report_to": "tensorboard",
 }
 
 

@@ -97,6 +97,14 @@ def test_lora_trains_adapters_saves_them_small_and_reloads_them(tmp_path, models
     assert e["steps"] == 0 and e["eval"]["accuracy"] == r["eval"]["accuracy"]
     assert e["eval"]["loss"] == pytest.approx(r["eval"]["loss"], rel=1e-5)
     assert f"LoRA on {models[arch].resolve()}" in e["model"]
+    if arch == "bert":
+        # In bf16 weights too (was: exit 1, "optimizer got an empty parameter list": bf16-pure's Kahan AdamW
+        # was built for a run whose every weight is frozen).
+        code, pure = run(tmp_path / "pure", saved, *data, "--eval-only", "--precision", "bf16-pure")
+        assert code == 0, capsys.readouterr().err
+        (p,) = pure["runs"]
+        assert (p["precision"], p["param_dtype"], p["steps"]) == ("bf16-pure", "bfloat16", 0)
+        assert p["eval"]["loss"] == pytest.approx(r["eval"]["loss"], abs=0.05)
 
 
 def test_lora_head_and_adapters_learn_and_the_base_stays_as_it_was(tmp_path, models, data):
@@ -181,6 +189,22 @@ def test_a_saved_lora_directory_is_not_trained_as_a_model(tmp_path, models, data
     capsys.readouterr()
     code, _ = run(tmp_path / "again", tmp_path / "out" / "model", *data)
     assert code == 2 and "is a saved LoRA adapter" in one_line_error(capsys)
+
+
+def test_a_saved_lora_directory_whose_base_is_gone_names_the_file_that_records_it(tmp_path, models, data, capsys):
+    code, _ = run(tmp_path / "out", models["bert"], *data, "--lora", "--save-model", "--max-steps", "1")
+    assert code == 0
+    capsys.readouterr()
+    saved = tmp_path / "out" / "model"
+    recorded = json.loads((saved / "lora_classifier.json").read_text())
+    recorded["base_model"] = str(tmp_path / "moved-away")
+    (saved / "lora_classifier.json").write_text(json.dumps(recorded))
+    code, _ = run(tmp_path / "eval", saved, *data, "--eval-only")
+    # Was: "--model <tmp>/moved-away: no such directory", a path the user never typed.
+    assert code == 2
+    line = one_line_error(capsys)
+    assert f"--model {saved}: its LoRA adapters sit on the base model lora_classifier.json records" in line
+    assert "moved-away: no such directory" in line
 
 
 def test_lora_is_refused_by_bert_sst2(tmp_path, models, capsys):

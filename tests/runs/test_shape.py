@@ -21,13 +21,15 @@ def model(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     "kwargs, n_batches, shape",
     [
-        ({"epochs": 2}, 8, RunShape(16, 8, 2, 1)),
-        ({"epochs": 3, "eval_steps": 2}, 8, RunShape(24, 8, 12, 2)),
-        ({"epochs": 3, "eval_steps": 3}, 8, RunShape(24, 8, 10, 2)),  # 3,6,8*,9,12,15,16*,18,21,24*
-        ({"epochs": 3, "max_steps": 5}, 8, RunShape(5, 8, 1, 0)),  # cut short: one evaluation at step 5
-        ({"epochs": 1, "grad_accum": 3}, 8, RunShape(3, 3, 1, 0)),
-        ({"epochs": 1, "warmup_steps": 7, "lr_scheduler": "cosine"}, 8, RunShape(8, 8, 1, 7)),
-        ({"epochs": 1, "warmup_ratio": 1.0}, 8, RunShape(8, 8, 1, 8)),
+        ({"epochs": 2}, 8, RunShape(16, 8, 2, 1, 0)),
+        ({"epochs": 3, "eval_steps": 2}, 8, RunShape(24, 8, 12, 2, 9)),
+        ({"epochs": 3, "eval_steps": 3}, 8, RunShape(24, 8, 10, 2, 7)),  # 3,6,8*,9,12,15,16*,18,21,24*
+        ({"epochs": 3, "max_steps": 5}, 8, RunShape(5, 8, 1, 0, 0)),
+            ({"epochs": 2, "eval_steps": 8}, 8, RunShape(16, 8, 2, 1, 0)),  # every 8 steps: the epoch ends
+            ({"max_steps": 4, "eval_steps": 100}, 8, RunShape(4, 8, 1, 0, 0)),  # cut short: one evaluation at step 5
+        ({"epochs": 1, "grad_accum": 3}, 8, RunShape(3, 3, 1, 0, 0)),
+        ({"epochs": 1, "warmup_steps": 7, "lr_scheduler": "cosine"}, 8, RunShape(8, 8, 1, 7, 0)),
+        ({"epochs": 1, "warmup_ratio": 1.0}, 8, RunShape(8, 8, 1, 8, 0)),
         ({"max_steps": 4}, None, RunShape(4, None, None, 0)),
     ],
 )
@@ -69,6 +71,11 @@ def test_no_evaluation_data_means_no_evaluation():
         ),
         (("--epochs", "2", "--early-stopping-patience", "2"), "it evaluates 2 times"),
         (("--epochs", "1", "--load-best"), "--load-best: this run evaluates once, so its best evaluation is its last"),
+        # Was: exit 0, the epoch end's evaluation only, and no word about --eval-steps.
+        (
+            ("--max-steps", "4", "--eval-steps", "100"),
+            "--eval-steps 100 adds no evaluation to this run: it has 4 optimizer steps",
+        ),
     ],
 )
 def test_options_the_run_cannot_use_are_refused_before_any_work(tmp_path, model, capsys, args, expected):
