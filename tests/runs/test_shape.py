@@ -25,8 +25,8 @@ def model(tmp_path_factory) -> Path:
         ({"epochs": 3, "eval_steps": 2}, 8, RunShape(24, 8, 12, 2, 9)),
         ({"epochs": 3, "eval_steps": 3}, 8, RunShape(24, 8, 10, 2, 7)),  # 3,6,8*,9,12,15,16*,18,21,24*
         ({"epochs": 3, "max_steps": 5}, 8, RunShape(5, 8, 1, 0, 0)),
-            ({"epochs": 2, "eval_steps": 8}, 8, RunShape(16, 8, 2, 1, 0)),  # every 8 steps: the epoch ends
-            ({"max_steps": 4, "eval_steps": 100}, 8, RunShape(4, 8, 1, 0, 0)),  # cut short: one evaluation at step 5
+        ({"epochs": 2, "eval_steps": 8}, 8, RunShape(16, 8, 2, 1, 0)),  # every 8 steps: the epoch ends
+        ({"max_steps": 4, "eval_steps": 100}, 8, RunShape(4, 8, 1, 0, 0)),  # cut short: one evaluation at step 5
         ({"epochs": 1, "grad_accum": 3}, 8, RunShape(3, 3, 1, 0, 0)),
         ({"epochs": 1, "warmup_steps": 7, "lr_scheduler": "cosine"}, 8, RunShape(8, 8, 1, 7, 0)),
         ({"epochs": 1, "warmup_ratio": 1.0}, 8, RunShape(8, 8, 1, 8, 0)),
