@@ -37,6 +37,8 @@ class WriteFailed(OSError):
         reason = getattr(cause, "strerror", None) or first_line(cause)
         super().__init__(code, reason, str(target))
         self.cause = cause
+        # Where this command had moved an earlier run's files before the write failed (mixft.runs.set_aside).
+        self.earlier_run: Path | None = None
 
     def __str__(self) -> str:
         code = f" (errno {errno.errorcode.get(self.errno, self.errno)})" if self.errno else ""

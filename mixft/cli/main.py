@@ -181,6 +181,25 @@ def _launch_rank() -> int:
 PEER_WAIT_S = 10.0
 
 
+def _what_a_failed_write_left(e: WriteFailed, out: Path | None) -> str:
+    """What the output directory holds after a failed write, and the command that goes on from it: only what is
+    there (was: "earlier results and the last good checkpoint are kept" where neither existed, or where the
+    earlier run had been moved to previous-*/ and a --resume answered "no checkpoint")."""
+    if out is None:
+        return ""
+    kept = []
+    if e.earlier_run is not None:
+        kept.append(f"the earlier run is in {e.earlier_run}")
+    elif (out / RESULTS_NAME).is_file():
+        kept.append(f"the earlier {RESULTS_NAME} is kept")
+    if has_checkpoint(out):
+        kept.append("the last good checkpoint is kept")
+        then = f"once fixed, rerun the same command with --resume to continue from the last checkpoint in {out}"
+    else:
+        then = "once fixed, rerun the same command"
+    return "".join(f"; {part}" for part in (*kept, then))
+
+
 def _fail(line: str, code: int) -> int:
     """Say ``line`` (a one-line error) once per launch; returns ``code``, the exit code.
 
@@ -241,16 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{prog}: error: {e}", EXIT_USAGE)
     except WriteFailed as e:  # disk full, quota, read-only: a one-line cause, not a traceback
         out = Path(cfg.output_dir) if cfg is not None else None
-        resumable = out is not None and has_checkpoint(out)
-        return _fail(
-            f"{prog}: error: {e}; earlier results and the last good checkpoint are kept"
-            + (
-                f"; once fixed, rerun the same command with --resume to continue from the last checkpoint in {out}"
-                if resumable
-                else "; once fixed, rerun the same command"
-            ),
-            EXIT_WRITE_FAILED,
-        )
+        return _fail(f"{prog}: error: {e}{_what_a_failed_write_left(e, out)}", EXIT_WRITE_FAILED)
     except KeyboardInterrupt as e:  # a second Ctrl-C, or one outside training
         out = Path(cfg.output_dir) if cfg is not None else None
         if out is not None and has_checkpoint(out):

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mixft.atomic import WriteFailed
 from mixft.callbacks.tracker_names import TRACKER_FOLDERS
 from mixft.errors import UsageError
 from mixft.output_names import (
@@ -280,8 +281,12 @@ class OutputLock:
                     "wait for it or choose another --output-dir"
                 ) from None
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:  # a full disk or quota: the run's first write, one line like every later one
+            os.close(fd)
+            raise WriteFailed(self.path, e) from e
         self._fd = fd
         return self
 

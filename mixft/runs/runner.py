@@ -25,6 +25,7 @@ import torch
 from mixft import distributed
 from mixft.amp.fp32 import keep_in_fp32
 from mixft.config.run_config import RunConfig
+from mixft.atomic import WriteFailed
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.results import RunResult
@@ -86,6 +87,9 @@ def run(cfg: RunConfig | RunPlan, observer: RunObserver | None = None) -> list[R
             if back:
                 logger.warning(back)
             raise
+        except WriteFailed as e:  # the line that reports it says where the earlier run went
+            e.earlier_run = aside.folder if aside else None
+            raise
 
 
 def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
@@ -104,6 +108,7 @@ def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
         announce = None if announced else functools.partial(_announce, observer, plan)
         result = _train_one(plan, planned, observer, on_built=announce)
         announced = True
+        _described_as_the_kept_runs(result, [r for r, p in zip(results, plan.runs) if p.kept is not None])
         results.append(result)
         # Rewritten after every run: a crash later still leaves the finished runs.
         if distributed.is_main_process():
@@ -115,6 +120,14 @@ def _train_all(plan: RunPlan, observer: RunObserver) -> list[RunResult]:
     if len(plan.runs) > 1 and distributed.is_main_process():
         record_comparison(plan, results)
     return results
+
+
+def _described_as_the_kept_runs(result: RunResult, kept: list[RunResult]) -> None:
+    """A ``--resume`` that spells the model or data path another way (``m`` for ``/abs/m``) uses the same files:
+    make_plan's identity check compared them resolved. The runs of one command then describe them alike, as the
+    kept runs do (was: report.md's header ``**model** `m, /abs/m``` read as a comparison across two models)."""
+    if kept:
+        result.model, result.dataset = kept[0].model, kept[0].dataset
 
 
 def _announce(observer: RunObserver, plan: RunPlan, parts, trainer) -> None:
@@ -168,8 +181,12 @@ def _train_one(plan: RunPlan, planned: PlannedRun, observer: RunObserver, on_bui
             result = watch.finish(trainer, trainer.fit())
         result.checkpoint_time_s = reliability.write_time_s
         best = result.best or {}
-        if best.get("loaded") and (result.last or {}).get("step") != best.get("step"):
-            with trainer.untimed():  # the kept predictions must be the best weights', like its "eval"
+        best_reloaded = best.get("loaded") and (result.last or {}).get("step") != best.get("step")
+        # Resumed from its final checkpoint (killed, or exit 4, before results.json held it): this process
+        # trained and evaluated nothing, and the checkpoint keeps no predictions.
+        unpredicted = getattr(trainer, "last_eval_predictions", None) is None and _ended_a_finished_model(result)
+        if best_reloaded or (unpredicted and trainer.eval_loader is not None):
+            with trainer.untimed():  # the kept predictions must be the final weights', like its "eval"
                 trainer.evaluate()
         memory.finish(result, trainer)  # memory breakdown, parameters
     # The final evaluation's predictions (mixft.train.evaluation), trained or --eval-only: fp32's agreement reads them.

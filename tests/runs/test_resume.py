@@ -296,6 +296,31 @@ def test_resuming_a_finished_run_says_it_is_kept_with_its_figures(tmp_path, tiny
     assert (out / "results.json").read_bytes() == before  # not trained again, not rewritten
 
 
+def test_a_run_resumed_from_its_final_checkpoint_keeps_its_predictions_and_fp32s_agreement(
+    tmp_path, tiny_bert_dir, data, monkeypatch
+):
+    # A kill after bf16's final checkpoint, before results.json held it (or exit 4 on a full disk, then --resume).
+    # Was: bf16's eval_predictions, eval_labels and agreement_vs_fp32 null, report.md without "Agreement with fp32".
+    out = tmp_path / "out"
+    compare = ("--compare", "fp32,bf16", "--max-steps", "2")
+    assert main(args(tiny_bert_dir, data, out, *compare)) == 0
+    whole = json.loads((out / "results.json").read_text())
+    assert whole["runs"][1]["agreement_vs_fp32"] is not None
+    (out / "results.json").write_text(json.dumps({**whole, "runs": whole["runs"][:1]}))
+    (out / "report.md").unlink()
+    # Resumed with the model and data spelled as relative paths: the same files.
+    monkeypatch.chdir(tmp_path)
+    relative = [Path(os.path.relpath(p)) for p in (tiny_bert_dir, data)]
+    assert main(args(*relative, Path("out"), *compare, "--resume")) == 0
+    again = json.loads((out / "results.json").read_text())
+    for key in ("eval_predictions", "eval_labels", "agreement_vs_fp32", "eval", "model", "dataset"):
+        assert without_timings(again["runs"][1][key]) == without_timings(whole["runs"][1][key]), key
+    report = (out / "report.md").read_text()
+    assert "## Agreement with fp32" in report
+    # One model, one dataset (was: "**model** `/abs/tiny-bert, ../tiny-bert`", as if two were compared).
+    assert f"**model** `{tiny_bert_dir}`" in report, report
+
+
 # ------------------------------------------- a resumed collapsed run (issue 13.5e)
 def test_resuming_a_collapsed_run_prints_its_diagnosis_again(tmp_path, tiny_bert_dir, capsys):
     data = make_data_dir(tmp_path / "sst2", 48, 8)  # 12 steps: room for 10 skipped in a row

@@ -114,6 +114,7 @@ def test_a_checkpoint_write_on_a_full_disk(fail, tmp_path, out, tiny_bert_dir, t
     assert code == EXIT_WRITE_FAILED == 4
     assert f"cannot write {out / 'checkpoint.pt'}: No space left on device (errno ENOSPC)" in line, line
     assert "--resume" in line  # a good checkpoint exists to continue from
+    assert f"the earlier run is in {set_aside(out)}" in line  # was: "earlier results ... are kept", nowhere said
     assert (set_aside(out) / "results.json").read_bytes() == EARLIER
     assert load_checkpoint(out / "checkpoint.pt")["meta"]["step"] == 2  # the last good one, CRC-checked
     assert temporaries(out) == []
@@ -215,6 +216,24 @@ def test_once_space_is_back_resume_writes_the_results(out, tiny_bert_dir, tiny_d
     assert main(args(tiny_bert_dir, tiny_data_dir, out, "--resume")) == 0  # nothing left to train: results only
     run = json.loads((out / "results.json").read_text())["runs"][0]
     assert run["steps"] == 4 and run["stopped_early"] is None and "accuracy" in run["eval"]
+    assert len(run["eval_predictions"]) == len(run["eval_labels"]) == 8  # was: null (nothing evaluated on resume)
+
+
+def test_a_full_disk_at_the_first_write_is_one_line_that_claims_nothing_kept(
+    tmp_path, tiny_bert_dir, tiny_data_dir, monkeypatch, capsys
+):
+    # The output lock's pid line is a run's first write. Was: exit 1, a traceback ending in
+    # "OSError: [Errno 28] No space left on device"; and the write-failure line said "earlier results and
+    # the last good checkpoint are kept" of a directory that never held either.
+    def pwrite(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    fresh = tmp_path / "fresh"
+    code = main(args(tiny_bert_dir, tiny_data_dir, fresh))
+    line = one_error_line(capsys)
+    assert code == 4 and line.startswith(f"finetune.py: error: cannot write {fresh / '.mixft.lock'}: No space left")
+    assert line.endswith("(errno ENOSPC); once fixed, rerun the same command"), line
 
 
 # ------------------------------------------------------------- report.md, the model
