@@ -24,8 +24,8 @@ import torch
 
 from mixft import distributed
 from mixft.amp.fp32 import keep_in_fp32
-from mixft.config.run_config import RunConfig
 from mixft.atomic import WriteFailed
+from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.results import RunResult
