@@ -2,10 +2,9 @@
 
 Some options are only wrong against the run they are given to: a warm-up longer than
 the run, a polynomial decay with no step after its warm-up (transformers divides by
-zero at the last step), an ``--eval-steps`` that adds no evaluation to the epoch ends', an
-early-stopping patience the run's evaluations can never use up, ``--load-best`` when the run
-evaluates once, a ``--metric-for-best`` the evaluation
-will not hold. The facts (batches per epoch, whether there is an evaluation set, the
+zero at the last step), an ``--eval-steps`` that adds no evaluation to those at the epoch
+ends, an early-stopping patience the run's evaluations can never use up, ``--load-best``
+when the run evaluates once, a ``--metric-for-best`` the evaluation will not hold. The facts (batches per epoch, whether there is an evaluation set, the
 task's metrics) exist once the recipe has built a run's parts; ``check_run_shape`` builds
 the first run's once, before the output directory is touched, when one of those options
 was given, checks them, and gives everything back (RNG state included: the runs draw
@@ -39,7 +38,7 @@ class RunShape:
     steps_per_epoch: int | None
     evaluations: int | None  # distinct evaluations during training (epoch ends and --eval-steps)
     warmup_steps: int | None  # the schedule's warm-up, in optimizer steps
-    added_by_eval_steps: int | None = None  # evaluations --eval-steps adds to the epoch ends'
+    added_by_eval_steps: int | None = None  # evaluations --eval-steps adds to those at the epoch ends
 
 
 def run_shape(cfg: RunConfig, n_batches: int | None, has_eval: bool = True) -> RunShape:
