@@ -155,6 +155,10 @@ def test_cli_under_torchrun_keeps_the_best_model_stops_early_and_writes_results_
     assert run["best"]["step"] == best_step and run["best"]["metrics"]["loss"] == pytest.approx(best_loss)
     assert run["best"]["loaded"] and run["eval"]["loss"] == pytest.approx(best_loss)
     assert (out / "model" / "config.json").is_file()
+    # Each process evaluated its shard; the gathered predictions and labels are in dev.tsv's row order.
+    rows = (tiny_data_dir / "dev.tsv").read_text().splitlines()[1:]
+    assert run["eval_labels"] == [int(row.split("\t")[-1]) for row in rows]
+    assert len(run["eval_predictions"]) == len(rows)
     if run["stop_kind"] == "early_stopping":  # two evaluations in a row without a better loss
         steps = [s for s, _ in losses]
         assert steps[-1] - best_step == 2 and run["steps"] == steps[-1]
