@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from mixft.amp.precision_names import GRADSCALER_INIT_SCALE
 from mixft.amp.preflight import preflight
 from mixft.batch import floating_tensors, forward, split_batch
 from mixft.log import logger
@@ -199,6 +200,14 @@ def _suggest(d: Diagnosis, trainer) -> str:
             )
         return "lower the learning rate (--lr): the activations grew without bound"
     # Forward finite: the inf/NaN come from the backward pass or the optimizer.
+    scale = _loss_scale(trainer)
+    if d.precision == "fp16" and scale is not None and scale > GRADSCALER_INIT_SCALE:
+        # Was: "lower the learning rate" after --init-loss-scale 1e38, its scale still 9.8e34 when the run stopped.
+        return (
+            f"the gradients overflow float16 at the loss scale, still {scale:g} after the skipped steps' halvings: "
+            f"start it lower (--init-loss-scale {GRADSCALER_INIT_SCALE:g}, GradScaler's default, or what "
+            "--preflight recommends)" + note
+        )
     if d.precision == "fp16":
         return (
             "the gradients overflow float16: switch to bf16 (--precision bf16) or lower the learning rate (--lr)" + note
@@ -207,6 +216,14 @@ def _suggest(d: Diagnosis, trainer) -> str:
         "the gradients are inf/NaN while the forward is finite: lower the learning rate (--lr) or clip (--max-grad-norm)"
         + note
     )
+
+
+def _loss_scale(trainer) -> float | None:
+    """The fp16 GradScaler's scale now (None: no scaler, or one that is off)."""
+    scaler = getattr(trainer, "scaler", None)
+    if scaler is None or not scaler.is_enabled():
+        return None
+    return float(scaler.get_scale())
 
 
 def _max_abs_and_nonfinite(obj) -> tuple[float, int]:

@@ -9,3 +9,6 @@ Usage: ``parser.add_argument("--precision", choices=PRECISION_NAMES)``
 """
 
 PRECISION_NAMES = ("fp32", "tf32", "fp16", "bf16", "bf16-pure", "bf16-true")
+
+#: torch.amp.GradScaler's own ``init_scale``: where an fp16 run's loss scale starts unless --init-loss-scale says.
+GRADSCALER_INIT_SCALE = 65536.0

@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mixft.amp.precision_names import GRADSCALER_INIT_SCALE
 from mixft.batch import floating_tensors
 from mixft.errors import UsageError
 from mixft.rng import capture_rng_state, restore_rng_state
@@ -210,7 +211,7 @@ def preflight(
     batches: Iterable,
     *,
     device: torch.device | str,
-    init_scale: float = 65536.0,
+    init_scale: float = GRADSCALER_INIT_SCALE,
     max_batches: int = 3,
     bf16_supported: bool = False,
 ) -> PreflightResult:

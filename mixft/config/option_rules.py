@@ -18,12 +18,13 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from mixft.amp.precision_names import GRADSCALER_INIT_SCALE
 from mixft.errors import UsageError
 
 #: transformers' polynomial schedule decays to ``lr_end=1e-7`` and refuses an initial lr not above it.
 POLYNOMIAL_LR_END = 1e-7
 #: torch.amp.GradScaler's own initial scale: where an fp16 run starts without --init-loss-scale.
-DEFAULT_INIT_LOSS_SCALE = 65536.0
+DEFAULT_INIT_LOSS_SCALE = GRADSCALER_INIT_SCALE
 
 
 def _default(cfg, name: str) -> Any:

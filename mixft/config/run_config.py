@@ -249,7 +249,7 @@ class RunConfig:
         None,
         "lay each batch's sentences end to end in a few rows (attention stays within a sentence): "
         "the same random batches and, up to float rounding, the same gradients as padding them, "
-        "without computing the padding "
+        "without computing the padding (dropout draws its masks over the packed shapes: another draw) "
         "(bert-sst2, on by default for bert, distilbert, electra, roberta and xlm-roberta models; "
         "other models' batches are padded, and --pack-sequences is refused for them)",
         check=BOOL,
@@ -260,8 +260,8 @@ class RunConfig:
         None,
         "ladder: round each training batch's rows and row length up a short ladder (by less than a quarter) so that "
         "shapes repeat and kernels built per shape are reused; exact: each batch its own shape; auto: the "
-        "ladder for bf16/fp16 compute on a CPU that runs it natively, else exact. Results are unchanged beyond "
-        "float rounding: the added positions are padding (bert-sst2, text-classification, glue; default exact: "
+        "ladder for bf16/fp16 compute on a CPU that runs it natively, else exact. The same computation up to "
+        "float rounding: the added positions are padding (dropout draws its masks over them: another draw) (bert-sst2, text-classification, glue; default exact: "
         "what the ladder buys in a whole bf16 step is not yet measured)",
         check=choice(*BATCH_SHAPES),
         metavar="|".join(BATCH_SHAPES),

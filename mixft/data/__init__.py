@@ -10,7 +10,8 @@ Usage::
     loader = make_loader(train, tokenizer, 32, shuffle=True)
 
 One pipeline, in modules with one job each: files (CSV/TSV/JSON/Parquet) and glue_dir
-(``--data-dir``) and hubdata (cache or hub) read; columns and labels check; user_data
+(``--data-dir``) and hubdata (cache or hub) read; columns and labels check (label_key: one
+normalisation of a written label, which held_out's stratified split uses too); user_data
 puts a source, its checks and the caps together; tokenize tokenises; loaders and batching
 batch. Reading and checking never load torch or a tokenizer, so bad input fails before
 any training work. Generated stand-ins live apart, in ``mixft.data.synthetic``: a recipe

@@ -26,6 +26,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mixft.data.label_key import label_key
 from mixft.errors import UsageError
 
 #: The record's file in a saved model's directory.
@@ -64,7 +65,6 @@ def carve(train, held_out: HeldOut, where: str, kind: str, label_column: str):
     by one seeded permutation. Both parts keep the file's row order.
     """
     import numpy as np
-    import pyarrow.compute as pc
 
     fraction = held_out.fraction
     # numpy takes seeds >= 0 only; the CLI allows [-2**63, 2**64). Modulo 2**64 keeps every
@@ -72,8 +72,12 @@ def carve(train, held_out: HeldOut, where: str, kind: str, label_column: str):
     rng = np.random.default_rng(held_out.seed % 2**64)
     column = train.select_columns([label_column]).with_format("arrow")[:].column(0)
     if kind == "classification":
-        codes = pc.dictionary_encode(column.combine_chunks()).indices.to_numpy(zero_copy_only=False)
-        groups = [np.flatnonzero(codes == code) for code in np.unique(codes)]
+        # One group per class, not per spelling: "1", "01" and "+1" are one class (label_key), split together.
+        # Classes are numbered in order of first appearance, as before, so a file of one spelling per class
+        # holds out the same rows.
+        classes: dict = {}
+        codes = np.array([classes.setdefault(label_key(v), len(classes)) for v in column.to_pylist()], dtype=np.int64)
+        groups = [np.flatnonzero(codes == code) for code in range(len(classes))]
     else:
         groups = [np.arange(len(train))]
     held = []

@@ -43,15 +43,15 @@ not fine-tuned for is one UsageError line naming it.
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mixft.data.label_key import INT_TEXT, NUMBER_TEXT, label_key
 from mixft.errors import UsageError
 
 if TYPE_CHECKING:
     from mixft.data.held_out import HeldOut
+
 
 TASK_KINDS = ("classification", "regression")
 MAX_CLASSES = 1000  # beyond this a "label" column is an id or a score, not classes
@@ -59,30 +59,6 @@ MAX_CLASSES = 1000  # beyond this a "label" column is an id or a score, not clas
 # a perfect start overflows to inf, which the run would report as a numeric collapse.
 MAX_REGRESSION_TARGET = math.sqrt(3.4028234663852886e38)
 _SCAN_BATCH = 50_000  # rows per Arrow batch when scanning a column: bounded memory
-_INT_TEXT = r"^[+-]?[0-9]+$"
-# Python's and Arrow's float syntax, without "_" separators; "nan"/"inf" are numbers (refused
-# as not finite) rather than words, so a regression file with an "inf" row is named by its row.
-_NUMBER_TEXT = r"^[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)(e[+-]?[0-9]+)?|inf|infinity|nan)$"
-
-
-def label_key(value):
-    """The class a written label stands for: mixft's one normalisation of label values.
-
-    Text is taken in Unicode's composed form (NFC): ``café`` typed with a combining accent (``e`` + U+0301, as
-    text pasted from macOS often is) and with ``é`` are one class, not two.
-
-    Usage: ``label_key(" 01") == label_key(1.0) == 1``; ``label_key(" pos ") == "pos"``
-    """
-    if isinstance(value, str):
-        text = unicodedata.normalize("NFC", value.strip())
-        if re.fullmatch(_INT_TEXT, text):
-            return int(text)
-        if not re.fullmatch(_NUMBER_TEXT, text, flags=re.IGNORECASE):
-            return text
-        value = float(text)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 @dataclass(frozen=True)
@@ -225,8 +201,8 @@ def _scan_strings(scan: _Scan, col, offset: int) -> None:
     missing = pc.or_kleene(pc.is_null(text), pc.equal(text, ""))
     _note_missing(scan, pc.fill_null(missing, True), offset)
     present = pc.invert(pc.fill_null(missing, True))
-    is_int = pc.and_(present, pc.match_substring_regex(text, _INT_TEXT))
-    is_number = pc.and_(present, pc.match_substring_regex(text, _NUMBER_TEXT, ignore_case=True))
+    is_int = pc.and_(present, pc.match_substring_regex(text, INT_TEXT))
+    is_number = pc.and_(present, pc.match_substring_regex(text, NUMBER_TEXT, ignore_case=True))
     is_word = pc.and_(present, pc.invert(is_number))
     ints, numbers, words = (int(pc.sum(m).as_py() or 0) for m in (is_int, is_number, is_word))
     scan.ints += ints

@@ -247,11 +247,18 @@ def _scaler_notes(doc: dict, rows: list[dict], evaluated: bool) -> list[str]:
                 "(its note below says why)."
             )
         elif r["grad_scaler"]:
+            # Was: injected skips called calibration, while the fp32 row's note named the injection.
+            injected = any((run.get("config") or {}).get("inject_nonfinite") for run in groups[r["precision"]])
             notes.append(
                 f"**{r['precision']}**: the GradScaler skipped {r['skipped_steps_total']}{steps} optimizer "
-                f"steps for inf/NaN gradients{at}, lowering the loss "
-                "scale each time. That is normal early in fp16 training while the scale calibrates; "
-                "skips throughout training would mean gradients keep overflowing."
+                f"steps for inf/NaN gradients{at}, lowering the loss scale each time. "
+                + (
+                    "--inject-nonfinite put inf/NaN into these runs' gradients on purpose: the skips are its, "
+                    "not the scale calibrating."
+                    if injected
+                    else "That is normal early in fp16 training while the scale calibrates; "
+                    "skips throughout training would mean gradients keep overflowing."
+                )
             )
         else:  # no scaler to blame: the loop's own rule skips a step whose gradients are not finite
             notes.append(

@@ -29,14 +29,13 @@ import torch
 
 from mixft.amp.fp32 import keep_in_fp32
 from mixft.amp.precision import Precision, resolve_precision
+from mixft.amp.precision_names import GRADSCALER_INIT_SCALE
 from mixft.amp.preflight import PreflightResult, preflight
 from mixft.config.option_rules import check_precision_combinations
 from mixft.config.run_config import RunConfig
 from mixft.errors import UsageError
 from mixft.log import logger
 from mixft.rng import capture_rng_state, restore_rng_state
-
-DEFAULT_INIT_SCALE = 65536.0  # torch.amp.GradScaler's own default, what an fp16 run starts from
 
 
 def preflight_due(cfg: RunConfig, precisions: list[Precision]) -> bool:
@@ -88,7 +87,7 @@ def check_before_training(
             _per_micro_batch(parts.loss_fn, cfg.grad_accum),
             parts.train_loader,
             device=device,
-            init_scale=cfg.init_loss_scale or DEFAULT_INIT_SCALE,
+            init_scale=cfg.init_loss_scale or GRADSCALER_INIT_SCALE,
             bf16_supported=_bf16_supported(device),
         )
     finally:

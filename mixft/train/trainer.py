@@ -162,6 +162,10 @@ class Trainer:
                 f"precision {self.precision.name} has no GradScaler: scaler_kwargs {scaler_kwargs} "
                 "would be ignored (loss scaling is fp16's)"
             )
+        init_scale = (scaler_kwargs or {}).get("init_scale")
+        if init_scale is not None and not (isinstance(init_scale, (int, float)) and 0 < init_scale < math.inf):
+            # Was: 0 or a negative scale accepted, every step skipped (the scale never recovers), no word.
+            raise UsageError(f"scaler_kwargs init_scale must be a positive finite number, got {init_scale!r}")
         self.fsdp = fsdp
         self.model = self._placed(model)
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):

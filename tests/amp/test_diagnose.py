@@ -88,6 +88,27 @@ def test_fp16_collapse_from_an_overflowing_layer_is_stopped_and_diagnosed():
     assert detector.diagnosis.first_nonfinite.name == "2"
 
 
+def test_a_collapse_from_a_loss_scale_started_too_high_says_to_start_it_lower():
+    # Was: "the gradients overflow float16: switch to bf16 or lower the learning rate" after --init-loss-scale 1e38,
+    # the scale still ~1e37 when the run stopped; a lower learning rate cannot help.
+    detector = CollapseDetector(max_consecutive_skips=3)
+    trainer = Trainer(
+        overflowing_model(gain=1.0),  # a forward of order 1: finite in fp16
+        lambda p: torch.optim.SGD(p, lr=1e-6),
+        nn.MSELoss(),
+        DataLoader(TensorDataset(X, Y), batch_size=4),
+        precision="fp16",
+        max_grad_norm=None,
+        callbacks=[detector],
+        scaler_kwargs={"init_scale": 1e38},
+    )
+    result = trainer.fit()
+    assert is_collapse(result) and result.steps == 3
+    assert "forward pass finite" in result.stopped_early
+    assert "the gradients overflow float16 at the loss scale, still 1.25e+37" in result.stopped_early
+    assert "start it lower (--init-loss-scale 65536, GradScaler's default" in result.stopped_early
+
+
 @pytest.fixture(scope="module")
 def tiny_bert_classifier(tiny_bert_dir):
     from recipes.bert_sst2 import build_model

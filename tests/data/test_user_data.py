@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 
@@ -10,7 +11,7 @@ import pytest
 import mixft.data.hubdata as hubdata
 from mixft.data.glue import GLUE_TASKS, glue_task
 from mixft.data.held_out import HeldOut, read_held_out, rows_digest, write_held_out
-from mixft.data.labels import ModelLabels
+from mixft.data.labels import ModelLabels, label_key
 from mixft.data.synthetic.stand_ins import SST2, stand_in_for
 from mixft.data.user_data import load_glue_data, load_text_data
 from mixft.errors import UsageError
@@ -155,6 +156,17 @@ def test_validation_file_missing_a_column(tmp_path, topic_csv):
         str(info.value)
         == f"--validation-file {dev}: no column 'text' (found in the training data); columns: 'body', 'label'"
     )
+
+
+def test_validation_split_stratifies_by_class_not_by_spelling(tmp_path):
+    # "1", "01" and "+1" are one class. Was: split as three groups, so the one "+1" row could never be held out,
+    # and the 20 % of class 1 was taken per spelling.
+    rows = [(f"zero {i}", "0") for i in range(10)] + [(f"one {i}", "1") for i in range(5)]
+    rows += [(f"uno {i}", "01") for i in range(4)] + [("ein", "+1")]
+    data = load_text_data(train_file=_csv(tmp_path / "spell.csv", rows), validation_split=0.2, seed=0)
+    held = collections.Counter(label_key(v) for v in data.eval["label"])
+    assert held == {0: 2, 1: 2}  # 20 % of 10 rows and of 10 rows
+    assert len(data.train) + len(data.eval) == 20
 
 
 def test_validation_label_unseen_in_training(tmp_path, topic_csv):

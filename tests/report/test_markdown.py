@@ -1035,4 +1035,16 @@ def test_steps_skipped_without_a_grad_scaler_are_not_blamed_on_one():
     assert "GradScaler skipped" not in fp32 and "loss scale each time" not in fp32
     assert "optimizer steps were skipped for inf/NaN gradients" in fp32 and "no GradScaler" in fp32
     fp16 = next(ln for ln in md.splitlines() if ln.startswith("- **fp16**:"))
+    assert "the GradScaler skipped 5 of 40 optimizer steps" in fp16 and "calibrates" in fp16
+
+
+def test_skips_that_inject_nonfinite_put_there_are_not_called_calibration():
+    # Was: "That is normal early in fp16 training while the scale calibrates" of skips every one injected.
+    doc = load("results_compare.json")
+    for r in doc["runs"]:
+        r["config"] = {**(r.get("config") or {}), "inject_nonfinite": 0.4}
+    md = render_markdown(doc)
+    fp16 = next(ln for ln in md.splitlines() if ln.startswith("- **fp16**:"))
     assert "the GradScaler skipped 5 of 40 optimizer steps" in fp16
+    assert "--inject-nonfinite put inf/NaN into these runs' gradients on purpose" in fp16
+    assert "calibrates" not in fp16

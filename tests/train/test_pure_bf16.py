@@ -553,3 +553,17 @@ def test_scaler_kwargs_without_a_grad_scaler_are_refused_but_amp_may_become_fp16
         precision="amp",
         scaler_kwargs={"init_scale": 128.0},
     )  # the scale is for the fp16 "amp" may choose elsewhere
+
+
+@pytest.mark.parametrize("scale", [0.0, -4.0, float("nan"), float("inf")])
+def test_a_scaler_that_cannot_scale_is_refused(scale):
+    # Was: init_scale 0 (or -4) accepted under fp16: every step skipped, the scale stuck, the run "finished".
+    with pytest.raises(UsageError, match="scaler_kwargs init_scale must be a positive finite number"):
+        Trainer(
+            nn.Linear(4, 1),
+            lambda p: torch.optim.SGD(p, lr=0.1),
+            nn.MSELoss(),
+            [],
+            precision="fp16",
+            scaler_kwargs={"init_scale": scale},
+        )
