@@ -23,8 +23,6 @@ from mixft.errors import UsageError
 
 #: transformers' polynomial schedule decays to ``lr_end=1e-7`` and refuses an initial lr not above it.
 POLYNOMIAL_LR_END = 1e-7
-#: torch.amp.GradScaler's own initial scale: where an fp16 run starts without --init-loss-scale.
-DEFAULT_INIT_LOSS_SCALE = GRADSCALER_INIT_SCALE
 
 
 def _default(cfg, name: str) -> Any:
@@ -56,9 +54,9 @@ def check_option_combinations(cfg) -> None:
         start = (
             f"--init-loss-scale {cfg.init_loss_scale:g}"
             if cfg.init_loss_scale is not None
-            else f"fp16's initial loss scale {DEFAULT_INIT_LOSS_SCALE:g} (the default)"
+            else f"fp16's initial loss scale {GRADSCALER_INIT_SCALE:g} (the default)"
         )
-        if (cfg.init_loss_scale or DEFAULT_INIT_LOSS_SCALE) < cfg.min_loss_scale:
+        if (cfg.init_loss_scale or GRADSCALER_INIT_SCALE) < cfg.min_loss_scale:
             raise UsageError(
                 f"{start} is below --min-loss-scale {cfg.min_loss_scale:g}: the collapse check would stop "
                 "the run at its first step; raise the one or lower the other"

@@ -261,8 +261,9 @@ class RunConfig:
         "ladder: round each training batch's rows and row length up a short ladder (by less than a quarter) so that "
         "shapes repeat and kernels built per shape are reused; exact: each batch its own shape; auto: the "
         "ladder for bf16/fp16 compute on a CPU that runs it natively, else exact. The same computation up to "
-        "float rounding: the added positions are padding (dropout draws its masks over them: another draw) (bert-sst2, text-classification, glue; default exact: "
-        "what the ladder buys in a whole bf16 step is not yet measured)",
+        "float rounding, the added positions being padding; dropout draws its masks over them (another draw). "
+        "bert-sst2, text-classification, glue; default exact: what the ladder buys in a whole bf16 step is not "
+        "yet measured",
         check=choice(*BATCH_SHAPES),
         metavar="|".join(BATCH_SHAPES),
         group=OPTIMISATION,

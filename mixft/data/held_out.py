@@ -65,6 +65,7 @@ def carve(train, held_out: HeldOut, where: str, kind: str, label_column: str):
     by one seeded permutation. Both parts keep the file's row order.
     """
     import numpy as np
+    import pyarrow.compute as pc
 
     fraction = held_out.fraction
     # numpy takes seeds >= 0 only; the CLI allows [-2**63, 2**64). Modulo 2**64 keeps every
@@ -73,10 +74,12 @@ def carve(train, held_out: HeldOut, where: str, kind: str, label_column: str):
     column = train.select_columns([label_column]).with_format("arrow")[:].column(0)
     if kind == "classification":
         # One group per class, not per spelling: "1", "01" and "+1" are one class (label_key), split together.
-        # Classes are numbered in order of first appearance, as before, so a file of one spelling per class
-        # holds out the same rows.
+        # label_key reads each distinct value once (Arrow's dictionary, in order of first appearance), so the
+        # classes keep that order and a file of one spelling per class holds out the same rows as before.
+        encoded = pc.dictionary_encode(column.combine_chunks())
         classes: dict = {}
-        codes = np.array([classes.setdefault(label_key(v), len(classes)) for v in column.to_pylist()], dtype=np.int64)
+        class_of = [classes.setdefault(label_key(v), len(classes)) for v in encoded.dictionary.to_pylist()]
+        codes = np.asarray(class_of, dtype=np.int64)[encoded.indices.to_numpy(zero_copy_only=False)]
         groups = [np.flatnonzero(codes == code) for code in range(len(classes))]
     else:
         groups = [np.arange(len(train))]

@@ -52,7 +52,6 @@ from mixft.errors import UsageError
 if TYPE_CHECKING:
     from mixft.data.held_out import HeldOut
 
-
 TASK_KINDS = ("classification", "regression")
 MAX_CLASSES = 1000  # beyond this a "label" column is an id or a score, not classes
 # The regression loss squares (target - prediction) in float32: past sqrt(float32 max) even
